@@ -1,0 +1,24 @@
+"""The contract between juiz's API, its workers and its command line.
+
+Everything that crosses a process boundary (a JSON body, an RQ job argument, a JSONL result line) is one of these
+pydantic models. This package imports nothing from `juiz`, `service` or `workers`.
+"""
+
+from schemas.batch import BatchCounts, BatchOptions, BatchStatus, BatchSubmission
+from schemas.judgement import Judgement, JudgementStatus, Provenance
+from schemas.labels import LabelClass, LabelMapping
+from schemas.triple import Segment, Triple
+
+__all__ = [
+    "BatchCounts",
+    "BatchOptions",
+    "BatchStatus",
+    "BatchSubmission",
+    "Judgement",
+    "JudgementStatus",
+    "LabelClass",
+    "LabelMapping",
+    "Provenance",
+    "Segment",
+    "Triple",
+]

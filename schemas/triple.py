@@ -1,0 +1,57 @@
+"""What a user sends to be graded: one (question, context, answer) triple."""
+
+from __future__ import annotations
+
+import uuid
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+
+def new_item_id() -> str:
+    return uuid.uuid4().hex[:16]
+
+
+class Segment(BaseModel):
+    """One retrieved context segment, as the seeds' reports list them (E5 hits over lecture transcripts)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    text: str
+    source: str | None = Field(default=None, description="Corpus id or document name.")
+    start: str | None = Field(default=None, description="Start offset, e.g. 00:18:08.")
+    end: str | None = Field(default=None, description="End offset, e.g. 00:20:12.")
+    score: float | None = Field(default=None, description="Retriever score.")
+
+
+Label = str | int | float
+
+
+class Triple(BaseModel):
+    """A graded unit. Unknown extra fields are kept and passed through to the judgement."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: str = Field(default_factory=new_item_id, min_length=1, max_length=256)
+    question: str = Field(min_length=1)
+    answer: str
+    context: str | list[Segment] | None = None
+    manual_label: Label | None = None
+
+    @field_validator("question")
+    @classmethod
+    def _question_not_blank(cls, value: str) -> str:
+        if not value.strip():
+            raise ValueError("question is blank")
+        return value
+
+    @field_validator("id", mode="before")
+    @classmethod
+    def _id_as_text(cls, value: object) -> object:
+        # CSV and hand-written JSON often carry numeric ids.
+        if isinstance(value, int) and not isinstance(value, bool):
+            return str(value)
+        return value
+
+    def passthrough(self) -> dict[str, object]:
+        """The extra fields the user sent, to be copied onto the judgement."""
+        return dict(self.model_extra or {})
