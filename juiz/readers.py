@@ -1,0 +1,399 @@
+"""Read triples to grade (JSONL, JSON, CSV, the seeds' markdown reports) and read/write judgement JSONL.
+
+Every problem with user input becomes an `InputError` naming the file, the line (or JSON item) and the field, so
+the CLI and the HTTP service can point at the exact spot instead of dumping a pydantic traceback.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Any, TypeVar
+
+from pydantic import BaseModel, ValidationError
+
+from juiz.errors import InputError
+from schemas.judgement import Judgement
+from schemas.triple import Triple
+
+M = TypeVar("M", bound=BaseModel)
+
+JSONL_SUFFIXES = (".jsonl", ".ndjson")
+REPORT_SUFFIXES = (".md", ".txt")
+
+# Headings of the seeds' report format (see juiz.report, which writes the same strings).
+H_QUESTION = "Pergunta"
+H_SEGMENTS = "Segmentos recuperados pelo E5"
+H_ANSWER = "Resposta gerada pelo LLM"
+H_REFERENCES = "Referências"
+H_MANUAL = "Anotação manual"
+H_AR = "Answer Relevance (AR)"
+H_AUTOMATED = "Anotação automatizada"
+H_REASONING = "Raciocínio (AR CoT)"
+NO_CONTEXT = "(sem contexto)"
+NOT_AVAILABLE = "n/a"
+
+# Segment bullet keys in the report, and the Segment field each one fills.
+SEGMENT_KEYS = {
+    "Corpus ID": "source",
+    "Score": "score",
+    "URL": "url",
+    "Início": "start",
+    "Fim": "end",
+    "Transcrição": "text",
+}
+
+# Only these headings open a section: an answer that contains other bold text ("**Nota**: …") stays one answer.
+_HEADING = re.compile(
+    r"^\*\*(?P<name>"
+    + "|".join(re.escape(h) for h in (H_SEGMENTS, H_ANSWER, H_REFERENCES, H_MANUAL, H_AR, H_AUTOMATED, H_REASONING))
+    + r")\*\*:[ \t]?(?P<rest>.*)$"
+)
+_QUESTION_HEADING = re.compile(r"^\*\*Pergunta(?:[ \t]+(?P<number>\d+))?\*\*:[ \t]?(?P<rest>.*)$")
+_SEGMENT_LINE = re.compile(r"^- \*(?P<key>[^*]+?):\*[ \t]?(?P<value>.*)$")
+_REPORTED_NA = re.compile(r"^n/a(?:\s*\((?P<status>[^)]*)\))?$", re.IGNORECASE)
+# pydantic puts the union member's name into `loc` ("context.list[Segment].2.text"); users never wrote it.
+_UNION_TAG = re.compile(r"^(str|int|float|bool|none|[\w-]+\[.*\])$")
+
+
+def read_triples(path: str | Path) -> list[Triple]:
+    """Read every triple in a file, choosing the format by its extension.
+
+    Raises InputError for an unknown extension, an unreadable or empty file, malformed content or an invalid triple.
+    """
+    path = Path(path)
+    source = str(path)
+    suffix = path.suffix.lower()
+    parsers: dict[str, Callable[[str, str], list[Triple]]] = {
+        **dict.fromkeys(JSONL_SUFFIXES, _parse_jsonl),
+        ".json": _parse_json,
+        ".csv": _parse_csv,
+        **dict.fromkeys(REPORT_SUFFIXES, _parse_report),
+    }
+    parser = parsers.get(suffix)
+    if parser is None:
+        known = ", ".join(sorted(parsers))
+        raise InputError(f"unknown file type '{suffix or '(none)'}'; expected one of {known}", source=source)
+    triples = parser(_read_text(path), source)
+    if not triples:
+        raise InputError("no triples", source=source)
+    return triples
+
+
+def parse_triples_jsonl(text: str, source: str) -> list[Triple]:
+    """Parse a JSONL body (e.g. an HTTP upload); `source` names it in errors. Raises InputError like read_triples."""
+    triples = _parse_jsonl(text.removeprefix("\ufeff"), source)
+    if not triples:
+        raise InputError("no triples", source=source)
+    return triples
+
+
+def read_judgements(path: str | Path) -> list[Judgement]:
+    """Read a results JSONL file written by `write_judgements`. An empty file is an empty result, not an error."""
+    path = Path(path)
+    source = str(path)
+    return [_validate(Judgement, obj, source, n) for n, obj in _jsonl_objects(_read_text(path), source)]
+
+
+def write_judgements(judgements: Iterable[Judgement], path: str | Path) -> None:
+    """Write one JSON object per line, UTF-8 and unescaped, so results stay readable and diffable."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", encoding="utf-8", newline="\n") as out:
+        for judgement in judgements:
+            out.write(json.dumps(judgement.model_dump(mode="json"), ensure_ascii=False) + "\n")
+
+
+def _read_text(path: Path) -> str:
+    # utf-8-sig: spreadsheets and Windows editors often start CSV/JSON files with a byte-order mark.
+    source = str(path)
+    try:
+        return path.read_text(encoding="utf-8-sig")
+    except FileNotFoundError:
+        raise InputError("no such file", source=source) from None
+    except IsADirectoryError:
+        raise InputError("is a directory, not a file", source=source) from None
+    except UnicodeDecodeError as exc:
+        raise InputError(f"not UTF-8 text (bad byte at offset {exc.start})", source=source) from None
+    except OSError as exc:
+        raise InputError(f"can't read file: {exc.strerror or exc}", source=source) from None
+
+
+def _validate(model: type[M], obj: object, source: str, line: int | None) -> M:
+    """Validate one object, turning pydantic's error list into one InputError that names the first bad field."""
+    if not isinstance(obj, dict):
+        raise InputError(f"expected a JSON object, got {_json_type(obj)}", source=source, line=line)
+    try:
+        return model.model_validate(obj)
+    except ValidationError as exc:
+        message, field = _describe(exc)
+        raise InputError(message, source=source, line=line, field=field) from None
+
+
+def _describe(exc: ValidationError) -> tuple[str, str | None]:
+    errors = exc.errors()
+    first = errors[0]
+    # For a union field pydantic reports one error per member; the deepest one is the one the user meant
+    # (a list of segments with a bad segment, not "context should be a string").
+    same_field = [e for e in errors if e["loc"][:1] == first["loc"][:1]]
+    chosen = max(same_field, key=lambda e: len(_clean_loc(e["loc"])))
+    loc = _clean_loc(chosen["loc"])
+    if chosen["type"] == "missing":
+        message = "required field is missing"
+    else:
+        message = str(chosen["msg"]).removeprefix("Value error, ")
+    return message, ".".join(loc) or None
+
+
+def _clean_loc(loc: tuple[int | str, ...]) -> list[str]:
+    return [str(part) for part in loc if not (isinstance(part, str) and _UNION_TAG.match(part))]
+
+
+def _json_type(value: object) -> str:
+    names = {list: "an array", str: "a string", bool: "a boolean", int: "a number", float: "a number"}
+    return "null" if value is None else names.get(type(value), type(value).__name__)
+
+
+def _jsonl_objects(text: str, source: str) -> list[tuple[int, Any]]:
+    """Decode each non-blank line; split on "\\n" only, since JSON strings may hold U+2028 that splitlines() cuts."""
+    objects = []
+    for number, line in enumerate(text.split("\n"), start=1):
+        if not line.strip():
+            continue
+        try:
+            objects.append((number, json.loads(line)))
+        except json.JSONDecodeError as exc:
+            raise InputError(f"malformed JSON: {exc.msg} (column {exc.colno})", source=source, line=number) from None
+    return objects
+
+
+def _parse_jsonl(text: str, source: str) -> list[Triple]:
+    return [_validate(Triple, obj, source, number) for number, obj in _jsonl_objects(text, source)]
+
+
+def _parse_json(text: str, source: str) -> list[Triple]:
+    """A JSON array of triples, or an object with an "items" array (so a saved batch submission reads as-is)."""
+    if not text.strip():
+        return []
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise InputError(f"malformed JSON: {exc.msg} (column {exc.colno})", source=source, line=exc.lineno) from None
+    if isinstance(data, dict) and "items" in data:
+        data = data["items"]
+        if not isinstance(data, list):
+            raise InputError(f"'items' must be an array, got {_json_type(data)}", source=source, field="items")
+    elif not isinstance(data, list):
+        raise InputError(
+            f"expected a JSON array of triples or an object with an 'items' array, got {_json_type(data)}",
+            source=source,
+        )
+    # For JSON the "line" is the 1-based item index: line numbers of pretty-printed JSON are not worth tracking.
+    return [_validate(Triple, obj, source, index) for index, obj in enumerate(data, start=1)]
+
+
+def _parse_csv(text: str, source: str) -> list[Triple]:
+    """Header row + one triple per row. Empty cells are absent fields; unknown columns become extra fields."""
+    reader = csv.reader(io.StringIO(text, newline=""))
+    try:
+        header = [name.strip() for name in next(reader, [])]
+        if not any(header):
+            return []
+        _check_csv_header(header, source)
+        triples = []
+        last_line = reader.line_num
+        for row in reader:
+            # A quoted cell may span lines: the row starts right after the previous record ended.
+            line, last_line = last_line + 1, reader.line_num
+            if not any(cell.strip() for cell in row):
+                continue
+            if len(row) > len(header):
+                raise InputError(f"row has {len(row)} cells but the header has {len(header)}", source=source, line=line)
+            # Only empty cells are absent: a question of spaces must say "blank", not "missing".
+            obj: dict[str, Any] = {name: cell for name, cell in zip(header, row, strict=False) if cell}
+            if "context" in obj:
+                obj["context"] = _csv_context(obj["context"])
+            if "manual_label" in obj:
+                obj["manual_label"] = _label_from_text(obj["manual_label"])
+                if obj["manual_label"] == "":
+                    del obj["manual_label"]
+            triples.append(_validate(Triple, obj, source, line))
+        return triples
+    except csv.Error as exc:
+        raise InputError(f"malformed CSV: {exc}", source=source, line=reader.line_num) from None
+
+
+def _check_csv_header(header: list[str], source: str) -> None:
+    for index, name in enumerate(header, start=1):
+        if not name:
+            raise InputError(f"column {index} of the header has no name", source=source, line=1)
+    duplicates = sorted({name for name in header if header.count(name) > 1})
+    if duplicates:
+        raise InputError(f"duplicate column(s): {', '.join(duplicates)}", source=source, line=1)
+    for required in ("question", "answer"):
+        if required not in header:
+            raise InputError(f"the header has no '{required}' column", source=source, line=1, field=required)
+
+
+def _csv_context(cell: str) -> object:
+    """A cell holding a JSON array is a list of segments; anything else (even "[1] …" prose) is plain context."""
+    if cell.lstrip().startswith("["):
+        try:
+            parsed = json.loads(cell)
+        except json.JSONDecodeError:
+            return cell
+        if isinstance(parsed, list):
+            return parsed
+    return cell
+
+
+def _label_from_text(text: str) -> str | int | float:
+    """Numbers written as text ("3", "0.67") become numbers, so CSV and report labels equal their JSON spelling."""
+    value = text.strip()
+    if re.fullmatch(r"[+-]?\d+", value):
+        return int(value)
+    if re.fullmatch(r"[+-]?(\d+\.\d*|\.\d+)", value):
+        return float(value)
+    return value
+
+
+# --- the seeds' markdown report format -------------------------------------------------------------------------
+
+
+def _parse_report(text: str, source: str) -> list[Triple]:
+    """Each `**Pergunta N**:` heading opens a triple; `---` lines between them are separators.
+
+    Items are cut at the question headings rather than at `---`, because a judge's reasoning or an answer may hold
+    a markdown rule of its own; only the `---` that closes an item is dropped.
+    """
+    lines = text.split("\n")
+    starts = [index for index, line in enumerate(lines) if _QUESTION_HEADING.match(line)]
+    triples = []
+    for position, start in enumerate(starts, start=1):
+        end = starts[position] if position < len(starts) else len(lines)
+        block = lines[start:end]
+        while block and not block[-1].strip():
+            block.pop()
+        if len(block) > 1 and block[-1].strip() == "---":
+            block.pop()
+        triples.append(_parse_report_item(block, start + 1, position, source))
+    return triples
+
+
+def _parse_report_item(block: list[str], first_line: int, position: int, source: str) -> Triple:
+    heading = _QUESTION_HEADING.match(block[0])
+    assert heading is not None  # _parse_report cut the block at this heading
+    sections: dict[str, tuple[int, list[str]]] = {H_QUESTION: (first_line, [heading["rest"]])}
+    current = H_QUESTION
+    for offset, line in enumerate(block[1:], start=1):
+        match = _HEADING.match(line)
+        if match and match["name"] not in sections:
+            current = match["name"]
+            sections[current] = (first_line + offset, [match["rest"]])
+        else:
+            sections[current][1].append(line)
+
+    def text_of(name: str) -> str | None:
+        return "\n".join(sections[name][1]).strip() if name in sections else None
+
+    obj: dict[str, Any] = {"question": text_of(H_QUESTION), "answer": text_of(H_ANSWER) or ""}
+    if heading["number"] is not None:
+        obj["id"] = f"q{int(heading['number'])}"
+        obj["question_number"] = int(heading["number"])
+    else:
+        obj["id"] = f"item-{position}"
+    if H_SEGMENTS in sections:
+        segments_line, content = sections[H_SEGMENTS]
+        context = _parse_segments(content, segments_line, source)
+        if context is not None:
+            obj["context"] = context
+    if H_REFERENCES in sections:
+        obj["references"] = [ref.strip() for ref in sections[H_REFERENCES][1] if ref.strip()]
+    manual = text_of(H_MANUAL)
+    if manual and manual.lower() != NOT_AVAILABLE:
+        obj["manual_label"] = _label_from_text(manual)
+    ar = text_of(H_AR)
+    if ar:
+        _parse_reported_ar(ar, obj, sections[H_AR][0], source)
+    automated = text_of(H_AUTOMATED)
+    if automated and automated.lower() != NOT_AVAILABLE:
+        obj["reported_automated_label"] = automated
+    reasoning = text_of(H_REASONING)
+    if reasoning is not None:
+        obj["reported_reasoning"] = reasoning
+    return _validate(Triple, obj, source, first_line)
+
+
+def _parse_reported_ar(text: str, obj: dict[str, Any], line: int, source: str) -> None:
+    not_available = _REPORTED_NA.match(text)
+    if not_available:
+        if not_available["status"]:
+            obj["reported_status"] = not_available["status"].strip()
+        return
+    try:
+        obj["reported_answer_relevance"] = float(text)
+    except ValueError:
+        raise InputError(
+            f"answer relevance '{text}' is neither a number nor n/a",
+            source=source,
+            line=line,
+            field="reported_answer_relevance",
+        ) from None
+
+
+def _parse_segments(content: list[str], first_line: int, source: str) -> str | list[dict[str, Any]] | None:
+    """Parse the `- *Key:* value` bullets; a line that is no bullet continues the previous value (multi-line text).
+
+    A segment starts at `Corpus ID` or when a key repeats, so segments without a corpus id still split correctly.
+    Returns None for "(sem contexto)" or an empty section, and the plain text when there are no bullets at all.
+    """
+    body = "\n".join(content).strip()
+    if not body or body == NO_CONTEXT:
+        return None
+    if not any(_SEGMENT_LINE.match(line) for line in content):
+        return body
+    segments: list[dict[str, Any]] = []
+    values: dict[str, list[str]] = {}
+    lines_of: dict[str, int] = {}
+    key: str | None = None
+    for offset, line in enumerate(content):
+        match = _SEGMENT_LINE.match(line)
+        if match:
+            key = match["key"].strip()
+            if values and (key == "Corpus ID" or key in values):
+                segments.append(_segment(values, lines_of, len(segments), source))
+                values, lines_of = {}, {}
+            values[key] = [match["value"]]
+            lines_of[key] = first_line + offset
+        elif key is not None:
+            values[key].append(line)
+        elif line.strip():
+            raise InputError(
+                "text before the first segment bullet", source=source, line=first_line + offset, field="context"
+            )
+    segments.append(_segment(values, lines_of, len(segments), source))
+    return segments
+
+
+def _segment(values: dict[str, list[str]], lines_of: dict[str, int], index: int, source: str) -> dict[str, Any]:
+    segment: dict[str, Any] = {}
+    for key, parts in values.items():
+        value = "\n".join(parts).strip()
+        field = SEGMENT_KEYS.get(key) or re.sub(r"\W+", "_", key.lower()).strip("_")
+        if field == "score":
+            try:
+                segment[field] = float(value)
+            except ValueError:
+                raise InputError(
+                    f"segment score '{value}' is not a number",
+                    source=source,
+                    line=lines_of[key],
+                    field=f"context.{index}.score",
+                ) from None
+        else:
+            segment[field] = value
+    return segment

@@ -1,0 +1,58 @@
+"""How well the judge agrees with manual labels: the report `juiz agreement` prints and the API returns."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field, model_validator
+
+
+class Interval(BaseModel):
+    """A closed interval, e.g. a 95% bootstrap confidence interval."""
+
+    low: float = Field(allow_inf_nan=False)
+    high: float = Field(allow_inf_nan=False)
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Interval:
+        if self.low > self.high:
+            raise ValueError(f"interval low {self.low} is above high {self.high}")
+        return self
+
+
+class Statistic(BaseModel):
+    """One agreement figure. A figure that is undefined for the data is null with a reason, never NaN."""
+
+    value: float | None = Field(default=None, allow_inf_nan=False)
+    ci95: Interval | None = Field(default=None, description="Percentile bootstrap interval; null when too unstable.")
+    reason: str | None = Field(default=None, description="Why value is null, e.g. 'only one class present', 'n < 2'.")
+
+    @model_validator(mode="after")
+    def _null_has_reason(self) -> Statistic:
+        if self.value is None and not self.reason:
+            raise ValueError("a null statistic needs a reason")
+        return self
+
+
+class Bootstrap(BaseModel):
+    """How the confidence intervals were drawn, so a report can be reproduced exactly."""
+
+    resamples: int = Field(ge=0)
+    seed: int
+
+
+class AgreementReport(BaseModel):
+    """Judge vs manual labels over the items that have both a manual label and an `ok` judgement."""
+
+    n: int = Field(ge=0, description="Items compared.")
+    n_excluded: dict[str, int] = Field(
+        default_factory=dict, description="Items left out, by why: no_manual_label, not_ok (parse_error or failed)."
+    )
+    classes: list[str] = Field(description="Class names, worst first: the order of the confusion matrix.")
+    accuracy: Statistic
+    cohen_kappa: Statistic
+    cohen_kappa_quadratic: Statistic
+    krippendorff_alpha_ordinal: Statistic
+    spearman_rho: Statistic = Field(description="Manual class index vs the judge's 0–3 score.")
+    kendall_tau: Statistic = Field(description="Manual class index vs the judge's 0–3 score (tau-b).")
+    mae: Statistic = Field(description="Mean |manual − judge| on the 0–1 scale.")
+    confusion_matrix: list[list[int]] = Field(description="Rows: manual class; columns: judge class.")
+    bootstrap: Bootstrap
