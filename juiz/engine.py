@@ -91,7 +91,7 @@ def _has_cuda() -> bool:
 
 def check_model_path(model: str) -> None:
     """A local path must exist and hold a model; anything else is taken as a hub id (production only)."""
-    looks_local = model.startswith(("/", ".", "~")) or os.sep in model and Path(model).expanduser().exists()
+    looks_local = model.startswith(("/", ".", "~")) or (os.sep in model and Path(model).expanduser().exists())
     if not looks_local:
         return
     path = Path(model).expanduser()

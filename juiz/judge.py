@@ -99,7 +99,9 @@ class Judge:
                 log.warning("engine rejected one item: %s", exc)
                 return [Completion(text="", error=f"{type(exc).__name__}: {exc}")]
             half = len(conversations) // 2
-            log.warning("engine rejected a batch of %d (%s); splitting to isolate the bad item", len(conversations), exc)
+            log.warning(
+                "engine rejected a batch of %d (%s); splitting to isolate the bad item", len(conversations), exc
+            )
             return self._generate_isolating_failures(conversations[:half], request) + (
                 self._generate_isolating_failures(conversations[half:], request)
             )
@@ -139,6 +141,8 @@ def _judgement(
         error = parsed.error
         if completion.finish_reason == "length":
             error = f"{error} (reply cut at max_tokens={request.max_tokens})"
+        elif not completion.text:
+            error = f"{error} (empty reply, finish_reason={completion.finish_reason})"
         return Judgement(
             status=JudgementStatus.PARSE_ERROR,
             raw_output=completion.text,

@@ -18,12 +18,13 @@ from dataclasses import dataclass
 # COT_MAX_TOKENS tokens, whatever the tokenizer. A good judge stops far earlier (~60–150 tokens).
 CRITERIA_MAX_CHARS = 200
 EVIDENCE_MAX_CHARS = 400
-COT_MAX_TOKENS = CRITERIA_MAX_CHARS + EVIDENCE_MAX_CHARS + 40
 COT_REPLY_REGEX = (
     rf"Criteria: [^\n]{{1,{CRITERIA_MAX_CHARS}}}\n"
     rf"Supporting Evidence: [^\n]{{1,{EVIDENCE_MAX_CHARS}}}\n"
     r"Score: [0-3]"
 )
+_TEMPLATE_FIXED_CHARS = len("Criteria: \nSupporting Evidence: \nScore: 0")
+COT_MAX_TOKENS = CRITERIA_MAX_CHARS + EVIDENCE_MAX_CHARS + _TEMPLATE_FIXED_CHARS
 SCORE_DIGITS = ("0", "1", "2", "3")
 
 _LABEL = r"[*_\s]*{name}[*_\s]*:[*_\s]*"

@@ -65,7 +65,9 @@ def parse_prompt_id(prompt_id: str) -> tuple[str, str, str | None]:
     """`answer_relevance@juiz-1` or `answer_relevance@juiz-1.pt` → (metric, version, lang or None)."""
     match = re.fullmatch(r"([a-z_]+)@([\w\-]+)(?:\.([a-z]{2}))?", prompt_id)
     if not match:
-        raise PromptNotFound(f"malformed prompt id {prompt_id!r} (expected metric@version, e.g. answer_relevance@juiz-1)")
+        raise PromptNotFound(
+            f"malformed prompt id {prompt_id!r} (expected metric@version, e.g. answer_relevance@juiz-1)"
+        )
     return match.group(1), match.group(2), match.group(3)
 
 

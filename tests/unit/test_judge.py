@@ -1,0 +1,124 @@
+"""The judge's orchestration, on the FAKE engine: batching, statuses, provenance, pass-through, failures."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import pytest
+
+from juiz.engine import Completion, Conversation, FakeEngine, GenerationRequest, JudgeEngine
+from juiz.errors import EngineError
+from juiz.judge import Judge
+from juiz.parsing import COT_REPLY_REGEX
+from schemas import BatchOptions, JudgementStatus, Triple
+
+
+def reply_by_answer(conversation: Conversation) -> str:
+    user = conversation[-1]["content"]
+    if "garbled" in user:
+        return "I think it is fine."
+    if "partial" in user:
+        return "Criteria: c\nSupporting Evidence: only part\nScore: 2"
+    if "digit" in user or "dígito" in user:
+        return "3"
+    return "Criteria: the capital\nSupporting Evidence: names it\nScore: 3"
+
+
+def triples() -> list[Triple]:
+    return [
+        Triple(id="a", question="What is the capital of France?", answer="Paris.", manual_label="C", team="x"),
+        Triple(id="b", question="Qual é a capital de França?", answer="partial", manual_label="P"),
+        Triple(id="c", question="What?", answer="garbled"),
+    ]
+
+
+def test_all_items_go_to_the_engine_in_one_call() -> None:
+    engine = FakeEngine(reply_by_answer)
+    judge = Judge(engine)
+    results = judge.grade(triples())
+    assert engine.calls == [3]
+    assert [r.id for r in results] == ["a", "b", "c"]
+
+
+def test_statuses_scores_and_labels() -> None:
+    a, b, c = Judge(FakeEngine(reply_by_answer)).grade(triples())
+    assert (a.status, a.score, a.normalized_score, a.automated_label) == (JudgementStatus.OK, 3, 1.0, "C")
+    assert (b.status, b.score, b.automated_label) == (JudgementStatus.OK, 2, "P")
+    assert b.normalized_score == pytest.approx(2 / 3)
+    assert a.expected_score is not None and 0 <= a.expected_score <= 1
+    assert a.criteria == "the capital" and a.supporting_evidence == "names it"
+    # an unparseable reply is an explicit state with the raw text kept, never a silent 0
+    assert c.status == JudgementStatus.PARSE_ERROR
+    assert c.score is None and c.normalized_score is None and c.automated_label is None
+    assert c.raw_output == "I think it is fine." and c.error
+
+
+def test_provenance_and_passthrough() -> None:
+    a, b, _ = Judge(FakeEngine(reply_by_answer, model_id="fake-judge")).grade(triples())
+    assert a.provenance.model == "fake-judge"
+    assert a.provenance.prompt == "answer_relevance@juiz-1.en"
+    assert b.provenance.prompt == "answer_relevance@juiz-1.pt"
+    assert len(a.provenance.prompt_sha256) == 64
+    assert a.provenance.sampling["temperature"] == 0.0 and a.provenance.sampling["mode"] == "cot"
+    assert a.provenance.juiz_version
+    assert a.model_extra == {"team": "x"}
+    assert a.question == "What is the capital of France?" and a.manual_label == "C"
+
+
+def test_fast_mode_uses_a_single_token_choice() -> None:
+    seen: list[GenerationRequest] = []
+
+    class Recording(FakeEngine):
+        def generate(self, conversations: Sequence[Conversation], request: GenerationRequest) -> list[Completion]:
+            seen.append(request)
+            return super().generate(conversations, request)
+
+    (a,) = Judge(Recording(reply_by_answer)).grade(triples()[:1], BatchOptions(mode="fast"))
+    assert seen[0].max_tokens == 1 and seen[0].choice == ("0", "1", "2", "3")
+    assert a.score == 3 and a.provenance.sampling["mode"] == "fast"
+
+
+def test_cot_requests_the_reply_grammar() -> None:
+    seen: list[GenerationRequest] = []
+
+    class Recording(FakeEngine):
+        def generate(self, conversations: Sequence[Conversation], request: GenerationRequest) -> list[Completion]:
+            seen.append(request)
+            return super().generate(conversations, request)
+
+    Judge(Recording(reply_by_answer)).grade(triples()[:1])
+    assert seen[0].regex == COT_REPLY_REGEX and seen[0].temperature == 0.0
+
+
+def test_mixed_options_share_calls_by_mode() -> None:
+    engine = FakeEngine(reply_by_answer)
+    items = [(t, BatchOptions(prompt="answer_relevance@trulens-1")) for t in triples()]
+    items += [(t, BatchOptions()) for t in triples()]
+    items += [(triples()[0], BatchOptions(mode="fast"))]
+    results = Judge(engine).grade_many(items)
+    assert engine.calls == [6, 1]
+    assert results[0].provenance.prompt == "answer_relevance@trulens-1.en"
+    assert results[3].provenance.prompt == "answer_relevance@juiz-1.en"
+
+
+class RejectsLongAnswers:
+    """A fake engine that fails a whole batch when any item is too long, as vLLM does for over-long prompts."""
+
+    model_id = "fake-rejecting"
+
+    def __init__(self) -> None:
+        self.inner: JudgeEngine = FakeEngine(reply_by_answer)
+
+    def generate(self, conversations: Sequence[Conversation], request: GenerationRequest) -> list[Completion]:
+        if any("LONG" in c[-1]["content"] for c in conversations):
+            raise EngineError("prompt longer than max_model_len")
+        return self.inner.generate(conversations, request)
+
+
+def test_one_bad_item_fails_alone_and_the_rest_are_graded() -> None:
+    items = [Triple(id=str(i), question="Q?", answer="LONG" if i == 5 else "fine") for i in range(8)]
+    results = Judge(RejectsLongAnswers()).grade(items)
+    statuses = [r.status for r in results]
+    assert statuses.count(JudgementStatus.FAILED) == 1
+    assert results[5].status == JudgementStatus.FAILED and "max_model_len" in (results[5].error or "")
+    assert all(r.status == JudgementStatus.OK for i, r in enumerate(results) if i != 5)
