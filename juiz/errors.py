@@ -1,11 +1,11 @@
 """Every error juiz raises on purpose. Catch `JuizError` to catch them all.
 
-    JuizError
-    ├── InputError            bad user input: a file, line/item and field are named (CLI exit 2, HTTP 4xx)
-    ├── PromptError           a prompt id or prompt file that does not exist or does not render
-    ├── ModelError            a model path that is missing or not loadable, a model that was never pulled
-    └── EngineError           the judge engine failed as a whole (the items are marked `failed`)
-        └── TransientEngineError   worth retrying later (connection refused, timeout)
+JuizError
+├── InputError            bad user input: a file, line/item and field are named (CLI exit 2, HTTP 4xx)
+├── PromptError           a prompt id or prompt file that does not exist or does not render
+├── ModelError            a model path that is missing or not loadable, a model that was never pulled
+└── EngineError           the judge engine failed as a whole (the items are marked `failed`)
+    └── TransientEngineError   worth retrying later (connection refused, timeout)
 """
 
 from __future__ import annotations

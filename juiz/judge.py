@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import prompts
 from juiz import __version__
@@ -56,6 +56,15 @@ def validate_options(options: BatchOptions) -> None:
 class Judge:
     engine: JudgeEngine
 
+    def warm_up(self) -> float:
+        """Compile the reply grammar before real work: xgrammar builds its token masks once per engine (seconds on a
+        CPU, more under load), and vLLM drops requests whose grammar takes longer than its compile timeout."""
+        started = time.perf_counter()
+        conversation = [{"role": "user", "content": "Warm-up."}]
+        for request in (COT_REQUEST, FAST_REQUEST):
+            self.engine.generate([conversation], replace(request, max_tokens=1))
+        return time.perf_counter() - started
+
     def grade(self, triples: Sequence[Triple], options: BatchOptions | None = None) -> list[Judgement]:
         options = options or BatchOptions()
         return self.grade_many([(t, options) for t in triples])
@@ -68,7 +77,8 @@ class Judge:
         """
         templates = [select_prompt(options, triple.question) for triple, options in items]
         results: list[Judgement | None] = [None] * len(items)
-        for mode, request in (("cot", COT_REQUEST), ("fast", FAST_REQUEST)):
+        for mode in ("cot", "fast"):
+            request = request_for(mode)
             indices = [i for i, (_, options) in enumerate(items) if options.mode == mode]
             if not indices:
                 continue
@@ -117,22 +127,10 @@ def _judgement(
     model: str,
     latency: float,
 ) -> Judgement:
-    provenance = Provenance(
-        model=model,
-        prompt=template.id,
-        prompt_sha256=template.sha256,
-        sampling={**request.describe(), "mode": mode},
-        juiz_version=__version__,
-    )
     common = {
-        **triple.passthrough(),
-        "id": triple.id,
-        "question": triple.question,
-        "answer": triple.answer,
-        "context": triple.context,
-        "manual_label": triple.manual_label,
+        **item_fields(triple),
         "latency_s": round(latency, 4),
-        "provenance": provenance,
+        "provenance": _provenance(model, template.id, template.sha256, request, mode),
     }
     if completion.error is not None:
         return Judgement(status=JudgementStatus.FAILED, error=completion.error, raw_output=None, **common)
@@ -167,3 +165,40 @@ def _judgement(
 
 def _rounded(value: float | None) -> float | None:
     return None if value is None else round(min(max(value, 0.0), 1.0), 6)
+
+
+def request_for(mode: str) -> GenerationRequest:
+    return COT_REQUEST if mode == "cot" else FAST_REQUEST
+
+
+def _provenance(model: str, prompt: str, prompt_sha256: str, request: GenerationRequest, mode: str) -> Provenance:
+    return Provenance(
+        model=model,
+        prompt=prompt,
+        prompt_sha256=prompt_sha256,
+        sampling={**request.describe(), "mode": mode},
+        juiz_version=__version__,
+    )
+
+
+def item_fields(triple: Triple) -> dict[str, object]:
+    """What every judgement copies from its triple: the user's own fields first, then the known ones."""
+    return {
+        **triple.passthrough(),
+        "id": triple.id,
+        "question": triple.question,
+        "answer": triple.answer,
+        "context": triple.context,
+        "manual_label": triple.manual_label,
+    }
+
+
+def failed_judgement(triple: Triple, options: BatchOptions, model: str, reason: str) -> Judgement:
+    """A `failed` result for an item that could not be graded at all, with the reason and the judge meant for it."""
+    try:
+        template = select_prompt(options, triple.question)
+        prompt, prompt_sha = template.id, template.sha256
+    except PromptError:
+        prompt, prompt_sha = options.prompt or options.metric, ""
+    provenance = _provenance(model, prompt, prompt_sha, request_for(options.mode), options.mode)
+    return Judgement(**item_fields(triple), status=JudgementStatus.FAILED, error=reason, provenance=provenance)

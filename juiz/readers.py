@@ -96,7 +96,7 @@ def read_judgements(path: str | Path) -> list[Judgement]:
     """Read a results JSONL file written by `write_judgements`. An empty file is an empty result, not an error."""
     path = Path(path)
     source = str(path)
-    return [_validate(Judgement, obj, source, n) for n, obj in _jsonl_objects(_read_text(path), source)]
+    return [validate_model(Judgement, obj, source, n) for n, obj in _jsonl_objects(_read_text(path), source)]
 
 
 def write_judgements(judgements: Iterable[Judgement], path: str | Path) -> None:
@@ -123,7 +123,7 @@ def _read_text(path: Path) -> str:
         raise InputError(f"can't read file: {exc.strerror or exc}", source=source) from None
 
 
-def _validate(model: type[M], obj: object, source: str, line: int | None) -> M:
+def validate_model(model: type[M], obj: object, source: str, line: int | None) -> M:
     """Validate one object, turning pydantic's error list into one InputError that names the first bad field."""
     if not isinstance(obj, dict):
         raise InputError(f"expected a JSON object, got {_json_type(obj)}", source=source, line=line)
@@ -172,7 +172,7 @@ def _jsonl_objects(text: str, source: str) -> list[tuple[int, Any]]:
 
 
 def _parse_jsonl(text: str, source: str) -> list[Triple]:
-    return [_validate(Triple, obj, source, number) for number, obj in _jsonl_objects(text, source)]
+    return [validate_model(Triple, obj, source, number) for number, obj in _jsonl_objects(text, source)]
 
 
 def _parse_json(text: str, source: str) -> list[Triple]:
@@ -193,7 +193,7 @@ def _parse_json(text: str, source: str) -> list[Triple]:
             source=source,
         )
     # For JSON the "line" is the 1-based item index: line numbers of pretty-printed JSON are not worth tracking.
-    return [_validate(Triple, obj, source, index) for index, obj in enumerate(data, start=1)]
+    return [validate_model(Triple, obj, source, index) for index, obj in enumerate(data, start=1)]
 
 
 def _parse_csv(text: str, source: str) -> list[Triple]:
@@ -221,7 +221,7 @@ def _parse_csv(text: str, source: str) -> list[Triple]:
                 obj["manual_label"] = _label_from_text(obj["manual_label"])
                 if obj["manual_label"] == "":
                     del obj["manual_label"]
-            triples.append(_validate(Triple, obj, source, line))
+            triples.append(validate_model(Triple, obj, source, line))
         return triples
     except csv.Error as exc:
         raise InputError(f"malformed CSV: {exc}", source=source, line=reader.line_num) from None
@@ -325,7 +325,7 @@ def _parse_report_item(block: list[str], first_line: int, position: int, source:
     reasoning = text_of(H_REASONING)
     if reasoning is not None:
         obj["reported_reasoning"] = reasoning
-    return _validate(Triple, obj, source, first_line)
+    return validate_model(Triple, obj, source, first_line)
 
 
 def _parse_reported_ar(text: str, obj: dict[str, Any], line: int, source: str) -> None:

@@ -5,6 +5,7 @@ pydantic models. This package imports nothing from `juiz`, `service` or `workers
 """
 
 from schemas.agreement import AgreementReport, Interval, Statistic
+from schemas.api import BatchLinks, BatchView, ErrorBody, GradeRequest, HealthView, ReadyView, ResultsPage, WorkerView
 from schemas.batch import BatchCounts, BatchOptions, BatchStatus, BatchSubmission
 from schemas.judgement import Judgement, JudgementStatus, Provenance
 from schemas.labels import LabelClass, LabelMapping
@@ -13,16 +14,24 @@ from schemas.triple import Segment, Triple
 __all__ = [
     "AgreementReport",
     "BatchCounts",
+    "BatchLinks",
     "BatchOptions",
     "BatchStatus",
     "BatchSubmission",
+    "BatchView",
+    "ErrorBody",
+    "GradeRequest",
+    "HealthView",
     "Interval",
     "Judgement",
     "JudgementStatus",
     "LabelClass",
     "LabelMapping",
     "Provenance",
+    "ReadyView",
+    "ResultsPage",
     "Segment",
     "Statistic",
     "Triple",
+    "WorkerView",
 ]

@@ -122,3 +122,26 @@ def test_one_bad_item_fails_alone_and_the_rest_are_graded() -> None:
     assert statuses.count(JudgementStatus.FAILED) == 1
     assert results[5].status == JudgementStatus.FAILED and "max_model_len" in (results[5].error or "")
     assert all(r.status == JudgementStatus.OK for i, r in enumerate(results) if i != 5)
+
+
+def test_a_request_the_engine_dropped_is_failed_not_a_parse_error() -> None:
+    class Dropping(FakeEngine):
+        def generate(self, conversations: Sequence[Conversation], request: GenerationRequest) -> list[Completion]:
+            return [Completion(text="", error="the engine dropped the request (finish_reason=error)")]
+
+    (result,) = Judge(Dropping(reply_by_answer)).grade(triples()[:1])
+    assert result.status == JudgementStatus.FAILED and "dropped" in (result.error or "")
+    assert result.score is None and result.raw_output is None
+
+
+def test_warm_up_compiles_both_grammars_with_one_token() -> None:
+    seen: list[GenerationRequest] = []
+
+    class Recording(FakeEngine):
+        def generate(self, conversations: Sequence[Conversation], request: GenerationRequest) -> list[Completion]:
+            seen.append(request)
+            return super().generate(conversations, request)
+
+    Judge(Recording(reply_by_answer)).warm_up()
+    assert [r.max_tokens for r in seen] == [1, 1]
+    assert seen[0].regex == COT_REPLY_REGEX and seen[1].choice == ("0", "1", "2", "3")

@@ -1,0 +1,165 @@
+"""The service's configuration: one `Settings` object per process, read from `JUIZ_*` environment variables.
+
+Built where a process starts (`service.app.create_app`, `workers.worker.main`, the CLI), never at import time, and
+passed down from there. Every field reads the variable `JUIZ_<FIELD NAME IN CAPITALS>`; its description is the
+one-line documentation `settings_table()` prints for the README.
+
+API keys are secret: they are kept out of `repr()` and logs, and only ever compared in constant time.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from juiz.errors import InputError
+from juiz.models import DEFAULT_MODEL
+
+ENV_PREFIX = "JUIZ_"
+MiB = 1 << 20
+
+
+class Settings(BaseModel):
+    """Everything an API or worker process is configured with. Field `x` is read from `JUIZ_X`."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    redis_url: str = Field("redis://127.0.0.1:6379/0", description="Redis holding batches, results and the RQ queues.")
+    host: str = Field("127.0.0.1", description="Address `juiz serve` listens on (0.0.0.0 in a container).")
+    port: int = Field(8000, ge=1, le=65535, description="Port `juiz serve` listens on.")
+    api_keys: str = Field(
+        "",
+        repr=False,
+        description="API keys as 'tenant:key,tenant2:key2'; each key is a tenant. Empty: the API is open (warned).",
+    )
+    max_items: int = Field(100_000, ge=1, description="Most items one batch may hold (more: 413).")
+    max_body_bytes: int = Field(64 * MiB, ge=1024, description="Largest request body in bytes (more: 413).")
+    chunk_size: int = Field(32, ge=1, description="Items per RQ job; a batch is split into chunks of this size.")
+    coalesce_max_items: int = Field(
+        256, ge=1, description="Most items a worker grades in one engine call, pulling in other queued chunks."
+    )
+    grade_timeout_s: float = Field(60.0, gt=0, description="How long POST /v1/grade waits for its result before 202.")
+    result_cache: bool = Field(
+        True, description="Reuse a stored result for an identical triple, prompt, model, sampling."
+    )
+    result_cache_ttl_s: int = Field(7 * 86400, ge=1, description="How long a cached result is reused.")
+    idempotency_ttl_s: int = Field(86400, ge=1, description="How long an Idempotency-Key maps to its batch.")
+    retention_s: int = Field(
+        30 * 86400, ge=0, description="How long a finished or cancelled batch and its results are kept; 0: forever."
+    )
+    queue: str = Field("juiz", min_length=1, description="RQ queue for batch chunks.")
+    priority_queue: str = Field(
+        "juiz-priority", min_length=1, description="RQ queue for POST /v1/grade; workers take it first."
+    )
+    model: str = Field(DEFAULT_MODEL, min_length=1, description="Judge model: a development model name, folder or id.")
+    job_timeout_s: int = Field(
+        900, ge=1, description="Longest one chunk job may run (it grades up to coalesce_max_items items in one call)."
+    )
+    heartbeat_grace_s: int = Field(
+        60, ge=1, description="A started job whose worker is silent job_timeout_s + this long is taken as abandoned."
+    )
+    lease_s: int = Field(960, ge=1, description="How long a worker's claim on a chunk lasts; at least job_timeout_s.")
+    lease_poll_s: float = Field(
+        1.0, gt=0, description="Pause before a job whose chunk another worker holds puts itself back in the queue."
+    )
+    retry_backoff_s: str = Field(
+        "10,60,300", description="Seconds between retries of a chunk after a transient fault; one retry per entry."
+    )
+    maintenance_interval_s: int = Field(
+        60, ge=1, description="How often a worker runs RQ's maintenance (requeues abandoned jobs)."
+    )
+    worker_ttl_s: int = Field(60, ge=20, description="RQ worker heartbeat TTL; an idle worker wakes every TTL-15 s.")
+    scheduler_interval_s: float = Field(
+        5.0, gt=0, description="How often a worker moves due retries from RQ's schedule back to their queue."
+    )
+    log_level: str = Field("INFO", description="Log level of API and worker processes.")
+
+    @field_validator("api_keys")
+    @classmethod
+    def _keys_parse(cls, value: str) -> str:
+        parse_api_keys(value)
+        return value
+
+    @field_validator("retry_backoff_s")
+    @classmethod
+    def _backoff_parses(cls, value: str) -> str:
+        parse_backoff(value)
+        return value
+
+    @model_validator(mode="after")
+    def _lease_outlives_job(self) -> Settings:
+        if self.lease_s < self.job_timeout_s:
+            raise ValueError(f"lease_s ({self.lease_s}) must be at least job_timeout_s ({self.job_timeout_s})")
+        if self.priority_queue == self.queue:
+            raise ValueError("priority_queue must differ from queue")
+        return self
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
+        """Read `JUIZ_*` variables (default: os.environ); keyword overrides win. InputError names a bad variable."""
+        env = os.environ if env is None else env
+        values: dict[str, Any] = {}
+        for name in cls.model_fields:
+            variable = ENV_PREFIX + name.upper()
+            if variable in env:
+                values[name] = env[variable]
+        values.update(overrides)
+        try:
+            return cls(**values)
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            field = str(error["loc"][0]) if error["loc"] else None
+            source = ENV_PREFIX + field.upper() if field else "settings"
+            raise InputError(str(error["msg"]).removeprefix("Value error, "), source=source) from None
+
+    @property
+    def tenants_by_key(self) -> dict[str, str]:
+        """API key → tenant; empty when the API is open."""
+        return parse_api_keys(self.api_keys)
+
+    @property
+    def retry_intervals(self) -> list[int]:
+        return parse_backoff(self.retry_backoff_s)
+
+    @property
+    def queues(self) -> list[str]:
+        """The queues a worker listens to, in the order it serves them."""
+        return [self.priority_queue, self.queue]
+
+
+def parse_api_keys(text: str) -> dict[str, str]:
+    """'tenant:key,tenant2:key2' → {key: tenant}. The message never repeats a key."""
+    keys: dict[str, str] = {}
+    for position, entry in enumerate((e.strip() for e in text.split(",")), start=1):
+        if not entry:
+            continue
+        tenant, sep, key = entry.partition(":")
+        if not sep or not tenant.strip() or not key.strip():
+            raise ValueError(f"entry {position} is not 'tenant:key'")
+        if key.strip() in keys:
+            raise ValueError(f"entry {position} repeats a key already given to tenant {keys[key.strip()]!r}")
+        keys[key.strip()] = tenant.strip()
+    return keys
+
+
+def parse_backoff(text: str) -> list[int]:
+    try:
+        intervals = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise ValueError("must be comma-separated whole seconds, e.g. 10,60,300") from None
+    if any(i < 0 for i in intervals):
+        raise ValueError("intervals must not be negative")
+    return intervals
+
+
+def settings_table() -> str:
+    """The environment variables as a markdown table, for the README."""
+    rows = ["| variable | default | meaning |", "|---|---|---|"]
+    for name, field in Settings.model_fields.items():
+        default = field.default
+        shown = "(empty)" if default == "" else f"`{default}`"
+        rows.append(f"| `{ENV_PREFIX}{name.upper()}` | {shown} | {field.description} |")
+    return "\n".join(rows)

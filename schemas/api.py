@@ -1,0 +1,82 @@
+"""Request and response bodies of the HTTP API (the batch submission itself is `schemas.batch.BatchSubmission`)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, Field
+
+from schemas.batch import BatchCounts, BatchOptions, BatchStatus
+from schemas.judgement import Judgement
+from schemas.triple import Triple
+
+
+class BatchLinks(BaseModel):
+    self: str
+    results: str
+    agreement: str
+    report: str
+
+
+class BatchView(BaseModel):
+    """A batch as the API shows it: where it is, how far, how fast."""
+
+    id: str
+    status: BatchStatus
+    counts: BatchCounts
+    options: BatchOptions
+    created_at: datetime
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+    cancelled_at: datetime | None = None
+    judgements_per_s: float | None = Field(
+        default=None, description="Items finished per second since the first started."
+    )
+    eta_s: float | None = Field(default=None, description="Seconds left at that pace; null until there is a pace.")
+    links: BatchLinks
+
+
+class ResultsPage(BaseModel):
+    """Results in completion order. Pass `next_cursor` back as `cursor`; it is null once the batch is over and read."""
+
+    items: list[Judgement]
+    next_cursor: str | None
+
+
+class GradeRequest(BaseModel):
+    """One triple to grade now (POST /v1/grade)."""
+
+    item: Triple
+    options: BatchOptions = Field(default_factory=BatchOptions)
+
+
+class ErrorBody(BaseModel):
+    """Every 4xx/5xx body: what went wrong and where."""
+
+    status_code: int
+    detail: str
+    field: str | None = Field(default=None, description="The offending field, e.g. 'question' or 'options.prompt'.")
+    index: int | None = Field(default=None, description="0-based index of the offending item in `items`.")
+    line: int | None = Field(default=None, description="1-based line of the offending item in a JSONL upload.")
+    limit: str | None = Field(default=None, description="The limit that was exceeded, e.g. 'max_items'.")
+    maximum: int | None = None
+
+
+class WorkerView(BaseModel):
+    name: str
+    model: str | None
+    state: str
+    queues: list[str]
+    last_heartbeat: datetime | None = None
+
+
+class ReadyView(BaseModel):
+    ready: bool
+    redis: bool
+    workers: list[WorkerView]
+    reason: str | None = None
+
+
+class HealthView(BaseModel):
+    status: str
+    version: str

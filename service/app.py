@@ -1,0 +1,70 @@
+"""The Litestar application factory.
+
+`create_app(settings, redis)` takes its resources as arguments (tests pass their own Redis); given none, it reads
+the settings from the environment and opens a Redis connection in the app's lifespan.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from litestar import Litestar
+from litestar.datastructures import State
+from litestar.di import Provide
+from litestar.openapi import OpenAPIConfig
+from litestar.openapi.plugins import ScalarRenderPlugin, SwaggerRenderPlugin
+from redis import Redis
+
+from juiz import __version__
+from juiz.settings import Settings
+from juiz.store import Store
+from service.auth import provide_tenant
+from service.controllers import BatchController, GradeController, HealthController
+from service.errors import EXCEPTION_HANDLERS
+from service.metrics import registry_for
+
+log = logging.getLogger(__name__)
+
+
+def provide_store(state: State) -> Store:
+    return state.store  # type: ignore[no-any-return]
+
+
+def create_app(settings: Settings | None = None, redis: Redis | None = None) -> Litestar:
+    """The API. `redis` must not decode responses (RQ needs bytes); it is the caller's to close when given."""
+    settings = settings or Settings.from_env()
+
+    @asynccontextmanager
+    async def redis_connection(app: Litestar) -> AsyncIterator[None]:
+        client = redis if redis is not None else Redis.from_url(settings.redis_url)
+        store = Store(client, settings)
+        app.state.store = store
+        app.state.metrics_registry = registry_for(store)
+        if not app.state.tenants_by_key:
+            log.warning("no API keys configured (JUIZ_API_KEYS): the API is open to anyone who can reach it")
+        try:
+            yield
+        finally:
+            if redis is None:
+                client.close()
+
+    return Litestar(
+        route_handlers=[BatchController, GradeController, HealthController],
+        dependencies={
+            "store": Provide(provide_store, sync_to_thread=False),
+            "tenant": Provide(provide_tenant, sync_to_thread=False),
+        },
+        exception_handlers=EXCEPTION_HANDLERS,
+        lifespan=[redis_connection],
+        state=State({"settings": settings, "tenants_by_key": settings.tenants_by_key}),
+        request_max_body_size=settings.max_body_bytes,
+        openapi_config=OpenAPIConfig(
+            title="juiz",
+            version=__version__,
+            description="Grade the answer relevance of RAG triples (0–3) with a local LLM judge.",
+            path="/schema",
+            render_plugins=[ScalarRenderPlugin(), SwaggerRenderPlugin()],
+        ),
+    )

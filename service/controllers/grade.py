@@ -1,0 +1,52 @@
+"""/v1/grade: one triple, answered synchronously when a worker is quick enough."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from functools import partial
+from typing import Any
+
+import anyio
+from litestar import Controller, Response, post
+from litestar.datastructures import State
+from litestar.di import NamedDependency
+from litestar.params import RawBody
+
+from juiz.store import Store
+from schemas import BatchView, Judgement
+from service.intake import read_grade_request
+from service.views import batch_view
+
+POLL_FIRST_S = 0.02
+POLL_MAX_S = 0.25
+
+
+class GradeController(Controller):
+    path = "/v1/grade"
+    tags = ["grade"]  # noqa: RUF012 - Litestar reads it as a class attribute
+
+    @post("/", operation_id="gradeOne", summary="Grade one triple now")
+    async def grade_one(
+        self, state: State, store: NamedDependency[Store], tenant: NamedDependency[str], body: RawBody
+    ) -> Response[Judgement | BatchView]:
+        """Grade one triple (`{"item": {...}, "options": {...}}`) on the priority queue workers serve first.
+        200 with the judgement when it is ready within `grade_timeout_s`; otherwise 202 with its one-item batch,
+        whose results can be fetched later."""
+        triple, options = await anyio.to_thread.run_sync(read_grade_request, body)
+        record, _ = await anyio.to_thread.run_sync(
+            partial(store.create_batch, tenant, options, [triple], priority=True)
+        )
+        deadline = time.monotonic() + state.settings.grade_timeout_s
+        pause = POLL_FIRST_S
+        while True:
+            results = await anyio.to_thread.run_sync(store.read_results, record.id, 0, 1)
+            if results:
+                return Response[Any](results[0], status_code=200)
+            if time.monotonic() >= deadline:
+                break
+            await asyncio.sleep(min(pause, max(deadline - time.monotonic(), 0)))
+            pause = min(pause * 2, POLL_MAX_S)
+        latest = await anyio.to_thread.run_sync(store.get_batch, record.id)
+        view = batch_view(latest or record)
+        return Response[Any](view, status_code=202, headers={"Location": view.links.self})

@@ -1,0 +1,103 @@
+"""Every error the API answers, mapped to HTTP in this one place. Bodies are `schemas.ErrorBody` and name the field.
+
+juiz.errors.InputError        422  field, and the item's index (JSON body) or line (JSONL upload)
+juiz.errors.PromptError       422  field options.prompt
+LimitExceeded                 413  limit max_items, with the maximum
+RequestEntityTooLarge         413  limit max_body_bytes (Litestar stops reading the body there)
+juiz.store.IdempotencyConflict 409 field Idempotency-Key
+HTTPException (Litestar)      its own status (401, 404, 400 for a malformed parameter…), field when known
+redis ConnectionError         503  Redis is unreachable
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from litestar import Request, Response
+from litestar.exceptions import HTTPException, ValidationException
+from litestar.exceptions.http_exceptions import RequestEntityTooLarge
+from litestar.types import ExceptionHandlersMap
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+
+from juiz.errors import InputError, PromptError
+from juiz.store import IdempotencyConflict
+from schemas import ErrorBody
+
+log = logging.getLogger(__name__)
+
+ITEMS_SOURCE = "items"  # InputError.source for an item of a JSON body: its `line` is the item's 0-based index
+
+
+class LimitExceeded(Exception):
+    """A configured limit (JUIZ_MAX_ITEMS …) was exceeded."""
+
+    def __init__(self, limit: str, maximum: int, actual: int | None = None, what: str = "items") -> None:
+        self.limit = limit
+        self.maximum = maximum
+        got = f" (got {actual})" if actual is not None else ""
+        super().__init__(f"too many {what}: at most {maximum} allowed by {limit}{got}")
+
+
+def _respond(body: ErrorBody, headers: dict[str, str] | None = None) -> Response[Any]:
+    return Response(body.model_dump(exclude_none=True), status_code=body.status_code, headers=headers)
+
+
+def input_error(_: Request[Any, Any, Any], exc: InputError) -> Response[Any]:
+    body = ErrorBody(status_code=422, detail=str(exc), field=exc.field)
+    if exc.source == ITEMS_SOURCE:
+        body.index = exc.line
+        body.detail = f"items[{exc.line}]" + (f".{exc.field}" if exc.field else "") + f": {exc.message}"
+    elif exc.line is not None:
+        body.line = exc.line
+    return _respond(body)
+
+
+def prompt_error(_: Request[Any, Any, Any], exc: PromptError) -> Response[Any]:
+    return _respond(ErrorBody(status_code=422, detail=str(exc), field="options.prompt"))
+
+
+def limit_exceeded(_: Request[Any, Any, Any], exc: LimitExceeded) -> Response[Any]:
+    return _respond(ErrorBody(status_code=413, detail=str(exc), limit=exc.limit, maximum=exc.maximum))
+
+
+def body_too_large(request: Request[Any, Any, Any], _: RequestEntityTooLarge) -> Response[Any]:
+    maximum = request.app.state.settings.max_body_bytes
+    detail = f"request body is larger than {maximum} bytes (max_body_bytes, env JUIZ_MAX_BODY_BYTES)"
+    return _respond(ErrorBody(status_code=413, detail=detail, limit="max_body_bytes", maximum=maximum))
+
+
+def idempotency_conflict(_: Request[Any, Any, Any], exc: IdempotencyConflict) -> Response[Any]:
+    return _respond(ErrorBody(status_code=409, detail=str(exc), field="Idempotency-Key"))
+
+
+def http_exception(_: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:
+    body = ErrorBody(status_code=exc.status_code, detail=exc.detail)
+    if isinstance(exc.extra, dict):
+        body.field = exc.extra.get("field")
+    elif isinstance(exc, ValidationException) and isinstance(exc.extra, list) and exc.extra:
+        first = exc.extra[0]
+        if isinstance(first, dict):
+            body.field = first.get("key")
+            body.detail = f"{exc.detail}: {first.get('message', '')}".rstrip(": ")
+    if exc.status_code >= 500:
+        body.detail = "internal error"
+    return _respond(body, headers=exc.headers)
+
+
+def redis_down(_: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
+    log.error("Redis unreachable: %s", exc)
+    return _respond(ErrorBody(status_code=503, detail="the queue store (Redis) is unreachable; try again"))
+
+
+EXCEPTION_HANDLERS: ExceptionHandlersMap = {
+    InputError: input_error,
+    PromptError: prompt_error,
+    LimitExceeded: limit_exceeded,
+    RequestEntityTooLarge: body_too_large,
+    IdempotencyConflict: idempotency_conflict,
+    HTTPException: http_exception,
+    RedisConnectionError: redis_down,
+    RedisTimeoutError: redis_down,
+}
