@@ -79,10 +79,13 @@ def main() -> None:
                     "auc_expected_score": auc,
                     "mean_score_by_case": {k: round(statistics.mean(v), 2) for k, v in sorted(by_case.items())},
                     "scores": [r.score for r in results],
+                    "expected_scores": [r.expected_score for r in results],
+                    "replies": {r.id: r.raw_output for r in results},
                     "seconds": round(elapsed, 1),
                 }
                 rows.append(row)
-                print(json.dumps(row, ensure_ascii=False), flush=True)
+                brief = {k: v for k, v in row.items() if k not in ("replies", "expected_scores")}
+                print(json.dumps(brief, ensure_ascii=False), flush=True)
     print()
     print(f"{'prompt':28} {'mode':5} {'data':11} {'n':>3} {'ok':>3} {'acc':>5} {'qκ':>5} {'AUC E[s]':>8}")
     for r in rows:

@@ -169,7 +169,7 @@ class VLLMEngine:
     def generate(self, conversations: Sequence[Conversation], request: GenerationRequest) -> list[Completion]:
         if not conversations:
             return []
-        outputs = self._llm.chat(list(conversations), self._sampling(request), use_tqdm=False)
+        outputs = self._llm.chat(list(conversations), self._sampling(request), use_tqdm=False)  # type: ignore[arg-type]
         return [_completion_from_vllm(out) for out in outputs]
 
 

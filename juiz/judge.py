@@ -10,6 +10,7 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 import prompts
 from juiz import __version__
@@ -127,7 +128,7 @@ def _judgement(
     model: str,
     latency: float,
 ) -> Judgement:
-    common = {
+    common: dict[str, Any] = {
         **item_fields(triple),
         "latency_s": round(latency, 4),
         "provenance": _provenance(model, template.id, template.sha256, request, mode),
@@ -181,10 +182,15 @@ def _provenance(model: str, prompt: str, prompt_sha256: str, request: Generation
     )
 
 
-def item_fields(triple: Triple) -> dict[str, object]:
-    """What every judgement copies from its triple: the user's own fields first, then the known ones."""
+def item_fields(triple: Triple) -> dict[str, Any]:
+    """What every judgement copies from its triple: the user's own fields, then the known ones.
+
+    A user field named like a result field (e.g. a dataset's own `expected_score`) is kept as `input_<name>`, so it
+    neither clashes with nor masquerades as juiz's value.
+    """
+    reserved = Judgement.model_fields.keys()
     return {
-        **triple.passthrough(),
+        **{f"input_{k}" if k in reserved else k: v for k, v in triple.passthrough().items()},
         "id": triple.id,
         "question": triple.question,
         "answer": triple.answer,

@@ -132,7 +132,7 @@ def _convert(gguf: Path, target: Path) -> None:
     log.info("converting %s → %s", gguf.name, target)
     tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
     model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.bfloat16)
-    model.hf_quantizer = None  # dequantised on load; saving must not claim it is still GGUF
+    model.hf_quantizer = None  # type: ignore[assignment]  # dequantised on load; saving must not claim GGUF
     if hasattr(model.config, "quantization_config"):
         del model.config.quantization_config
     staging = target.with_name(target.name + ".partial")

@@ -145,3 +145,10 @@ def test_warm_up_compiles_both_grammars_with_one_token() -> None:
     Judge(Recording(reply_by_answer)).warm_up()
     assert [r.max_tokens for r in seen] == [1, 1]
     assert seen[0].regex == COT_REPLY_REGEX and seen[1].choice == ("0", "1", "2", "3")
+
+
+def test_user_fields_named_like_result_fields_are_kept_apart() -> None:
+    triple = Triple(id="g", question="Q?", answer="A.", expected_score=0.2, status="draft", team="x")
+    (result,) = Judge(FakeEngine(reply_by_answer)).grade([triple])
+    assert result.status == JudgementStatus.OK and result.expected_score != 0.2
+    assert result.model_extra == {"input_expected_score": 0.2, "input_status": "draft", "team": "x"}
