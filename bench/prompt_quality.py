@@ -17,12 +17,14 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+from scipy.stats import spearmanr
 from sklearn.metrics import roc_auc_score
 
 from bench.machine import describe_machine
 from juiz.agreement import compute_agreement
 from juiz.engine import VLLMEngine
 from juiz.judge import Judge
+from juiz.labels import label_unit_value, resolve_numeric_scale
 from juiz.models import DEFAULT_MODEL, resolve_model
 from juiz.readers import read_triples
 from schemas import BatchOptions, LabelMapping, Triple
@@ -64,6 +66,10 @@ def main() -> None:
                 relevant = [1 if str(t.manual_label) == "C" or t.manual_label == 1 else 0 for t in triples]
                 expected = [r.expected_score if r.expected_score is not None else 0.5 for r in results]
                 auc = roc_auc_score(relevant, expected) if 0 < sum(relevant) < len(relevant) else None
+                # Rank agreement of the expected score with the labels' own 0–1 values (the golden set's are graded).
+                scale = resolve_numeric_scale([t.manual_label for t in triples], LabelMapping())
+                label_values = [label_unit_value(t.manual_label, LabelMapping(), scale) for t in triples]
+                rho = float(spearmanr(expected, label_values)[0]) if len(set(label_values)) > 1 else None
                 by_case: dict[str, list[float]] = defaultdict(list)
                 for t, r in zip(triples, results, strict=True):
                     if r.normalized_score is not None:
@@ -77,6 +83,7 @@ def main() -> None:
                     "accuracy": report.accuracy.value,
                     "kappa_quadratic": report.cohen_kappa_quadratic.value,
                     "auc_expected_score": auc,
+                    "spearman_expected_vs_label": rho,
                     "mean_score_by_case": {k: round(statistics.mean(v), 2) for k, v in sorted(by_case.items())},
                     "scores": [r.score for r in results],
                     "expected_scores": [r.expected_score for r in results],
