@@ -149,6 +149,10 @@ class VLLMEngine:
     def model_id(self) -> str:
         return self._model_id
 
+    def close(self) -> None:
+        """Stop the engine's processes now, not at interpreter exit (where vLLM logs into closed streams)."""
+        self._llm.llm_engine.engine_core.shutdown()
+
     def _sampling(self, request: GenerationRequest) -> Any:
         from vllm import SamplingParams
         from vllm.sampling_params import StructuredOutputsParams

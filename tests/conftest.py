@@ -37,4 +37,6 @@ def tiny_engine():  # type: ignore[no-untyped-def]
     if not (model_dir(TEST_MODEL) / "config.json").exists():
         pytest.skip(f"{TEST_MODEL} is not provisioned: run `juiz models pull {TEST_MODEL}`")
     # A small KV cache and context keep the session's footprint small; the code path is the production one.
-    return VLLMEngine(str(model_dir(TEST_MODEL)), model_id=TEST_MODEL, max_model_len=4096)
+    engine = VLLMEngine(str(model_dir(TEST_MODEL)), model_id=TEST_MODEL, max_model_len=4096)
+    yield engine
+    engine.close()

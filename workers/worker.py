@@ -40,7 +40,7 @@ from rq.scheduler import RQScheduler
 from rq.serializers import JSONSerializer
 from rq.worker import SimpleWorker
 
-from juiz.engine import JudgeEngine
+from juiz.engine import JudgeEngine, VLLMEngine
 from juiz.settings import Settings
 from juiz.store import Store
 from workers import jobs
@@ -149,9 +149,8 @@ def load_prompts() -> None:
     validate_options(BatchOptions())
 
 
-def build_engine(settings: Settings) -> JudgeEngine:
+def build_engine(settings: Settings) -> VLLMEngine:
     """The real engine: vLLM in this process on the configured model. Never a fake."""
-    from juiz.engine import VLLMEngine
     from juiz.judge import Judge
     from juiz.models import resolve_model
 
@@ -170,7 +169,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.getLogger().setLevel(settings.log_level)
     load_prompts()
     engine = build_engine(settings)
-    run(settings, engine, burst=args.burst)
+    try:
+        run(settings, engine, burst=args.burst)
+    finally:
+        engine.close()
     return 0
 
 
