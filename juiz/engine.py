@@ -13,6 +13,7 @@ import logging
 import math
 import os
 import re
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -74,11 +75,19 @@ class JudgeEngine(Protocol):
         ...
 
 
+# vLLM's CPU back end asks for tcmalloc and Intel's OpenMP runtime to be preloaded (10–25% faster here). The engine's
+# processes are spawned after this is set, so they inherit it; the current process is unaffected.
+_CPU_PRELOADS = ("/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4", str(Path(sys.prefix) / "lib" / "libiomp5.so"))
+
+
 def cpu_defaults() -> None:
     """Environment defaults vLLM needs on CPU here (see README); never override what the operator set."""
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "4")
     cores = os.cpu_count() or 1
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", f"0-{cores - 1}" if cores > 1 else "0")
+    preloads = [lib for lib in _CPU_PRELOADS if Path(lib).exists()]
+    if preloads and "LD_PRELOAD" not in os.environ:
+        os.environ["LD_PRELOAD"] = ":".join(preloads)
 
 
 def _has_cuda() -> bool:

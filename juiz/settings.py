@@ -41,6 +41,9 @@ class Settings(BaseModel):
     coalesce_max_items: int = Field(
         256, ge=1, description="Most items a worker grades in one engine call, pulling in other queued chunks."
     )
+    gather_s: float = Field(
+        0.5, ge=0, description="How long a worker waits for more queued chunks when its call is not full (0: never)."
+    )
     grade_timeout_s: float = Field(60.0, gt=0, description="How long POST /v1/grade waits for its result before 202.")
     result_cache: bool = Field(
         True, description="Reuse a stored result for an identical triple, prompt, model, sampling."

@@ -1,0 +1,252 @@
+"""`python -m bench` (`make bench`): every benchmark of issue 4 in sequence at the issue's sizes, then one table.
+
+Each benchmark runs in a process of its own (one vLLM engine at a time, nothing left behind by the previous one) and
+writes bench/results/<name>.json; the table below is read back from those files.
+
+    .venv/bin/python -m bench [--model NAME] [--only a,b] [--quick]
+
+--quick: tiny sizes on the test model (smollm2-135m-instruct), a smoke test of the plumbing in a few minutes; its
+figures say nothing about performance.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from bench.common import RESULTS, table
+from juiz.models import DEFAULT_MODEL, TEST_MODEL
+
+# name → (arguments at the issue's sizes, arguments for --quick)
+BENCHMARKS: dict[str, tuple[list[str], list[str]]] = {
+    "api_only": ([], ["--items", "1000", "--clients", "10", "--seconds", "5"]),
+    "engine_efficiency": (["--sizes", "64,256"], ["--sizes", "4,8"]),
+    "small_batches": ([], ["--clients", "4", "--items", "2"]),
+    "prefix_caching": (["--n", "32"], ["--n", "8"]),
+    "trulens_peer": (["--n", "64", "--threads", "1,8,16"], ["--n", "6", "--threads", "1,4"]),
+    "on_paper": ([], []),  # arithmetic from the token counts measured above; no engine
+}
+USES_MODEL = {"engine_efficiency", "small_batches", "prefix_caching", "trulens_peer"}
+
+
+def load(name: str) -> dict[str, Any] | None:
+    path = RESULTS / f"{name}.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
+
+
+def verdict(value: float | None, target: float, *, above: bool = True, strict: bool = False) -> str:
+    if value is None:
+        return "-"
+    margin = value - target if above else target - value
+    return "met" if margin > 0 or (margin == 0 and not strict) else "NOT met"
+
+
+def summary_rows(results: dict[str, dict[str, Any]]) -> list[list[object]]:
+    rows: list[list[object]] = []
+    if r := results.get("engine_efficiency"):
+        for n, s in r["sizes"].items():
+            rows.append(
+                [
+                    f"engine N={n}",
+                    "raw / juiz / service j/s",
+                    f"{s['raw']['judgements_per_s']} / {s['juiz']['judgements_per_s']} / "
+                    f"{s.get('service', {}).get('judgements_per_s', '-')}",
+                    "",
+                    "",
+                ]
+            )
+            rows.append(
+                [f"engine N={n}", "(b)/(a) juiz/raw", s["juiz_over_raw"], ">= 0.95", verdict(s["juiz_over_raw"], 0.95)]
+            )
+            rows.append(
+                [
+                    f"engine N={n}",
+                    "(c)/(a) service/raw",
+                    s.get("service_over_raw"),
+                    ">= 0.95",
+                    verdict(s.get("service_over_raw"), 0.95),
+                ]
+            )
+            rows.append(
+                [
+                    f"engine N={n}",
+                    "prompt / output tokens per item",
+                    f"{s['tokens']['prompt_tokens_mean']} / {s['tokens']['output_tokens_mean']}",
+                    "",
+                    "",
+                ]
+            )
+    if r := results.get("small_batches"):
+        rows.append(
+            [
+                "small batches",
+                f"{r['clients']}x{r['items_per_client']} vs 1x{r['clients'] * r['items_per_client']} j/s",
+                f"{r['runs']['many']['judgements_per_s']} vs {r['runs']['single']['judgements_per_s']}",
+                "",
+                "",
+            ]
+        )
+        rows.append(["small batches", "ratio", r["many_over_single"], ">= 0.9", verdict(r["many_over_single"], 0.9)])
+    if r := results.get("trulens_peer"):
+        runs = r["trulens"]["runs"]
+        rows.append(
+            [
+                "vs TruLens",
+                "TruLens j/s by threads",
+                ", ".join(f"{k}: {v['judgements_per_s']}" for k, v in runs.items()),
+                "",
+                "",
+            ]
+        )
+        rows.append(
+            [
+                "vs TruLens",
+                "juiz cot / fast j/s",
+                f"{r['juiz']['cot']['judgements_per_s']} / {r['juiz']['fast']['judgements_per_s']}",
+                "",
+                "",
+            ]
+        )
+        q = r["ratios"]
+        rows.append(
+            [
+                "vs TruLens",
+                "cot / TruLens default",
+                q["cot_over_trulens_default"],
+                ">= 4",
+                verdict(q["cot_over_trulens_default"], 4.0),
+            ]
+        )
+        rows.append(
+            [
+                "vs TruLens",
+                f"cot / TruLens best ({r['best_threads']} threads)",
+                q["cot_over_trulens_best"],
+                "> 1",
+                verdict(q["cot_over_trulens_best"], 1.0, strict=True),
+            ]
+        )
+        rows.append(
+            [
+                "vs TruLens",
+                "fast / TruLens best",
+                q["fast_over_trulens_best"],
+                ">= 5",
+                verdict(q["fast_over_trulens_best"], 5.0),
+            ]
+        )
+        a = r["agreement"]
+        rows.append(
+            [
+                "vs TruLens",
+                "same score TruLens/juiz cot; fast/cot",
+                f"{a['trulens_default_vs_juiz_cot']['same']}; {a['juiz_fast_vs_juiz_cot']['same']}",
+                "",
+                "",
+            ]
+        )
+    if r := results.get("prefix_caching"):
+        for mode, m in r["modes"].items():
+            rows.append(
+                [
+                    f"prefix cache {mode}",
+                    "2nd/1st pass; cold/warm same items",
+                    f"{m['second_over_first_speedup']}x; {m['cache_speedup_same_items']}x",
+                    "",
+                    "",
+                ]
+            )
+    if r := results.get("on_paper"):
+        for e in r["estimates"]:
+            rows.append(
+                [
+                    f"on paper: {e['workload']['name']}",
+                    "1 H100 / 64 H100 j/s (8B judge)",
+                    f"{'-'.join(map(str, e['one_h100_judgements_per_s']))} / "
+                    f"{'-'.join(map(str, e['cluster_judgements_per_s']))}",
+                    "",
+                    e["bound"],
+                ]
+            )
+    if r := results.get("api_only"):
+        p = r["polling"]
+        rows.append(
+            [
+                "API (FAKE engine)",
+                f"POST {r['items']} items, s",
+                r["post_seconds"],
+                "< 1",
+                verdict(r["post_seconds"], 1.0, above=False, strict=True),
+            ]
+        )
+        rows.append(
+            [
+                "API (FAKE engine)",
+                f"{p['clients']} pollers p50 / p99 ms",
+                f"{p['p50_ms']} / {p['p99_ms']}",
+                "p99 < 50",
+                verdict(p["p99_ms"], 50.0, above=False, strict=True),
+            ]
+        )
+        rows.append(["API (FAKE engine)", "poll errors", p["errors"], "0", verdict(p["errors"], 0, above=False)])
+        rows.append(
+            [
+                "API (FAKE engine)",
+                f"page all {r['items']} results, s",
+                " / ".join(f"{x['seconds']} ({x['page_size']}/page)" for x in r["paging"]),
+                "",
+                "",
+            ]
+        )
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
+    parser.add_argument("--model", default=None, help=f"judge model (default {DEFAULT_MODEL}; --quick: {TEST_MODEL})")
+    parser.add_argument("--only", default=",".join(BENCHMARKS), help="comma-separated benchmark names")
+    parser.add_argument("--quick", action="store_true", help="tiny sizes on the test model: plumbing only")
+    args = parser.parse_args(argv)
+    model = args.model or (TEST_MODEL if args.quick else DEFAULT_MODEL)
+    names = [n.strip() for n in args.only.split(",") if n.strip()]
+    unknown = sorted(set(names) - set(BENCHMARKS))
+    if unknown:
+        parser.error(f"unknown benchmark(s): {', '.join(unknown)}; known: {', '.join(BENCHMARKS)}")
+
+    durations: dict[str, float] = {}
+    failed: list[str] = []
+    for name in names:
+        full, quick = BENCHMARKS[name]
+        command = [sys.executable, "-m", f"bench.{name}", *(quick if args.quick else full)]
+        if name in USES_MODEL:
+            command += ["--model", model]
+        print(f"\n=== {name}: {' '.join(command[1:])}", flush=True)
+        started = time.perf_counter()
+        code = subprocess.run(command, cwd=Path(__file__).resolve().parent.parent).returncode
+        durations[name] = time.perf_counter() - started
+        if code != 0:
+            failed.append(name)
+            print(f"=== {name} FAILED (exit {code})", flush=True)
+
+    results = {name: r for name in names if name not in failed and (r := load(name)) is not None}
+    print(f"\n=== summary — model {model}" + (" (QUICK: plumbing only, not performance)" if args.quick else ""))
+    print(table(summary_rows(results), ["benchmark", "figure", "value", "target", ""]))
+    print(
+        "\n"
+        + table(
+            [[n, f"{s:.0f}"] for n, s in durations.items()] + [["total", f"{sum(durations.values()):.0f}"]],
+            ["benchmark", "seconds"],
+        )
+    )
+    if failed:
+        print(f"failed: {', '.join(failed)}")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

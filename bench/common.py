@@ -1,0 +1,158 @@
+"""What every benchmark shares: the items, the in-process engine, token counts, and writing results.
+
+Items: the seeds' triples, examples/judge_cases.jsonl and (where ../shared exists) TruLens's golden set, cycled to N.
+Every item gets a unique id and a short tag in front of its question (`[n256-17] …`), so no two items of a run, and
+no two runs, share a prompt beyond the system prompt: a prefix cache or a result cache left warm by one measurement
+can never flatter the next one. The tag is the same for every side of a comparison.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import logging
+import statistics
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, cast
+
+from bench.machine import describe_machine
+from juiz.engine import Conversation, GenerationRequest, VLLMEngine
+from juiz.judge import COT_REQUEST, FAST_REQUEST, select_prompt
+from juiz.models import resolve_model
+from juiz.readers import read_triples
+from schemas import BatchOptions, Triple
+
+log = logging.getLogger(__name__)
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS = REPO / "bench" / "results"
+WORK = REPO / "bench" / "work"  # logs of the servers the benchmarks start (git-ignored)
+GOLDEN = REPO.parent / "shared" / "data" / "answer_relevance_golden_set.jsonl"
+
+
+def base_triples() -> list[Triple]:
+    """The pool items are cycled from, in a fixed order: seeds, juiz's cases, then the golden set if present."""
+    pool = [t for p in sorted((REPO / "examples" / "seeds").glob("00*.txt")) for t in read_triples(p)]
+    pool += read_triples(REPO / "examples" / "judge_cases.jsonl")
+    if GOLDEN.exists():
+        pool += read_triples(GOLDEN)
+    return pool
+
+
+def build_triples(n: int, tag: str) -> list[Triple]:
+    """N distinct triples cycled deterministically from the pool; ids and question tags are `<tag>-<i>`."""
+    pool = base_triples()
+    items = []
+    for i in range(n):
+        base = pool[i % len(pool)]
+        items.append(
+            base.model_copy(update={"id": f"{tag}-{i}", "question": f"[{tag}-{i}] {base.question}", "context": None})
+        )
+    return items
+
+
+def triple_dicts(triples: Sequence[Triple]) -> list[dict[str, Any]]:
+    """Triples as the API takes them (no context: answer relevance does not read it, and it would only add bytes)."""
+    return [{"id": t.id, "question": t.question, "answer": t.answer} for t in triples]
+
+
+def request_for(mode: str) -> GenerationRequest:
+    return COT_REQUEST if mode == "cot" else FAST_REQUEST
+
+
+def conversations(triples: Sequence[Triple], options: BatchOptions) -> list[Conversation]:
+    """Exactly the conversations `Judge.grade` sends for these triples and options."""
+    return [
+        select_prompt(options, t.question).render(question=t.question, answer=t.answer, mode=options.mode)
+        for t in triples
+    ]
+
+
+# --- the in-process engine ------------------------------------------------------------------------------------
+
+
+def load_engine(model: str) -> VLLMEngine:
+    """juiz's own engine adapter, configured as `juiz score` and `juiz worker` configure it."""
+    engine = VLLMEngine(resolve_model(model), model_id=model)
+    log.info("engine %s ready in %.1fs", model, engine.startup_s)
+    return engine
+
+
+def reset_prefix_cache(engine: VLLMEngine) -> bool:
+    """Empty vLLM's prefix cache, so a measurement does not reuse the previous one's prompts."""
+    return bool(engine._llm.reset_prefix_cache())
+
+
+def close_engine(engine: VLLMEngine) -> None:
+    """Stop vLLM's engine-core process now (not at garbage collection), so the next engine has the CPU and memory."""
+    try:
+        engine.close()
+    except Exception as exc:  # already gone: garbage collection will do the rest
+        log.warning("engine shutdown: %s", exc)
+    gc.collect()
+
+
+def raw_chat(engine: VLLMEngine, convs: Sequence[Conversation], request: GenerationRequest) -> tuple[float, list[Any]]:
+    """(seconds, vLLM RequestOutputs): the conversations straight through `vllm.LLM.chat`, in one call, with the
+    SamplingParams juiz builds for `request` (structured-output regex and logprobs included)."""
+    sampling = engine._sampling(request)
+    started = time.perf_counter()
+    outputs = engine._llm.chat(cast(Any, list(convs)), sampling, use_tqdm=False)
+    return time.perf_counter() - started, outputs
+
+
+def token_counts(outputs: Sequence[Any]) -> dict[str, float]:
+    """Mean prompt, output and prefix-cached prompt tokens per item of a raw `llm.chat` run."""
+    prompt = [len(o.prompt_token_ids or []) for o in outputs]
+    output = [len(o.outputs[0].token_ids or []) for o in outputs]
+    cached = [int(getattr(o, "num_cached_tokens", 0) or 0) for o in outputs]
+    return {
+        "prompt_tokens_mean": round(statistics.mean(prompt), 1),
+        "output_tokens_mean": round(statistics.mean(output), 1),
+        "output_tokens_max": max(output),
+        "cached_prompt_tokens_mean": round(statistics.mean(cached), 1),
+        "cut_at_max_tokens": sum(o.outputs[0].finish_reason == "length" for o in outputs),
+    }
+
+
+# --- results ----------------------------------------------------------------------------------------------------
+
+
+def save(name: str, payload: dict[str, Any]) -> Path:
+    """bench/results/<name>.json: the figures, the machine they came from and when."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    document = {
+        "benchmark": name,
+        "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        "machine": describe_machine(),
+        **payload,
+    }
+    path.write_text(json.dumps(document, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    return path
+
+
+def rate(items: int, seconds: float) -> float:
+    return round(items / seconds, 4) if seconds > 0 else float("nan")
+
+
+def ratio(a: float | None, b: float | None) -> float | None:
+    return round(a / b, 3) if a is not None and b else None
+
+
+def table(rows: Sequence[Sequence[object]], header: Sequence[str]) -> str:
+    """A plain fixed-width table for the terminal."""
+    cells = [[str(h) for h in header]] + [["-" if c is None else str(c) for c in row] for row in rows]
+    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in cells]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def setup_logging() -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s", datefmt="%H:%M:%S")
+    for noisy in ("httpx", "vllm"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
