@@ -55,11 +55,11 @@ from bench.common import (
     token_counts,
     triple_dicts,
 )
-from bench.stack import child, free_port, wait_until
 from juiz.engine import cpu_defaults
 from juiz.judge import Judge
 from juiz.models import DEFAULT_MODEL, resolve_model
 from juiz.parsing import COT_MAX_TOKENS
+from juiz.processes import child, free_port, wait_until
 from schemas import BatchOptions, Judgement, JudgementStatus
 
 log = logging.getLogger("bench.trulens_peer")

@@ -45,3 +45,7 @@ class EngineError(JuizError):
 
 class TransientEngineError(EngineError):
     """An engine failure worth retrying (a remote server down or slow)."""
+
+
+class StartError(JuizError):
+    """A child process of a local stack (demo, benchmarks) died or did not get ready; the message ends with its log."""

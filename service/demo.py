@@ -12,125 +12,36 @@ from __future__ import annotations
 
 import os
 import secrets
-import shutil
-import signal
-import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from redis import Redis
-from redis.exceptions import RedisError
-
 from juiz.agreement import format_agreement
 from juiz.client import JuizClient
-from juiz.errors import JuizError
+from juiz.errors import InputError
+from juiz.processes import child, free_port, private_redis, redis_pings, wait_until
 from juiz.readers import read_triples
 from juiz.settings import Settings
 from schemas import BatchView, Judgement, Triple
 
 SEEDS = Path(__file__).resolve().parent.parent / "examples" / "seeds"
 READY_TIMEOUT_S = 1800  # a first start compiles and loads the model: minutes on CPU
-STOP_GRACE_S = 20
-
-
-class DemoError(JuizError):
-    """A part of the demo did not start or stopped early; the message says which and where its log is."""
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @contextmanager
 def redis_at(url: str, workdir: Path, out: TextIO) -> Iterator[str]:
     """The Redis at `url` when it answers; otherwise a private redis-server on a free port, stopped afterwards."""
-    try:
-        Redis.from_url(url, socket_connect_timeout=1).ping()
-    except RedisError:
-        pass
-    else:
+    if redis_pings(url):
         print(f"Redis: using {url}", file=out)
         yield url
         return
-    server = shutil.which("redis-server")
-    if server is None:
-        raise DemoError(f"no Redis answers at {url} and redis-server is not installed (apt-get install redis-server)")
-    port = free_port()
-    private = f"redis://127.0.0.1:{port}/0"
-    args = [server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
-    with child("redis-server", [*args, "--dir", str(workdir)], dict(os.environ), workdir / "redis.log") as server_child:
-        _wait(lambda: _pings(private), 10, [server_child], "redis-server")
+    with private_redis(workdir, dict(os.environ)) as (private, _):
         print(f"Redis: none at {url}; started a private redis-server at {private}", file=out)
         yield private
-
-
-@dataclass
-class Child:
-    name: str
-    process: subprocess.Popen[bytes]
-    log: Path
-
-
-@contextmanager
-def child(name: str, command: Sequence[str], env: dict[str, str], log: Path) -> Iterator[Child]:
-    """A subprocess in its own process group (so vLLM's engine process goes with it), stopped on the way out."""
-    with log.open("wb") as sink:
-        process = subprocess.Popen(command, env=env, stdout=sink, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            yield Child(name, process, log)
-        finally:
-            _stop(process)
-
-
-def _stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is not None:
-        return
-    for sig, wait_s in ((signal.SIGTERM, STOP_GRACE_S), (signal.SIGKILL, 5)):
-        try:
-            os.killpg(process.pid, sig)
-        except ProcessLookupError:
-            return
-        try:
-            process.wait(timeout=wait_s)
-            return
-        except subprocess.TimeoutExpired:
-            continue
-
-
-def _pings(url: str) -> bool:
-    try:
-        return bool(Redis.from_url(url, socket_connect_timeout=1).ping())
-    except RedisError:
-        return False
-
-
-def _wait(ready: Callable[[], bool], timeout_s: float, children: Sequence[Child], what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not ready():
-        for c in children:
-            if c.process.poll() is not None:
-                code = c.process.returncode
-                raise DemoError(f"{c.name} exited with {code} while waiting for {what}; its log:\n{_tail(c.log)}")
-        if time.monotonic() > deadline:
-            raise DemoError(f"{what} not ready after {timeout_s:.0f}s")
-        time.sleep(0.5)
-
-
-def _tail(path: Path, lines: int = 25) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
 
 
 def _progress(out: TextIO) -> Callable[[BatchView], None]:
@@ -171,7 +82,7 @@ def run_demo(seeds_dir: Path = SEEDS, out: TextIO = sys.stdout) -> int:
     settings = Settings.from_env()
     files = sorted(seeds_dir.glob("00*.txt"))
     if not files:
-        raise DemoError(f"no seed reports (00*.txt) in {seeds_dir}")
+        raise InputError("no seed reports (00*.txt) here", source=str(seeds_dir))
     triples: list[Triple] = [t for path in files for t in read_triples(path)]
 
     with ExitStack() as stack:
@@ -199,7 +110,7 @@ def run_demo(seeds_dir: Path = SEEDS, out: TextIO = sys.stdout) -> int:
             except Exception:
                 return False
 
-        _wait(ready, READY_TIMEOUT_S, [api, worker], "the API and a worker")
+        wait_until(ready, READY_TIMEOUT_S, [api, worker], "the API and a worker")
         print(f"ready after {time.perf_counter() - started:.1f}s", file=out)
 
         submitted = time.perf_counter()
