@@ -13,13 +13,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import RESULTS, table
+from bench.common import WORK, results_dir, save, table
 from juiz.models import DEFAULT_MODEL, TEST_MODEL
 
 # name → (arguments at the sizes, arguments for --quick)
@@ -28,14 +29,14 @@ BENCHMARKS: dict[str, tuple[list[str], list[str]]] = {
     "engine_efficiency": (["--sizes", "64,256"], ["--sizes", "4,8"]),
     "small_batches": ([], ["--clients", "4", "--items", "2"]),
     "prefix_caching": (["--n", "32"], ["--n", "8"]),
-    "trulens_peer": (["--n", "64", "--threads", "1,8,16"], ["--n", "6", "--threads", "1,4"]),
+    "trulens_peer": (["--n", "64", "--threads", "1,8,16,32"], ["--n", "6", "--threads", "1,4"]),
     "on_paper": ([], []),  # arithmetic from the token counts measured above; no engine
 }
 USES_MODEL = {"engine_efficiency", "small_batches", "prefix_caching", "trulens_peer"}
 
 
 def load(name: str) -> dict[str, Any] | None:
-    path = RESULTS / f"{name}.json"
+    path = results_dir() / f"{name}.json"
     return json.loads(path.read_text(encoding="utf-8")) if path.exists() else None
 
 
@@ -145,7 +146,7 @@ def summary_rows(results: dict[str, dict[str, Any]]) -> list[list[object]]:
             [
                 "vs TruLens",
                 "same score TruLens/juiz cot; fast/cot",
-                f"{a['trulens_default_vs_juiz_cot']['same']}; {a['juiz_fast_vs_juiz_cot']['same']}",
+                f"{a['trulens_vs_juiz_cot']['same']}; {a['juiz_fast_vs_juiz_cot']['same']}",
                 "",
                 "",
             ]
@@ -218,6 +219,8 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown benchmark(s): {', '.join(unknown)}; known: {', '.join(BENCHMARKS)}")
 
+    if args.quick:
+        os.environ["JUIZ_BENCH_RESULTS"] = str(WORK / "quick-results")  # inherited by every benchmark's process
     durations: dict[str, float] = {}
     failed: list[str] = []
     for name in names:
@@ -245,6 +248,16 @@ def main(argv: list[str] | None = None) -> int:
     )
     if failed:
         print(f"failed: {', '.join(failed)}")
+    save(
+        "durations",
+        {
+            "model": model,
+            "quick": args.quick,
+            "seconds": {n: round(s) for n, s in durations.items()},
+            "total_s": round(sum(durations.values())),
+            "failed": failed,
+        },
+    )
     return 1 if failed else 0
 
 

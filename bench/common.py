@@ -11,6 +11,7 @@ from __future__ import annotations
 import gc
 import json
 import logging
+import os
 import statistics
 import time
 from collections.abc import Sequence
@@ -121,10 +122,16 @@ def token_counts(outputs: Sequence[Any]) -> dict[str, float]:
 # --- results ----------------------------------------------------------------------------------------------------
 
 
+def results_dir() -> Path:
+    """bench/results, or JUIZ_BENCH_RESULTS: `python -m bench --quick` writes elsewhere, so a smoke test never
+    overwrites the committed figures."""
+    return Path(os.environ.get("JUIZ_BENCH_RESULTS") or RESULTS)
+
+
 def save(name: str, payload: dict[str, Any]) -> Path:
-    """bench/results/<name>.json: the figures, the machine they came from and when."""
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"{name}.json"
+    """<results_dir>/<name>.json: the figures, the machine they came from and when."""
+    results_dir().mkdir(parents=True, exist_ok=True)
+    path = results_dir() / f"{name}.json"
     document = {
         "benchmark": name,
         "finished_at": datetime.now(UTC).isoformat(timespec="seconds"),

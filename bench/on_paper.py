@@ -13,7 +13,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from bench.common import RESULTS, save, table
+from bench.common import results_dir, save, table
 
 # NVIDIA H100 SXM5 80 GB datasheet: 989 TFLOP/s dense BF16 (1,979 with sparsity), 3.35 TB/s HBM3.
 H100_BF16_FLOPS = 989e12
@@ -80,7 +80,7 @@ def measured() -> dict[str, Any]:
     figures: dict[str, Any] = dict(FALLBACK)
     sources = []
     model = None
-    ee = RESULTS / "engine_efficiency.json"
+    ee = results_dir() / "engine_efficiency.json"
     if ee.exists():
         data = json.loads(ee.read_text(encoding="utf-8"))
         model, sizes = data["model"], data["sizes"]
@@ -89,7 +89,7 @@ def measured() -> dict[str, Any]:
         figures["prompt"], figures["output"] = tokens["prompt_tokens_mean"], tokens["output_tokens_mean"]
         figures["cached_share"] = round(tokens["cached_prompt_tokens_mean"] / tokens["prompt_tokens_mean"], 3)
         sources.append(f"engine_efficiency.json ({model}, N={largest})")
-    pc = RESULTS / "prefix_caching.json"
+    pc = results_dir() / "prefix_caching.json"
     if pc.exists():
         data = json.loads(pc.read_text(encoding="utf-8"))
         if "fast" in data["modes"] and model in (None, data["model"]):

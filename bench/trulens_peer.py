@@ -17,7 +17,7 @@ Prints judgements/s, juiz/TruLens ratios against the targets, how often TruLens 
 (TruLens's 0–1 × 3, rounded), fast-vs-CoT agreement, and the token counts behind the gap; writes
 bench/results/trulens_peer.json.
 
-    .venv/bin/python -m bench.trulens_peer [--model NAME] [--n 64] [--threads 1,8,16]
+    .venv/bin/python -m bench.trulens_peer [--model NAME] [--n 64] [--threads 1,8,16,32]
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -55,7 +56,7 @@ from bench.common import (
     token_counts,
     triple_dicts,
 )
-from juiz.engine import cpu_defaults
+from juiz.engine import CPU_BLOCK_SIZE, Completion, Conversation, GenerationRequest, VLLMEngine, cpu_defaults
 from juiz.judge import Judge
 from juiz.models import DEFAULT_MODEL, resolve_model
 from juiz.parsing import COT_MAX_TOKENS
@@ -91,7 +92,8 @@ def ensure_trulens_venv() -> Path:
 
 
 def server_command(model_dir: str, port: int) -> list[str]:
-    eager = os.environ.get("JUIZ_ENFORCE_EAGER", "1") == "1"  # what VLLMEngine does on CPU, for parity
+    # What VLLMEngine does on CPU (eager, block size), for parity.
+    eager = os.environ.get("JUIZ_ENFORCE_EAGER", "1") == "1"
     return [
         sys.executable,
         "-m",
@@ -111,6 +113,8 @@ def server_command(model_dir: str, port: int) -> list[str]:
         "0",
         "--override-generation-config",
         json.dumps({"max_new_tokens": COT_MAX_TOKENS}),
+        "--block-size",
+        str(CPU_BLOCK_SIZE),
         *(["--enforce-eager"] if eager else []),
     ]
 
@@ -164,7 +168,11 @@ def run_trulens(
 
 
 def measure_trulens(
-    model: str, n_items: list[dict[str, Any]], warm: list[dict[str, Any]], threads: list[int]
+    model: str,
+    n_items: list[dict[str, Any]],
+    warm: list[dict[str, Any]],
+    threads: list[int],
+    sequential_items: list[dict[str, Any]],
 ) -> dict[int, dict[str, Any]]:
     python = ensure_trulens_venv()
     workdir = WORK / NAME
@@ -188,18 +196,45 @@ def measure_trulens(
         wait_until(healthy, 1800, [server], "vLLM's OpenAI server")
         log.info("vLLM server ready in %.1fs", time.perf_counter() - started)
         for k in threads:
-            runs[k] = run_trulens(python, base, n_items, warm, k, workdir)
+            runs[k] = run_trulens(python, base, sequential_items if k == 1 else n_items, warm, k, workdir)
     return runs
 
 
 # --- juiz, same items, in process ------------------------------------------------------------------------------
 
 
+class RecordingEngine:
+    """juiz's engine, unchanged, keeping the completions of its last call: their prompt, cached and output token
+    counts stand in for a separate raw `llm.chat` run (engine_efficiency measures juiz against raw: ~1.0)."""
+
+    def __init__(self, engine: VLLMEngine) -> None:
+        self.engine = engine
+        self.last: list[Completion] = []
+
+    @property
+    def model_id(self) -> str:
+        return self.engine.model_id
+
+    def generate(self, conversations: Sequence[Conversation], request: GenerationRequest) -> list[Completion]:
+        self.last = self.engine.generate(conversations, request)
+        return self.last
+
+
+def completion_tokens(completions: Sequence[Completion]) -> dict[str, float]:
+    return {
+        "prompt_tokens_mean": round(statistics.mean(c.prompt_tokens for c in completions), 1),
+        "cached_prompt_tokens_mean": round(statistics.mean(c.cached_prompt_tokens for c in completions), 1),
+        "output_tokens_mean": round(statistics.mean(len(c.tokens) for c in completions), 1),
+    }
+
+
 def measure_juiz(model: str, triples: list[Any], warm: list[Any], lang: str, with_raw: bool) -> dict[str, Any]:
     engine = load_engine(model)
-    judge = Judge(engine)
+    recorder = RecordingEngine(engine)
+    judge = Judge(recorder)
     figures: dict[str, Any] = {}
     try:
+        judge.warm_up()
         for mode in ("cot", "fast"):
             judge.grade(warm, BatchOptions(prompt=PROMPT, mode=mode, lang=lang))  # type: ignore[arg-type]
         for mode in ("cot", "fast"):
@@ -212,6 +247,7 @@ def measure_juiz(model: str, triples: list[Any], warm: list[Any], lang: str, wit
                 "seconds": round(seconds, 3),
                 "judgements_per_s": rate(len(triples), seconds),
                 "ok": sum(j.status is JudgementStatus.OK for j in judgements),
+                "tokens": completion_tokens(recorder.last),
                 "judgements": judgements,
             }
             log.info("juiz %s: %.1fs", mode, seconds)
@@ -233,10 +269,10 @@ def measure_juiz(model: str, triples: list[Any], warm: list[Any], lang: str, wit
 
 
 def gap_to_raw(tl: dict[str, Any], raw: dict[str, Any] | None) -> dict[str, Any]:
-    """Split raw-engine j/s ÷ TruLens j/s into two factors: more model work per judgement (uncached prompt tokens +
-    output tokens, from the server's counters and from vLLM's outputs) × fewer tokens through the model per second
-    (fewer requests in flight, per-request HTTP/JSON/TruLens overhead). Rough: a decode token costs more than a
-    prefill token on this CPU, so the split leans on the token mix."""
+    """Split juiz's (or the raw engine's) j/s ÷ TruLens j/s into two factors: more model work per judgement
+    (uncached prompt tokens + output tokens, from the server's counters and from juiz's completions) × fewer tokens
+    through the model per second (fewer requests in flight, per-request HTTP/JSON/TruLens overhead). Rough: a decode
+    token costs more than a prefill token on this CPU, so the split leans on the token mix."""
     if raw is None:
         return {}
     server, tokens = tl["server"], raw["tokens"]
@@ -244,9 +280,9 @@ def gap_to_raw(tl: dict[str, Any], raw: dict[str, Any] | None) -> dict[str, Any]
     work_raw = tokens["prompt_tokens_mean"] - tokens["cached_prompt_tokens_mean"] + tokens["output_tokens_mean"]
     tps_tl, tps_raw = tl["judgements_per_s"] * work_tl, raw["judgements_per_s"] * work_raw
     return {
-        "work_tokens_per_judgement": {"trulens": round(work_tl, 1), "raw_juiz_prompt": round(work_raw, 1)},
-        "model_tokens_per_s": {"trulens": round(tps_tl, 1), "raw_juiz_prompt": round(tps_raw, 1)},
-        "raw_over_trulens": ratio(raw["judgements_per_s"], tl["judgements_per_s"]),
+        "work_tokens_per_judgement": {"trulens": round(work_tl, 1), "juiz": round(work_raw, 1)},
+        "model_tokens_per_s": {"trulens": round(tps_tl, 1), "juiz": round(tps_raw, 1)},
+        "juiz_over_trulens": ratio(raw["judgements_per_s"], tl["judgements_per_s"]),
         "factor_more_work_per_judgement": ratio(work_tl, work_raw),
         "factor_fewer_tokens_per_s": ratio(tps_raw, tps_tl),
     }
@@ -256,8 +292,9 @@ def trulens_digit(score: float | None) -> int | None:
     return None if score is None else round(score * 3)
 
 
-def agreement(a: list[int | None], b: list[int | None]) -> dict[str, Any]:
-    pairs = [(x, y) for x, y in zip(a, b, strict=True) if x is not None and y is not None]
+def agreement(a: dict[str, int | None], b: dict[str, int | None]) -> dict[str, Any]:
+    """Same 0-3 score and within one point, over the items both sides scored."""
+    pairs = [(a[i], b[i]) for i in a.keys() & b.keys() if a[i] is not None and b[i] is not None]
     if not pairs:
         return {"pairs": 0, "same": None, "within_1": None}
     return {
@@ -267,25 +304,35 @@ def agreement(a: list[int | None], b: list[int | None]) -> dict[str, Any]:
     }
 
 
-def scores(judgements: list[Judgement]) -> list[int | None]:
-    return [j.score for j in judgements]
+def scores(judgements: list[Judgement]) -> dict[str, int | None]:
+    return {str(j.id): j.score for j in judgements}
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=DEFAULT_MODEL)
     parser.add_argument("--n", type=int, default=64, help="items (sequential TruLens runs ~0.2 judgements/s here)")
-    parser.add_argument("--threads", default="1,8,16", help="TruLens concurrency settings; 1 is its default")
+    parser.add_argument("--threads", default="1,8,16,32", help="TruLens concurrency settings; 1 is its default")
     parser.add_argument("--lang", default="en", choices=["en", "pt", "auto"], help="juiz prompt language")
-    parser.add_argument("--no-raw", action="store_true", help="skip the raw llm.chat runs of the same conversations")
+    parser.add_argument(
+        "--raw", action="store_true", help="also time raw llm.chat on the same conversations (engine_efficiency does)"
+    )
+    parser.add_argument(
+        "--sequential-n",
+        type=int,
+        default=16,
+        help="items for the 1-thread run (every k-th of the N, spread over the pool; it is the slowest run by far)",
+    )
     args = parser.parse_args(argv)
     setup_logging()
     threads = [int(t) for t in args.threads.split(",")]
     triples = build_triples(args.n, "tl")
     warm = build_triples(WARMUP_ITEMS, "tl-warm")
 
-    trulens = measure_trulens(args.model, triple_dicts(triples), triple_dicts(warm), threads)
-    juiz = measure_juiz(args.model, triples, warm, args.lang, with_raw=not args.no_raw)
+    step = max(1, args.n // args.sequential_n)
+    sequential = triple_dicts(triples)[::step][: args.sequential_n]
+    trulens = measure_trulens(args.model, triple_dicts(triples), triple_dicts(warm), threads, sequential)
+    juiz = measure_juiz(args.model, triples, warm, args.lang, with_raw=args.raw)
 
     default_k = 1 if 1 in trulens else threads[0]
     best_k = max(trulens, key=lambda k: trulens[k]["judgements_per_s"])
@@ -304,26 +351,25 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "trulens_best_over_raw_cot": ratio(tl_best, raw),
             "fast_over_raw_fast": ratio(fast["judgements_per_s"], juiz["raw_fast"]["judgements_per_s"]),
         }
-    gap = gap_to_raw(trulens[best_k], juiz.get("raw_cot"))
-    tl_scores = {k: [trulens_digit(r["score"]) for r in run["results"]] for k, run in trulens.items()}
+    gap = gap_to_raw(trulens[best_k], juiz.get("raw_cot") or juiz["cot"])
+    tl_scores = {k: {r["id"]: trulens_digit(r["score"]) for r in run["results"]} for k, run in trulens.items()}
     cot_scores, fast_scores = scores(cot["judgements"]), scores(fast["judgements"])
-    expected_cot = [j.expected_score for j in cot["judgements"]]
+    expected_cot = [j.expected_score for j in cot["judgements"]]  # same items, same order
     expected_fast = [j.expected_score for j in fast["judgements"]]
     diffs = [abs(x - y) for x, y in zip(expected_cot, expected_fast, strict=True) if x is not None and y is not None]
     agreements: dict[str, Any] = {
-        "trulens_default_vs_juiz_cot": agreement(tl_scores[default_k], cot_scores),
-        "trulens_default_vs_juiz_fast": agreement(tl_scores[default_k], fast_scores),
+        # TruLens's best run grades all N items (its 1-thread run only a spread subset).
+        "trulens_vs_juiz_cot": agreement(tl_scores[best_k], cot_scores),
+        "trulens_vs_juiz_fast": agreement(tl_scores[best_k], fast_scores),
         "juiz_fast_vs_juiz_cot": agreement(fast_scores, cot_scores),
         "juiz_fast_vs_cot_expected_score_mean_abs_diff": round(statistics.mean(diffs), 3) if diffs else None,
         "trulens_runs_same_score": {
-            f"{k}_vs_{default_k}": agreement(tl_scores[k], tl_scores[default_k])["same"]
-            for k in trulens
-            if k != default_k
+            f"{k}_vs_{best_k}": agreement(tl_scores[k], tl_scores[best_k])["same"] for k in trulens if k != best_k
         },
         "score_distribution": {
-            "trulens_default": dict(sorted(Counter(s for s in tl_scores[default_k] if s is not None).items())),
-            "juiz_cot": dict(sorted(Counter(s for s in cot_scores if s is not None).items())),
-            "juiz_fast": dict(sorted(Counter(s for s in fast_scores if s is not None).items())),
+            "trulens": dict(sorted(Counter(s for s in tl_scores[best_k].values() if s is not None).items())),
+            "juiz_cot": dict(sorted(Counter(s for s in cot_scores.values() if s is not None).items())),
+            "juiz_fast": dict(sorted(Counter(s for s in fast_scores.values() if s is not None).items())),
         },
     }
 
@@ -340,7 +386,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ]
     for mode in ("cot", "fast"):
         raw_key = f"raw_{mode}"
-        tokens = juiz.get(raw_key, {}).get("tokens", {})
+        tokens = juiz[mode]["tokens"]
         rows.append(
             [
                 f"juiz {mode}",
@@ -358,12 +404,12 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         print(f"{key}: {value}" + (f"  (target {'>' if target == 1.0 else '>='} {target})" if target else ""))
     if gap:
         print(
-            f"raw engine / TruLens best = {gap['raw_over_trulens']}x = {gap['factor_more_work_per_judgement']}x "
+            f"juiz cot / TruLens best = {gap['juiz_over_trulens']}x = {gap['factor_more_work_per_judgement']}x "
             f"the model tokens per judgement (TruLens {gap['work_tokens_per_judgement']['trulens']} vs "
-            f"{gap['work_tokens_per_judgement']['raw_juiz_prompt']}) x {gap['factor_fewer_tokens_per_s']}x the "
-            "tokens/s through the model (raw / TruLens: requests in flight, HTTP, TruLens's own work)"
+            f"{gap['work_tokens_per_judgement']['juiz']}) x {gap['factor_fewer_tokens_per_s']}x the "
+            "tokens/s through the model (juiz / TruLens: requests in flight, HTTP, TruLens's own work)"
         )
-    print(f"same 0-3 score, TruLens (default run) vs juiz cot: {agreements['trulens_default_vs_juiz_cot']['same']}")
+    print(f"same 0-3 score, TruLens vs juiz cot: {agreements['trulens_vs_juiz_cot']['same']}")
     print(f"same 0-3 score, juiz fast vs juiz cot: {agreements['juiz_fast_vs_juiz_cot']['same']}")
 
     for mode in ("cot", "fast"):
@@ -374,6 +420,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     payload = {
         "model": args.model,
         "n": args.n,
+        "sequential_items": len(sequential),
         "trulens": {
             "version": "1.5.3",
             "method": "relevance_with_cot_reasons",
@@ -384,7 +431,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "default_threads": default_k,
         "best_threads": best_k,
         "ratios": ratios,
-        "gap_trulens_best_to_raw": gap,
+        "gap_trulens_best_to_juiz": gap,
         "targets": TARGETS,
         "agreement": agreements,
     }

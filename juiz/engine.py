@@ -78,6 +78,10 @@ class JudgeEngine(Protocol):
 # vLLM's CPU back end asks for tcmalloc and Intel's OpenMP runtime to be preloaded (10–25% faster here). The engine's
 # processes are spawned after this is set, so they inherit it; the current process is unaffected.
 _CPU_PRELOADS = ("/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4", str(Path(sys.prefix) / "lib" / "libiomp5.so"))
+# The prefix cache reuses whole KV blocks only. vLLM's CPU default (128 tokens) recomputes up to 127 tokens of the
+# shared system prompt for every item; 32 (the smallest size its CPU kernels are tuned for) made the development
+# judge 19-39% faster in fast mode and 17% in CoT here. GPUs default to 16 already.
+CPU_BLOCK_SIZE = 32
 
 
 def cpu_defaults() -> None:
@@ -127,6 +131,7 @@ class VLLMEngine:
         on_gpu = _has_cuda()
         if not on_gpu:
             cpu_defaults()
+            engine_kwargs.setdefault("block_size", CPU_BLOCK_SIZE)
         # The reply grammar's bounded repetitions take seconds to compile (≈6 s on 2 loaded cores); vLLM's default
         # 5 s limit then drops the requests. The pattern is ours, not user input, so a generous limit is safe.
         os.environ.setdefault("VLLM_REGEX_COMPILATION_TIMEOUT_S", "600")
