@@ -28,8 +28,8 @@ BENCHMARKS: dict[str, tuple[list[str], list[str]]] = {
     "api_only": ([], ["--items", "1000", "--clients", "10", "--seconds", "5"]),
     "engine_efficiency": (["--sizes", "64,256"], ["--sizes", "4,8"]),
     "small_batches": ([], ["--clients", "4", "--items", "2"]),
-    "prefix_caching": (["--n", "32"], ["--n", "8"]),
-    "trulens_peer": (["--n", "64", "--threads", "1,8,16,32"], ["--n", "6", "--threads", "1,4"]),
+    "prefix_caching": (["--n", "32", "--modes", "fast"], ["--n", "8", "--modes", "fast"]),
+    "trulens_peer": (["--n", "64", "--threads", "1,16,64", "--sequential-n", "8"], ["--n", "6", "--threads", "1,4"]),
     "on_paper": ([], []),  # arithmetic from the token counts measured above; no engine
 }
 USES_MODEL = {"engine_efficiency", "small_batches", "prefix_caching", "trulens_peer"}
@@ -162,6 +162,16 @@ def summary_rows(results: dict[str, dict[str, Any]]) -> list[list[object]]:
                     "",
                 ]
             )
+            if "block_size_speedup" in m:
+                rows.append(
+                    [
+                        f"prefix cache {mode}",
+                        f"block {r['block_size']} vs {r['compared_block_size']}, same cold pass",
+                        f"{m['block_size_speedup']}x",
+                        "",
+                        "",
+                    ]
+                )
     if r := results.get("on_paper"):
         for e in r["estimates"]:
             rows.append(
@@ -207,6 +217,15 @@ def summary_rows(results: dict[str, dict[str, Any]]) -> list[list[object]]:
     return rows
 
 
+def record_duration(model: str, quick: bool, name: str, seconds: float) -> None:
+    """durations.json: per benchmark, the seconds of its latest run, written as each one ends (a partial `--only`
+    run updates its own entries); the total is what `python -m bench` takes at these sizes, start-ups included."""
+    previous = load("durations") or {}
+    durations = dict(previous.get("seconds", {})) if previous.get("model") == model else {}
+    durations[name] = round(seconds)
+    save("durations", {"model": model, "quick": quick, "seconds": durations, "total_s": sum(durations.values())})
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=None, help=f"judge model (default {DEFAULT_MODEL}; --quick: {TEST_MODEL})")
@@ -235,6 +254,8 @@ def main(argv: list[str] | None = None) -> int:
         if code != 0:
             failed.append(name)
             print(f"=== {name} FAILED (exit {code})", flush=True)
+        else:
+            record_duration(model, args.quick, name, durations[name])
 
     results = {name: r for name in names if name not in failed and (r := load(name)) is not None}
     print(f"\n=== summary — model {model}" + (" (QUICK: plumbing only, not performance)" if args.quick else ""))
@@ -248,16 +269,6 @@ def main(argv: list[str] | None = None) -> int:
     )
     if failed:
         print(f"failed: {', '.join(failed)}")
-    save(
-        "durations",
-        {
-            "model": model,
-            "quick": args.quick,
-            "seconds": {n: round(s) for n, s in durations.items()},
-            "total_s": round(sum(durations.values())),
-            "failed": failed,
-        },
-    )
     return 1 if failed else 0
 
 

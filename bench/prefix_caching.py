@@ -8,10 +8,14 @@ In process, juiz's engine adapter (prefix caching on, as always), juiz's default
   second cold  the second pass again after a reset: the same prompts and outputs without the cache, so
                cold/second isolates what the cache is worth (first/second also carries the different answers).
 
+Within one pass the items already share the cached system prompt, so the cache's share of the work depends on the
+KV block size (only whole blocks are reused). On CPU, a second engine with vLLM's CPU default block size (128;
+juiz uses 32) repeats the cold second pass: 128/32 is what juiz's smaller block is worth on the same prompts.
+
 vLLM's own count of prompt tokens served from the cache (`num_cached_tokens`) is reported for each pass.
 Writes bench/results/prefix_caching.json.
 
-    .venv/bin/python -m bench.prefix_caching [--model NAME] [--n 32] [--modes cot,fast]
+    .venv/bin/python -m bench.prefix_caching [--model NAME] [--n 16] [--modes cot,fast] [--compare-block-size 128]
 """
 
 from __future__ import annotations
@@ -35,8 +39,8 @@ from bench.common import (
     setup_logging,
     table,
 )
-from juiz.engine import Conversation, VLLMEngine
-from juiz.models import DEFAULT_MODEL
+from juiz.engine import CPU_BLOCK_SIZE, Conversation, VLLMEngine
+from juiz.models import DEFAULT_MODEL, resolve_model
 from schemas import BatchOptions, Triple
 
 log = logging.getLogger("bench.prefix_caching")
@@ -67,11 +71,30 @@ def one_pass(engine: VLLMEngine, convs: list[Conversation], mode: str) -> dict[s
     }
 
 
+def compare_block_size(model: str, block_size: int, items: list[Triple], results: dict[str, dict[str, Any]]) -> None:
+    """The cold second pass again on an engine with another KV block size (the same prompts, a fresh cache)."""
+    engine = VLLMEngine(resolve_model(model), model_id=model, block_size=block_size)
+    try:
+        for mode, row in results.items():
+            options = BatchOptions(mode=mode)  # type: ignore[arg-type]
+            engine.generate(conversations(build_triples(WARMUP_ITEMS, "warm-pc"), options), request_for(mode))
+            reset_prefix_cache(engine)
+            compared = one_pass(engine, conversations(items, options), mode)
+            row["second_cold_block_compared"] = compared
+            row["block_size_speedup"] = ratio(compared["seconds"], row["second_cold"]["seconds"])
+            log.info("%s: block %d, second cold %.1fs", mode, block_size, compared["seconds"])
+    finally:
+        close_engine(engine)
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default=DEFAULT_MODEL)
-    parser.add_argument("--n", type=int, default=32, help="questions (each graded three times per mode)")
+    parser.add_argument("--n", type=int, default=16, help="questions (each graded three times per mode)")
     parser.add_argument("--modes", default="cot,fast")
+    parser.add_argument(
+        "--compare-block-size", type=int, default=128, help="CPU only: block size of the comparison engine (0: skip)"
+    )
     args = parser.parse_args(argv)
     setup_logging()
     first_items = build_triples(args.n, "pc")
@@ -99,6 +122,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             )
     finally:
         close_engine(engine)
+    on_cpu = engine.block_size == CPU_BLOCK_SIZE
+    if args.compare_block_size and on_cpu:
+        compare_block_size(args.model, args.compare_block_size, second_items, results)
 
     print(f"\nPrefix caching — model {args.model}, N = {args.n}, same questions, other answers")
     rows = []
@@ -122,7 +148,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             f"{mode}: second pass {row['second_over_first_speedup']}x the first; "
             f"the cache alone (same prompts, cold vs warm) {row['cache_speedup_same_items']}x"
         )
-    payload = {"model": args.model, "n": args.n, "prompt": "answer_relevance@juiz-1 (default)", "modes": results}
+        if "block_size_speedup" in row:
+            print(
+                f"{mode}: block {CPU_BLOCK_SIZE} vs {args.compare_block_size}, same cold pass: "
+                f"{row['block_size_speedup']}x (cached prompt tokens {row['second_cold']['cached_prompt_tokens_mean']}"
+                f" vs {row['second_cold_block_compared']['cached_prompt_tokens_mean']})"
+            )
+    payload = {
+        "model": args.model,
+        "n": args.n,
+        "prompt": "answer_relevance@juiz-1 (default)",
+        "block_size": CPU_BLOCK_SIZE if on_cpu else None,
+        "compared_block_size": args.compare_block_size if on_cpu else None,
+        "modes": results,
+    }
     print(f"written: {save(NAME, payload)}")
     return payload
 

@@ -30,6 +30,16 @@ def _add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--mode", choices=["cot", "fast"], default="cot", help="cot: reasoning + score; fast: score only"
     )
+    _add_label_mapping(parser)
+
+
+def _add_label_mapping(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--label-mapping",
+        metavar="JSON_OR_FILE",
+        help='manual labels ↔ scores, e.g. \'{"classes": [{"name": "N", "scores": [0, 1]}, '
+        '{"name": "Y", "scores": [2, 3]}]}\' or a file holding it (default: I ↔ 0, P ↔ 1-2, C ↔ 3)',
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -51,6 +61,7 @@ def build_parser() -> argparse.ArgumentParser:
     agreement.add_argument("results", type=Path)
     agreement.add_argument("--json", action="store_true", help="print the report as JSON")
     agreement.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples for the 95%% CIs")
+    _add_label_mapping(agreement)
 
     report = sub.add_parser("report", help="write the seeds' markdown report from a results file")
     report.add_argument("results", type=Path)
@@ -110,9 +121,34 @@ def _options(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     from schemas import BatchOptions
 
     try:
-        return BatchOptions(prompt=args.prompt, lang=args.lang, mode=args.mode)
+        return BatchOptions(
+            prompt=args.prompt, lang=args.lang, mode=args.mode, label_mapping=_label_mapping(args.label_mapping)
+        )
     except ValidationError as exc:
         raise InputError(str(exc.errors()[0]["msg"]), source="options") from exc
+
+
+def _label_mapping(value: str | None):  # type: ignore[no-untyped-def]
+    """--label-mapping: inline JSON, or a file holding it; a clear error naming the flag otherwise."""
+    from pydantic import ValidationError
+
+    from schemas import LabelMapping
+
+    if value is None:
+        return LabelMapping()
+    text = value
+    if not value.lstrip().startswith("{"):
+        try:
+            text = Path(value).read_text(encoding="utf-8")
+        except OSError as exc:
+            message = f"not inline JSON and not a readable file ({exc.strerror})"
+            raise InputError(message, source="--label-mapping") from exc
+    try:
+        return LabelMapping.model_validate_json(text)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        field = ".".join(str(p) for p in error["loc"]) or None
+        raise InputError(error["msg"], source="--label-mapping", field=field) from exc
 
 
 def _score(args: argparse.Namespace) -> int:
@@ -162,9 +198,9 @@ def build_engine(model: str | None):  # type: ignore[no-untyped-def]
 def _agreement(args: argparse.Namespace) -> int:
     from juiz.agreement import compute_agreement, format_agreement
     from juiz.readers import read_judgements
-    from schemas import LabelMapping
 
-    report = compute_agreement(read_judgements(args.results), LabelMapping(), resamples=args.resamples)
+    mapping = _label_mapping(args.label_mapping)
+    report = compute_agreement(read_judgements(args.results), mapping, resamples=args.resamples)
     print(report.model_dump_json(indent=2) if args.json else format_agreement(report))
     return 0
 

@@ -156,6 +156,7 @@ class VLLMEngine:
         except (OSError, ValueError) as exc:
             raise ModelError(f"could not load model {model!r}: {exc}") from exc
         self.startup_s = time.perf_counter() - started
+        self.block_size: int | None = engine_kwargs.get("block_size")  # None: vLLM's default for the device
         self._model_id = model_id or model  # the name results record (a dev model's name, not its cache path)
         log.info("vLLM engine ready: model=%s eager=%s in %.1fs", model, enforce_eager, self.startup_s)
 

@@ -79,3 +79,36 @@ def test_agreement_and_report_from_a_results_file(tmp_path: Path, capsys: pytest
     assert main(["report", str(results), "-o", str(md)]) == 0
     text = md.read_text(encoding="utf-8")
     assert "**Answer Relevance (AR)**: 1.00" in text and "**Anotação manual**: C" in text
+
+
+def test_agreement_with_a_custom_label_mapping(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    results = tmp_path / "out.jsonl"
+    write_judgements(
+        [_judgement(1, 3, "Y"), _judgement(2, 0, "N"), _judgement(3, 2, "Y"), _judgement(4, 1, "Y")], results
+    )
+    mapping = '{"classes": [{"name": "N", "scores": [0, 1]}, {"name": "Y", "scores": [2, 3]}]}'
+    assert main(["agreement", str(results), "--json", "--resamples", "50", "--label-mapping", mapping]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["n"] == 4 and report["accuracy"]["value"] == pytest.approx(0.75)
+    mapping_file = tmp_path / "mapping.json"
+    mapping_file.write_text(mapping, encoding="utf-8")
+    assert main(["agreement", str(results), "--json", "--resamples", "50", "--label-mapping", str(mapping_file)]) == 0
+    assert json.loads(capsys.readouterr().out)["accuracy"]["value"] == pytest.approx(0.75)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        ('{"classes": [{"name": "N", "scores": [0]}, {"name": "Y", "scores": [2, 3]}]}', "cover the scores"),
+        ("{not json", "--label-mapping"),
+        ("no-such-file.json", "not inline JSON and not a readable file"),
+    ],
+)
+def test_a_bad_label_mapping_is_a_clear_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], value: str, expected: str
+) -> None:
+    results = tmp_path / "out.jsonl"
+    write_judgements([_judgement(1, 3, "C")], results)
+    code = main(["agreement", str(results), "--label-mapping", value])
+    err = capsys.readouterr().err
+    assert code == 2 and "--label-mapping" in err and expected in err and "Traceback" not in err
