@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from bench.machine import describe_machine
-from juiz.engine import Conversation, GenerationRequest, VLLMEngine
+from juiz.engine import Completion, Conversation, GenerationRequest, VLLMEngine
 from juiz.judge import COT_REQUEST, FAST_REQUEST, select_prompt
 from juiz.models import resolve_model
 from juiz.readers import read_triples
@@ -116,6 +116,15 @@ def token_counts(outputs: Sequence[Any]) -> dict[str, float]:
         "output_tokens_max": max(output),
         "cached_prompt_tokens_mean": round(statistics.mean(cached), 1),
         "cut_at_max_tokens": sum(o.outputs[0].finish_reason == "length" for o in outputs),
+    }
+
+
+def completion_tokens(completions: Sequence[Completion]) -> dict[str, float]:
+    """Mean prompt, prefix-cached prompt and output tokens per item of one juiz engine call."""
+    return {
+        "prompt_tokens_mean": round(statistics.mean(c.prompt_tokens for c in completions), 1),
+        "cached_prompt_tokens_mean": round(statistics.mean(c.cached_prompt_tokens for c in completions), 1),
+        "output_tokens_mean": round(statistics.mean(len(c.tokens) for c in completions), 1),
     }
 
 

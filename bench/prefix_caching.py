@@ -22,13 +22,13 @@ from __future__ import annotations
 
 import argparse
 import logging
-import statistics
 import time
 from typing import Any
 
 from bench.common import (
     build_triples,
     close_engine,
+    completion_tokens,
     conversations,
     load_engine,
     rate,
@@ -59,15 +59,15 @@ def one_pass(engine: VLLMEngine, convs: list[Conversation], mode: str) -> dict[s
     started = time.perf_counter()
     completions = engine.generate(convs, request_for(mode))
     seconds = time.perf_counter() - started
-    prompt = [c.prompt_tokens for c in completions]
-    cached = [c.cached_prompt_tokens for c in completions]
+    tokens = completion_tokens(completions)
+    cached, prompt = sum(c.cached_prompt_tokens for c in completions), sum(c.prompt_tokens for c in completions)
     return {
         "seconds": round(seconds, 3),
         "judgements_per_s": rate(len(convs), seconds),
-        "prompt_tokens_mean": round(statistics.mean(prompt), 1),
-        "cached_prompt_tokens_mean": round(statistics.mean(cached), 1),
-        "cached_share": round(sum(cached) / max(sum(prompt), 1), 3),
-        "output_tokens_mean": round(statistics.mean(len(c.tokens) for c in completions), 1),
+        "prompt_tokens_mean": tokens["prompt_tokens_mean"],
+        "cached_prompt_tokens_mean": tokens["cached_prompt_tokens_mean"],
+        "cached_share": round(cached / max(prompt, 1), 3),
+        "output_tokens_mean": tokens["output_tokens_mean"],
     }
 
 

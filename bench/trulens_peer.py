@@ -43,6 +43,7 @@ from bench.common import (
     WORK,
     build_triples,
     close_engine,
+    completion_tokens,
     conversations,
     load_engine,
     rate,
@@ -218,14 +219,6 @@ class RecordingEngine:
     def generate(self, conversations: Sequence[Conversation], request: GenerationRequest) -> list[Completion]:
         self.last = self.engine.generate(conversations, request)
         return self.last
-
-
-def completion_tokens(completions: Sequence[Completion]) -> dict[str, float]:
-    return {
-        "prompt_tokens_mean": round(statistics.mean(c.prompt_tokens for c in completions), 1),
-        "cached_prompt_tokens_mean": round(statistics.mean(c.cached_prompt_tokens for c in completions), 1),
-        "output_tokens_mean": round(statistics.mean(len(c.tokens) for c in completions), 1),
-    }
 
 
 def measure_juiz(model: str, triples: list[Any], warm: list[Any], lang: str, with_raw: bool) -> dict[str, Any]:
