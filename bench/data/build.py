@@ -3,7 +3,8 @@
 The sources (`bench/data/sources/<lang>-<topic>.json`, written by the project: see `bench/data/README.md`) hold one
 lecture-style transcript per topic, two questions on it, and answers of known categories with manual labels C / P / I.
 This turns every answer into one graded triple whose context looks like a retriever's: the question's relevant
-segments, two other segments of the same lecture and three from other lectures in the same language (distractors),
+segments, two other segments of the same lecture and three from other lectures of the same language and split
+(distractors),
 in retriever-score order, the scores drawn so relevant segments usually, not always, rank first (as E5's do in the
 seeds). An answer with a `planted_segment` gets that segment in its own context only (instructions hidden in a
 retrieved document).
@@ -101,11 +102,11 @@ def segment(topic: dict[str, Any], index: int, score: float) -> dict[str, Any]:
 def build(topics: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     rng = random.Random(SEED)
     by_lang: dict[str, list[dict[str, Any]]] = {}
-    for topic in topics:
-        by_lang.setdefault(topic["lang"], []).append(topic)
+    for topic in topics:  # distractors come from the same language and split: no test text ever shows up in dev
+        by_lang.setdefault(f"{topic['lang']}/{topic['split']}", []).append(topic)
     out: dict[str, list[dict[str, Any]]] = {split: [] for split in SPLITS}
     for topic in topics:
-        others = [t for t in by_lang[topic["lang"]] if t is not topic]
+        others = [t for t in by_lang[f"{topic['lang']}/{topic['split']}"] if t is not topic]
         for question in topic["questions"]:
             relevant = list(question["relevant"])
             own_rest = [i for i in range(len(topic["segments"])) if i not in relevant]
@@ -158,7 +159,8 @@ def main() -> int:
         path = args.out / f"rag_{split}.jsonl"
         path.write_text("".join(json.dumps(i, ensure_ascii=False) + "\n" for i in items), encoding="utf-8")
         counts = Counter((i["lang"], i["manual_label"]) for i in items)
-        print(f"{path.name}: {len(items)} items; " + ", ".join(f"{k[0]} {k[1]}: {v}" for k, v in sorted(counts.items())))
+        shown = ", ".join(f"{lang} {label}: {n}" for (lang, label), n in sorted(counts.items()))
+        print(f"{path.name}: {len(items)} items; {shown}")
     return 0
 
 
