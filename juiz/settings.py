@@ -4,16 +4,22 @@ Built where a process starts (`service.app.create_app`, `workers.worker.main`, t
 passed down from there. Every field reads the variable `JUIZ_<FIELD NAME IN CAPITALS>`; its description is the
 one-line documentation `settings_table()` prints for the README.
 
-API keys are secret: they are kept out of `repr()` and logs, and only ever compared in constant time.
+API keys are secret: a `SecretStr`, so `repr()`, `model_dump()` and logs show `**********`; they are only ever
+compared in constant time.
+
+pydantic-settings reads the environment; `from_env(env)` may hand it another mapping instead (tests, the benchmark
+stack computing what its child processes will read).
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
 from juiz.errors import InputError
 from juiz.models import DEFAULT_MODEL
@@ -22,17 +28,39 @@ ENV_PREFIX = "JUIZ_"
 MiB = 1 << 20
 
 
-class Settings(BaseModel):
+# The mapping `Settings.from_env(env)` reads instead of os.environ, for the duration of that one call.
+_ENVIRONMENT: ContextVar[Mapping[str, str] | None] = ContextVar("juiz_settings_environment", default=None)
+
+
+class _MappingEnvSource(EnvSettingsSource):
+    """pydantic-settings' environment source, reading `from_env`'s mapping when one was given."""
+
+    def _load_env_vars(self) -> Mapping[str, str | None]:
+        env = _ENVIRONMENT.get()
+        if env is None:
+            return super()._load_env_vars()
+        return {name.lower(): value for name, value in env.items()}  # the source matches names case-insensitively
+
+
+@contextmanager
+def _reading(env: Mapping[str, str] | None) -> Iterator[None]:
+    token = _ENVIRONMENT.set(env)
+    try:
+        yield
+    finally:
+        _ENVIRONMENT.reset(token)
+
+
+class Settings(BaseSettings):
     """Everything an API or worker process is configured with. Field `x` is read from `JUIZ_X`."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, frozen=True, extra="forbid")
 
     redis_url: str = Field("redis://127.0.0.1:6379/0", description="Redis holding batches, results and the RQ queues.")
     host: str = Field("127.0.0.1", description="Address `juiz serve` listens on (0.0.0.0 in a container).")
     port: int = Field(8000, ge=1, le=65535, description="Port `juiz serve` listens on.")
-    api_keys: str = Field(
-        "",
-        repr=False,
+    api_keys: SecretStr = Field(
+        SecretStr(""),
         description="API keys as 'tenant:key,tenant2:key2'; each key is a tenant. Empty: the API is open (warned).",
     )
     max_items: int = Field(100_000, ge=1, description="Most items one batch may hold (more: 413).")
@@ -82,8 +110,8 @@ class Settings(BaseModel):
 
     @field_validator("api_keys")
     @classmethod
-    def _keys_parse(cls, value: str) -> str:
-        parse_api_keys(value)
+    def _keys_parse(cls, value: SecretStr) -> SecretStr:
+        parse_api_keys(value.get_secret_value())
         return value
 
     @field_validator("retry_backoff_s")
@@ -101,17 +129,23 @@ class Settings(BaseModel):
         return self
 
     @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # Keyword arguments win over the environment; no .env file or secrets directory is read behind the user's back.
+        return (init_settings, _MappingEnvSource(settings_cls))
+
+    @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> Settings:
         """Read `JUIZ_*` variables (default: os.environ); keyword overrides win. InputError names a bad variable."""
-        env = os.environ if env is None else env
-        values: dict[str, Any] = {}
-        for name in cls.model_fields:
-            variable = ENV_PREFIX + name.upper()
-            if variable in env:
-                values[name] = env[variable]
-        values.update(overrides)
         try:
-            return cls(**values)
+            with _reading(env):
+                return cls(**overrides)
         except ValidationError as exc:
             error = exc.errors()[0]
             field = str(error["loc"][0]) if error["loc"] else None
@@ -121,7 +155,7 @@ class Settings(BaseModel):
     @property
     def tenants_by_key(self) -> dict[str, str]:
         """API key → tenant; empty when the API is open."""
-        return parse_api_keys(self.api_keys)
+        return parse_api_keys(self.api_keys.get_secret_value())
 
     @property
     def retry_intervals(self) -> list[int]:
@@ -163,6 +197,8 @@ def settings_table() -> str:
     rows = ["| variable | default | meaning |", "|---|---|---|"]
     for name, field in Settings.model_fields.items():
         default = field.default
+        if isinstance(default, SecretStr):
+            default = default.get_secret_value()
         shown = "(empty)" if default == "" else f"`{default}`"
         rows.append(f"| `{ENV_PREFIX}{name.upper()}` | {shown} | {field.description} |")
     return "\n".join(rows)

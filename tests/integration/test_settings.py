@@ -25,6 +25,7 @@ def test_api_keys_map_to_tenants_and_stay_out_of_repr() -> None:
     settings = Settings.from_env({"JUIZ_API_KEYS": "alice:s3cret-a, bob:s3cret-b"})
     assert settings.tenants_by_key == {"s3cret-a": "alice", "s3cret-b": "bob"}
     assert "s3cret" not in repr(settings) and "s3cret" not in str(settings)
+    assert "s3cret" not in str(settings.model_dump()) and "s3cret" not in settings.model_dump_json()
     assert tenant_for("s3cret-b", settings.tenants_by_key) == "bob"
     assert tenant_for("s3cret", settings.tenants_by_key) is None
     with pytest.raises(InputError) as error:
@@ -32,6 +33,13 @@ def test_api_keys_map_to_tenants_and_stay_out_of_repr() -> None:
     assert error.value.source == "JUIZ_API_KEYS" and "entry 2" in str(error.value)
     with pytest.raises(InputError, match="repeats a key"):
         Settings.from_env({"JUIZ_API_KEYS": "alice:k,bob:k"})
+
+
+def test_from_env_reads_the_process_environment_when_given_no_mapping(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("JUIZ_PORT", "9001")
+    assert Settings.from_env().port == 9001
+    assert Settings.from_env({}).port == 8000  # a mapping replaces os.environ
+    assert Settings.from_env(port=9002).port == 9002  # keyword overrides win
 
 
 def test_every_setting_is_documented() -> None:
