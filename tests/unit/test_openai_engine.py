@@ -1,0 +1,252 @@
+"""The OpenAI-compatible back end against a FAKE chat-completions server (httpx.MockTransport): request bodies,
+reply parsing, logprobs, retries of transient faults, permanent faults failing one item, call control."""
+
+from __future__ import annotations
+
+import json
+import math
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+
+from juiz.engine import CallControl, GenerationRequest
+from juiz.errors import ModelError, TransientEngineError
+from juiz.judge import COT_REQUEST, FAST_REQUEST, Judge
+from juiz.openai_engine import (
+    COT_REPLY_GBNF,
+    OpenAIEngine,
+    RecordsOrigin,
+    completion_from_choice,
+)
+from juiz.parsing import COT_REPLY_REGEX
+from juiz.retry import WaitRetryAfter, retry_after_s
+from schemas import JudgementStatus, Triple
+
+REPLY = "Criteria: the question asks X.\nSupporting Evidence: the answer says X.\nScore: 2"
+
+
+def chat_response(text: str, *, logprobs: bool = True) -> dict[str, Any]:
+    """A chat completion as vLLM's server writes it; the score digit gets a distribution when logprobs are on."""
+    choice: dict[str, Any] = {"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}
+    if logprobs:
+        head, digit = text[:-1], text[-1]
+        choice["logprobs"] = {
+            "content": [
+                {"token": head, "logprob": 0.0, "top_logprobs": [{"token": head, "logprob": 0.0}]},
+                {
+                    "token": digit,
+                    "logprob": math.log(0.5),
+                    "top_logprobs": [
+                        {"token": "2", "logprob": math.log(0.5)},
+                        {"token": "3", "logprob": math.log(0.5)},
+                        {"token": "0", "logprob": -9999.0},
+                    ],
+                },
+            ]
+        }
+    return {
+        "id": "x",
+        "object": "chat.completion",
+        "choices": [choice],
+        "usage": {"prompt_tokens": 100, "completion_tokens": 10, "prompt_tokens_details": {"cached_tokens": 64}},
+    }
+
+
+class FakeServer:
+    """A FAKE OpenAI-compatible server: `reply(body, attempt)` answers each POST; GET /models lists `judge`."""
+
+    def __init__(
+        self, reply: Callable[[dict[str, Any], int], httpx.Response] | None = None, owned_by: str = "vllm"
+    ) -> None:
+        self.reply = reply or (lambda body, attempt: httpx.Response(200, json=chat_response(REPLY)))
+        self.owned_by = owned_by
+        self.bodies: list[dict[str, Any]] = []
+        self.attempts: dict[str, int] = {}
+        self.headers: list[httpx.Headers] = []
+        self.lock = threading.Lock()
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        self.headers.append(request.headers)
+        if request.url.path.endswith("/models"):
+            return httpx.Response(200, json={"data": [{"id": "judge", "owned_by": self.owned_by}]})
+        body = json.loads(request.content)
+        key = body["messages"][-1]["content"]
+        with self.lock:
+            self.bodies.append(body)
+            self.attempts[key] = self.attempts.get(key, 0) + 1
+            attempt = self.attempts[key]
+        return self.reply(body, attempt)
+
+    def engine(self, **kwargs: Any) -> OpenAIEngine:
+        return OpenAIEngine("http://judge.example:8000/v1", "judge", transport=httpx.MockTransport(self), **kwargs)
+
+
+def conv(text: str) -> list[dict[str, str]]:
+    return [{"role": "system", "content": "grade"}, {"role": "user", "content": text}]
+
+
+def test_request_body_asks_vllm_for_the_reply_format_and_logprobs() -> None:
+    server = FakeServer()
+    engine = server.engine(api_key="sekret")
+    assert engine.dialect == "vllm"  # from owned_by
+    engine.generate([conv("a")], COT_REQUEST)
+    engine.generate([conv("b")], FAST_REQUEST)
+    cot, fast = server.bodies
+    assert cot["messages"] == conv("a")
+    assert cot["structured_outputs"] == {"regex": COT_REPLY_REGEX}
+    assert fast["structured_outputs"] == {"choice": ["0", "1", "2", "3"]}
+    assert cot["logprobs"] is True and cot["top_logprobs"] == 20
+    assert cot["temperature"] == 0.0 and cot["max_tokens"] == COT_REQUEST.max_tokens and cot["model"] == "judge"
+    assert all(h["authorization"] == "Bearer sekret" for h in server.headers)
+
+
+def test_llama_cpp_gets_a_gbnf_grammar_and_other_servers_nothing() -> None:
+    llama = FakeServer(owned_by="llamacpp")
+    engine = llama.engine()
+    assert engine.dialect == "llama.cpp"
+    engine.generate([conv("a")], COT_REQUEST)
+    engine.generate([conv("b")], FAST_REQUEST)
+    assert llama.bodies[0]["grammar"] == COT_REPLY_GBNF
+    assert "[^\\n]{1,200}" in COT_REPLY_GBNF and COT_REPLY_GBNF.endswith('"Score: " [0-3]')
+    assert llama.bodies[1]["grammar"] == 'root ::= "0" | "1" | "2" | "3"'
+    assert "structured_outputs" not in llama.bodies[0]
+    other = FakeServer(owned_by="openai")
+    plain = other.engine()
+    assert plain.dialect == "none"
+    plain.generate([conv("a")], COT_REQUEST)
+    assert "grammar" not in other.bodies[0] and "structured_outputs" not in other.bodies[0]
+
+
+def test_completion_reads_text_logprobs_and_cached_tokens() -> None:
+    completion = completion_from_choice(chat_response(REPLY))
+    assert completion.text == REPLY and completion.finish_reason == "stop"
+    assert completion.tokens[-1] == "2"
+    assert completion.top_logprobs[-1] == {"2": math.log(0.5), "3": math.log(0.5)}  # -9999 (impossible) dropped
+    assert (completion.prompt_tokens, completion.cached_prompt_tokens) == (100, 64)
+
+
+def test_judge_on_the_server_back_end_scores_and_records_where() -> None:
+    server = FakeServer()
+    judge = Judge(server.engine())
+    [judgement] = judge.grade([Triple(id="1", question="q?", answer="a")])
+    assert judgement.status == JudgementStatus.OK and judgement.score == 2
+    assert judgement.expected_score == pytest.approx((2 + 3) / 2 / 3)
+    assert isinstance(judge.engine, RecordsOrigin)
+    assert judge.engine.provenance() == {"engine": "openai", "engine_host": "judge.example"}
+
+
+def test_missing_logprobs_give_a_null_expected_score_not_a_made_up_one() -> None:
+    server = FakeServer(lambda body, attempt: httpx.Response(200, json=chat_response(REPLY, logprobs=False)))
+    [judgement] = Judge(server.engine()).grade([Triple(id="1", question="q?", answer="a")])
+    assert judgement.status == JudgementStatus.OK and judgement.score == 2
+    assert judgement.expected_score is None
+
+
+def test_429_with_retry_after_is_retried_and_honoured() -> None:
+    def reply(body: dict[str, Any], attempt: int) -> httpx.Response:
+        if attempt == 1:
+            return httpx.Response(429, headers={"Retry-After": "0"}, json={"error": {"message": "slow down"}})
+        return httpx.Response(200, json=chat_response(REPLY))
+
+    server = FakeServer(reply)
+    [completion] = server.engine().generate([conv("a")], COT_REQUEST)
+    assert completion.error is None and completion.text == REPLY
+    assert server.attempts[conv("a")[-1]["content"]] == 2
+
+
+def test_the_wait_is_the_servers_retry_after() -> None:
+    from tenacity import RetryCallState
+
+    from juiz.openai_engine import ServerError
+
+    state = RetryCallState(retry_object=None, fn=None, args=(), kwargs={})  # type: ignore[arg-type]
+    state.set_exception((ServerError, ServerError(429, "busy", retry_after_s=7.0), None))
+    assert WaitRetryAfter()(state) == 7.0
+    assert retry_after_s("3") == 3.0 and retry_after_s("soon") is None and retry_after_s(None) is None
+    assert retry_after_s("Wed, 21 Oct 2015 07:28:00 GMT") == 0.0  # a date in the past: now
+
+
+def test_500_is_retried() -> None:
+    def reply(body: dict[str, Any], attempt: int) -> httpx.Response:
+        if attempt < 3:
+            return httpx.Response(500, text="upstream hiccup", headers={"Retry-After": "0"})
+        return httpx.Response(200, json=chat_response(REPLY))
+
+    server = FakeServer(reply)
+    [completion] = server.engine().generate([conv("a")], COT_REQUEST)
+    assert completion.text == REPLY and server.attempts[conv("a")[-1]["content"]] == 3
+
+
+def test_400_fails_that_item_alone_with_the_servers_reason() -> None:
+    def reply(body: dict[str, Any], attempt: int) -> httpx.Response:
+        if "too long" in body["messages"][-1]["content"]:  # the judge's prompt holds the question
+            return httpx.Response(400, json={"error": {"message": "maximum context length is 4096 tokens"}})
+        return httpx.Response(200, json=chat_response(REPLY))
+
+    server = FakeServer(reply)
+    good, bad, good2 = server.engine().generate([conv("x"), conv("too long"), conv("y")], COT_REQUEST)
+    assert good.text == REPLY and good2.text == REPLY
+    assert bad.error == "HTTP 400 from the judge server: maximum context length is 4096 tokens"
+    assert server.attempts["too long"] == 1  # permanent: never retried
+    assert len(server.bodies) == 3
+    judgements = Judge(server.engine()).grade(
+        [Triple(id="1", question="x", answer="a"), Triple(id="2", question="too long", answer="a")]
+    )
+    assert [j.status for j in judgements] == [JudgementStatus.OK, JudgementStatus.FAILED]
+    assert "maximum context length" in (judgements[1].error or "")
+
+
+def test_a_server_down_for_every_request_is_a_transient_engine_error() -> None:
+    calls = {"n": 0}
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/models"):
+            return httpx.Response(200, json={"data": [{"id": "judge", "owned_by": "vllm"}]})
+        calls["n"] += 1
+        raise httpx.ConnectError("connection refused", request=request)
+
+    engine = OpenAIEngine(
+        "http://127.0.0.1:9/v1", "judge", transport=httpx.MockTransport(handler), attempts=2, max_retry_s=5
+    )
+    with pytest.raises(TransientEngineError, match="failed every request"):
+        engine.generate([conv("a"), conv("b")], COT_REQUEST)
+    assert calls["n"] == 4  # two attempts each
+
+
+def test_unknown_model_is_a_model_error_naming_what_is_served() -> None:
+    with pytest.raises(ModelError, match="serves: judge"):
+        OpenAIEngine("http://h/v1", "other", transport=httpx.MockTransport(FakeServer()))
+
+
+def test_cancelled_indices_and_the_deadline_abort_in_flight_requests() -> None:
+    release = threading.Event()  # never set: the request named "hang" stays in flight until aborted
+
+    async def reply_async(request: httpx.Request) -> httpx.Response:
+        import anyio
+
+        if request.url.path.endswith("/models"):
+            return httpx.Response(200, json={"data": [{"id": "judge", "owned_by": "vllm"}]})
+        if json.loads(request.content)["messages"][-1]["content"] == "hang":
+            while not release.is_set():
+                await anyio.sleep(0.01)
+        return httpx.Response(200, json=chat_response(REPLY))
+
+    engine = OpenAIEngine("http://h/v1", "judge", transport=httpx.MockTransport(reply_async))
+    fast, hung = engine.generate(
+        [conv("ok"), conv("hang")], COT_REQUEST, CallControl(cancelled=lambda: {1}, poll_s=0.01)
+    )
+    assert fast.text == REPLY
+    assert (hung.error, hung.finish_reason) == ("cancelled", "abort")
+    import time
+
+    [timed_out] = engine.generate([conv("hang")], COT_REQUEST, CallControl(deadline=time.monotonic() + 0.05))
+    assert timed_out.finish_reason == "abort" and (timed_out.error or "").startswith("timed out after")
+
+
+def test_an_unknown_regex_on_llama_cpp_is_left_to_the_parser() -> None:
+    server = FakeServer(owned_by="llamacpp")
+    server.engine().generate([conv("a")], GenerationRequest(max_tokens=5, regex="[a-z]+"))
+    assert "grammar" not in server.bodies[0]
