@@ -65,6 +65,27 @@ class Settings(BaseSettings):
     )
     max_items: int = Field(100_000, ge=1, description="Most items one batch may hold (more: 413).")
     max_body_bytes: int = Field(64 * MiB, ge=1024, description="Largest request body in bytes (more: 413).")
+    # Intake bounds (422 naming the item and field, nothing stored). Characters, not tokens: the engine still fails
+    # an item alone if it is too long for max_model_len; these keep a 5 MB answer out of Redis and the engine.
+    max_question_chars: int = Field(4_000, ge=1, description="Longest question an item may have, in characters.")
+    max_answer_chars: int = Field(16_000, ge=1, description="Longest answer an item may have, in characters.")
+    max_context_chars: int = Field(
+        32_000, ge=1, description="Longest context an item may have, in characters (all segments' text together)."
+    )
+    max_extra_chars: int = Field(
+        16_000, ge=0, description="Most characters of JSON an item's extra (passed-through) fields may take."
+    )
+    max_json_depth: int = Field(
+        32, ge=4, le=1000, description="Deepest nesting of JSON arrays/objects accepted in a request body."
+    )
+    rate_limit_per_minute: int = Field(
+        600, ge=0, description="Requests per minute one tenant may make to /v1 (more: 429 with Retry-After); 0: none."
+    )
+    agreement_max_work: int = Field(
+        2_000_000,
+        ge=1,
+        description="Cap on bootstrap resamples x graded items for /agreement; resamples are lowered to fit.",
+    )
     chunk_size: int = Field(32, ge=1, description="Items per RQ job; a batch is split into chunks of this size.")
     coalesce_max_items: int = Field(
         256, ge=1, description="Most items a worker grades in one engine call, pulling in other queued chunks."

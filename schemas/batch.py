@@ -5,7 +5,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from schemas.labels import LabelMapping
 from schemas.triple import Triple
@@ -13,6 +13,9 @@ from schemas.triple import Triple
 
 class BatchOptions(BaseModel):
     """How a batch is graded. Every field has a default, so `{}` is a valid options object."""
+
+    # A misspelt option ({"mdoe": "fast"}) is a 422 naming it, not a batch silently graded with the default.
+    model_config = ConfigDict(extra="forbid")
 
     metric: Literal["answer_relevance"] = "answer_relevance"
     prompt: str | None = Field(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import uuid
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -51,6 +52,16 @@ class Triple(BaseModel):
         if isinstance(value, int) and not isinstance(value, bool):
             return str(value)
         return value
+
+    def text_lengths(self) -> dict[str, int]:
+        """Characters per field, checked against the service's configurable intake limits: `context` counts every
+        segment's text, `extra` the JSON of the passed-through fields."""
+        if isinstance(self.context, list):
+            context = sum(len(segment.text) for segment in self.context)
+        else:
+            context = len(self.context or "")
+        extra = len(json.dumps(self.model_extra, ensure_ascii=False, default=str)) if self.model_extra else 0
+        return {"question": len(self.question), "answer": len(self.answer), "context": context, "extra": extra}
 
     def passthrough(self) -> dict[str, object]:
         """The extra fields the user sent, to be copied onto the judgement."""

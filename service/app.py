@@ -13,17 +13,17 @@ from contextlib import asynccontextmanager
 from litestar import Litestar
 from litestar.datastructures import State
 from litestar.di import Provide
-from litestar.openapi import OpenAPIConfig
-from litestar.openapi.plugins import ScalarRenderPlugin, SwaggerRenderPlugin
 from redis import Redis
+from redis.asyncio import Redis as AsyncRedis
 
-from juiz import __version__
 from juiz.settings import Settings
 from juiz.store import Store
 from service.auth import provide_tenant
 from service.controllers import BatchController, GradeController, HealthController
 from service.errors import EXCEPTION_HANDLERS
 from service.metrics import registry_for
+from service.openapi import assets_router, openapi_config
+from service.ratelimit import enforce_rate_limit
 
 log = logging.getLogger(__name__)
 
@@ -41,30 +41,28 @@ def create_app(settings: Settings | None = None, redis: Redis | None = None) -> 
         client = redis if redis is not None else Redis.from_url(settings.redis_url)
         store = Store(client, settings)
         app.state.store = store
+        # The hot read paths (result pages, rate limits) talk to Redis on the event loop instead of a worker thread.
+        app.state.async_redis = AsyncRedis.from_url(settings.redis_url)
         app.state.metrics_registry = registry_for(store)
         if not app.state.tenants_by_key:
             log.warning("no API keys configured (JUIZ_API_KEYS): the API is open to anyone who can reach it")
         try:
             yield
         finally:
+            await app.state.async_redis.aclose()
             if redis is None:
                 client.close()
 
     return Litestar(
-        route_handlers=[BatchController, GradeController, HealthController],
+        route_handlers=[BatchController, GradeController, HealthController, assets_router()],
         dependencies={
             "store": Provide(provide_store, sync_to_thread=False),
             "tenant": Provide(provide_tenant, sync_to_thread=False),
         },
         exception_handlers=EXCEPTION_HANDLERS,
+        before_request=enforce_rate_limit,
         lifespan=[redis_connection],
         state=State({"settings": settings, "tenants_by_key": settings.tenants_by_key}),
         request_max_body_size=settings.max_body_bytes,
-        openapi_config=OpenAPIConfig(
-            title="juiz",
-            version=__version__,
-            description="Grade the answer relevance of RAG triples (0–3) with a local LLM judge.",
-            path="/schema",
-            render_plugins=[ScalarRenderPlugin(), SwaggerRenderPlugin()],
-        ),
+        openapi_config=openapi_config(),
     )

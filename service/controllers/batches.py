@@ -3,60 +3,60 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from functools import partial
 from typing import Annotated, Any
 
 import anyio
 from litestar import Controller, Request, Response, delete, get, post
 from litestar.datastructures import State
-from litestar.di import NamedDependency
+from litestar.di import NamedDependency, Provide
 from litestar.exceptions import NotFoundException
 from litestar.openapi.spec import OpenAPIMediaType, OpenAPIType, Operation, RequestBody, Schema
-from litestar.params import FromPath, HeaderParameter, QueryParameter, RawBody
+from litestar.params import HeaderParameter, Parameter, QueryParameter, RawBody
 from litestar.response import Stream
+from redis.asyncio import Redis as AsyncRedis
 
-from juiz.agreement import compute_agreement
 from juiz.errors import InputError
 from juiz.report import render_report
-from juiz.store import BatchRecord, Store
-from schemas import AgreementReport, BatchView, ResultsPage
-from service.intake import NDJSON, read_submission
+from juiz.store import TERMINAL, BatchRecord, Store
+from schemas import AgreementReport, BatchSubmission, BatchView, ResultsPage
+from service.agreement import cached_agreement
+from service.intake import JSON, NDJSON, read_submission
+from service.openapi import BATCH_ID_PATTERN, CURSOR_PATTERN, SECURITY, responses
 from service.views import batch_view
 
 MAX_PAGE = 1000
 STREAM_PAGE = 500
 FOLLOW_POLL_S = 0.5
+TERMINAL_STATUSES = frozenset(status.value.encode() for status in TERMINAL)
+
+BatchId = Annotated[
+    str, Parameter(pattern=BATCH_ID_PATTERN, description="The batch id juiz gave (32 hexadecimal digits).")
+]
+
+
+def documented_submission(data: BatchSubmission) -> None:
+    """Never called: declared on POST /v1/batches only so Litestar documents the body from schemas.BatchSubmission.
+    The handler reads the raw body itself, so its 413/422 answers can name the limit, the item and the field."""
 
 
 @dataclass
 class SubmissionOperation(Operation):
-    """Documents the raw body POST /v1/batches reads itself (so that its 413/422 answers name limit, item and field)."""
+    """Adds the JSONL upload beside the JSON body Litestar documented from BatchSubmission."""
 
     def __post_init__(self) -> None:
-        item = Schema(
-            type=OpenAPIType.OBJECT,
-            required=["question", "answer"],
-            description="A Triple: id, question, answer, context (text or segments), manual_label; extra fields kept.",
-        )
-        self.request_body = RequestBody(
-            required=True,
-            description="JSON `{items, options}`, or JSONL (one triple per line) with options in the query string.",
-            content={
-                "application/json": OpenAPIMediaType(
-                    schema=Schema(
-                        type=OpenAPIType.OBJECT,
-                        required=["items"],
-                        properties={
-                            "items": Schema(type=OpenAPIType.ARRAY, items=item),
-                            "options": Schema(type=OpenAPIType.OBJECT, description="BatchOptions"),
-                        },
-                    )
-                ),
-                NDJSON: OpenAPIMediaType(schema=Schema(type=OpenAPIType.STRING, description="one triple per line")),
-            },
-        )
+        if isinstance(self.request_body, RequestBody):
+            self.request_body.description = (
+                "JSON `{items, options}`, or JSONL (one triple per line) with options in the query string."
+            )
+            content = self.request_body.content
+            if JSON not in content and content:
+                content[JSON] = next(iter(content.values()))
+            content[NDJSON] = OpenAPIMediaType(
+                schema=Schema(type=OpenAPIType.STRING, description="one Triple as JSON per line")
+            )
 
 
 def owned_batch(store: Store, tenant: str, batch_id: str) -> BatchRecord:
@@ -68,45 +68,68 @@ def owned_batch(store: Store, tenant: str, batch_id: str) -> BatchRecord:
 
 
 def _offset(cursor: str | None) -> int:
+    # isdigit() alone accepts '²'; more than 15 digits is no offset Redis can hold (and no cursor juiz gave).
     if cursor is None or cursor == "":
         return 0
-    if not cursor.isdigit():
+    if not (cursor.isascii() and cursor.isdigit() and len(cursor) <= 15):
         raise InputError("not a cursor from a previous page", source="query", field="cursor")
     return int(cursor)
+
+
+async def _owned_raw_results(
+    redis: AsyncRedis, tenant: str, batch_id: str, offset: int, limit: int
+) -> tuple[list[bytes], bool, int]:
+    """One round trip on the event loop: (raw result entries from `offset`, batch over, results stored). 404 for
+    another tenant's batch. The hot path of result pages and polls: no thread hop, no Judgement re-validation."""
+    key = Store.batch_key(batch_id)
+    results = Store.batch_key(batch_id, "results")
+    async with redis.pipeline(transaction=False) as pipe:
+        pipe.hmget(key, "tenant", "status")
+        pipe.lrange(results, offset, offset + limit - 1)
+        pipe.llen(results)
+        (owner, status), entries, count = await pipe.execute()
+    if owner is None or owner.decode() != tenant:
+        raise NotFoundException(detail=f"no batch {batch_id}", extra={"field": "batch_id"})
+    return entries, status in TERMINAL_STATUSES, int(count)
+
+
+def _judgement_json(entry: bytes) -> bytes:
+    """A stored entry is b"index\njudgement JSON"; the JSON was validated when the worker stored it."""
+    return entry.partition(b"\n")[2]
 
 
 @dataclass
 class _Follow:
     """The state of one NDJSON stream."""
 
-    store: Store
+    redis: AsyncRedis
+    tenant: str
     batch_id: str
     offset: int
     follow: bool
 
 
-async def _ndjson(state: _Follow) -> AsyncIterator[str]:
-    """Stored results from the cursor on; with follow, keep the stream open until the batch is over and read."""
-    store = state.store
+async def _ndjson(state: _Follow, first: list[bytes], terminal: bool) -> AsyncIterator[bytes]:
+    """Stored results from the cursor on; with follow, keep the stream open until the batch is over and read.
+    The first page was read before the 200 was sent, so a bad cursor or a missing batch is a 4xx, never a cut body."""
+    entries = first
     while True:
-        terminal = False
-        if state.follow:
-            record = await anyio.to_thread.run_sync(store.get_batch, state.batch_id)
-            terminal = record is None or record.terminal
-        raw = await anyio.to_thread.run_sync(store.read_results_raw, state.batch_id, state.offset, STREAM_PAGE)
-        if raw:
-            state.offset += len(raw)
-            yield "".join(line + "\n" for line in raw)
-        if len(raw) == STREAM_PAGE:
-            continue
-        if not state.follow or terminal:
-            return
-        await asyncio.sleep(FOLLOW_POLL_S)
+        if entries:
+            state.offset += len(entries)
+            yield b"".join(_judgement_json(entry) + b"\n" for entry in entries)
+        if len(entries) < STREAM_PAGE:
+            if not state.follow or terminal:
+                return
+            await asyncio.sleep(FOLLOW_POLL_S)
+        entries, terminal, _ = await _owned_raw_results(
+            state.redis, state.tenant, state.batch_id, state.offset, STREAM_PAGE
+        )
 
 
 class BatchController(Controller):
     path = "/v1/batches"
     tags = ["batches"]  # noqa: RUF012 - Litestar reads it as a class attribute
+    security = SECURITY
 
     @post(
         "/",
@@ -114,6 +137,8 @@ class BatchController(Controller):
         status_code=202,
         sync_to_thread=True,
         operation_class=SubmissionOperation,
+        dependencies={"submission": Provide(documented_submission, sync_to_thread=False)},
+        responses=responses(401, 409, 413, 415, 422, 429, 503),
         summary="Submit triples to grade",
     )
     def create_batch(
@@ -148,8 +173,7 @@ class BatchController(Controller):
             )
             if value is not None
         }
-        content_type = request.headers.get("content-type", "application/json")
-        submission = read_submission(body, content_type, query, state.settings.max_items)
+        submission = read_submission(body, request.headers.get("content-type"), query, state.settings)
         record, created = store.create_batch(
             tenant,
             submission.options,
@@ -163,75 +187,98 @@ class BatchController(Controller):
             response_headers["Idempotent-Replayed"] = "true"
         return Response(view, status_code=202, headers=response_headers)
 
-    @get("/{batch_id:str}", operation_id="getBatch", sync_to_thread=True, summary="Batch status")
-    def get_batch(
-        self, store: NamedDependency[Store], tenant: NamedDependency[str], batch_id: FromPath[str]
-    ) -> BatchView:
+    @get(
+        "/{batch_id:str}",
+        operation_id="getBatch",
+        sync_to_thread=True,
+        responses=responses(401, 404, 429, 503),
+        summary="Batch status",
+    )
+    def get_batch(self, store: NamedDependency[Store], tenant: NamedDependency[str], batch_id: BatchId) -> BatchView:
         """Status (queued, running, done, failed, cancelled), counts, timestamps, judgements per second, ETA."""
         return batch_view(owned_batch(store, tenant, batch_id))
 
-    @get("/{batch_id:str}/results", operation_id="listBatchResults", summary="Results, paged or streamed")
+    @get(
+        "/{batch_id:str}/results",
+        operation_id="listBatchResults",
+        responses=responses(401, 404, 422, 429, 503),
+        summary="Results, paged or streamed",
+    )
     async def list_results(
         self,
         request: Request[Any, Any, Any],
-        store: NamedDependency[Store],
+        state: State,
         tenant: NamedDependency[str],
-        batch_id: FromPath[str],
-        cursor: Annotated[str | None, QueryParameter(description="next_cursor of the previous page")] = None,
+        batch_id: BatchId,
+        cursor: Annotated[
+            str | None, QueryParameter(pattern=CURSOR_PATTERN, description="next_cursor of the previous page")
+        ] = None,
         limit: Annotated[int, QueryParameter(ge=1, le=MAX_PAGE, description="results per page")] = 100,
         follow: Annotated[bool, QueryParameter(description="NDJSON: keep streaming until the batch is over")] = False,
     ) -> Response[ResultsPage]:
         """Results in completion order, readable while the batch runs. JSON pages `{items, next_cursor}`; with
         `Accept: application/x-ndjson`, one judgement per line from the cursor on (`follow=true` waits for the rest).
         Each result has the same fields as a line of the CLI's results file."""
-        await anyio.to_thread.run_sync(owned_batch, store, tenant, batch_id)
         offset = _offset(cursor)
+        redis: AsyncRedis = state.async_redis
         if NDJSON in request.headers.get("accept", ""):
-            return Stream(_ndjson(_Follow(store, batch_id, offset, follow)), media_type=NDJSON)  # type: ignore[return-value]
-        page = await anyio.to_thread.run_sync(partial(_page, store, batch_id, offset, limit))
-        return Response(page)
+            first, terminal, _ = await _owned_raw_results(redis, tenant, batch_id, offset, STREAM_PAGE)
+            stream = _ndjson(_Follow(redis, tenant, batch_id, offset, follow), first, terminal)
+            return Stream(stream, media_type=NDJSON)  # type: ignore[return-value]
+        entries, terminal, count = await _owned_raw_results(redis, tenant, batch_id, offset, limit)
+        end = offset + len(entries)
+        next_cursor = str(end) if (end < count or not terminal) else None
+        # The page is assembled from the stored JSON as it is: re-validating every Judgement and serialising it
+        # again was most of a page's cost under load (issue 10's mixed-load p99).
+        body = b'{"items":[' + b",".join(_judgement_json(e) for e in entries) + b'],"next_cursor":'
+        body += json.dumps(next_cursor).encode() + b"}"
+        return Response(body, media_type=JSON)  # type: ignore[return-value,arg-type]
 
-    @get("/{batch_id:str}/agreement", operation_id="getBatchAgreement", sync_to_thread=True, summary="Agreement")
-    def get_agreement(
+    @get(
+        "/{batch_id:str}/agreement",
+        operation_id="getBatchAgreement",
+        responses=responses(401, 404, 429, 503),
+        summary="Agreement",
+    )
+    async def get_agreement(
         self,
+        state: State,
         store: NamedDependency[Store],
         tenant: NamedDependency[str],
-        batch_id: FromPath[str],
+        batch_id: BatchId,
         resamples: Annotated[
-            int, QueryParameter(ge=0, le=10_000, description="bootstrap resamples for the CIs")
+            int, QueryParameter(ge=0, le=10_000, description="bootstrap resamples for the CIs (capped, see below)")
         ] = 1000,
     ) -> AgreementReport:
-        """Agreement between the judge and the manual labels of the items graded so far (the batch's label mapping)."""
-        record = owned_batch(store, tenant, batch_id)
-        judgements = store.results_in_input_order(batch_id)
-        return compute_agreement(judgements, record.options.label_mapping, resamples=resamples)
+        """Agreement between the judge and the manual labels of the items graded so far (the batch's label mapping).
+        Resamples × items is capped by `agreement_max_work` (resamples are lowered to fit; the report says how many
+        were used). A finished batch's report is computed once and cached; the bootstrap runs off the event loop."""
+        record = await anyio.to_thread.run_sync(owned_batch, store, tenant, batch_id)
+        return await cached_agreement(store, state.async_redis, record, resamples)
 
     @get(
         "/{batch_id:str}/report",
         operation_id="getBatchReport",
         sync_to_thread=True,
         media_type="text/markdown; charset=utf-8",
+        responses=responses(401, 404, 429, 503),
         summary="Markdown report",
     )
-    def get_report(self, store: NamedDependency[Store], tenant: NamedDependency[str], batch_id: FromPath[str]) -> str:
+    def get_report(self, store: NamedDependency[Store], tenant: NamedDependency[str], batch_id: BatchId) -> str:
         """The seeds' markdown report of the items graded so far, in input order."""
         owned_batch(store, tenant, batch_id)
         return render_report(store.results_in_input_order(batch_id))
 
-    @delete("/{batch_id:str}", operation_id="cancelBatch", status_code=200, sync_to_thread=True, summary="Cancel")
-    def cancel_batch(
-        self, store: NamedDependency[Store], tenant: NamedDependency[str], batch_id: FromPath[str]
-    ) -> BatchView:
+    @delete(
+        "/{batch_id:str}",
+        operation_id="cancelBatch",
+        status_code=200,
+        sync_to_thread=True,
+        responses=responses(401, 404, 429, 503),
+        summary="Cancel",
+    )
+    def cancel_batch(self, store: NamedDependency[Store], tenant: NamedDependency[str], batch_id: BatchId) -> BatchView:
         """Cancel: queued chunks are dropped and no further result is stored; results already stored stay readable.
         A finished batch is left as it is."""
         record = owned_batch(store, tenant, batch_id)
         return batch_view(store.cancel_batch(record))
-
-
-def _page(store: Store, batch_id: str, offset: int, limit: int) -> ResultsPage:
-    record = store.get_batch(batch_id)
-    items = store.read_results(batch_id, offset, limit)
-    end = offset + len(items)
-    more_now = end < store.result_count(batch_id)
-    more_later = record is not None and not record.terminal
-    return ResultsPage(items=items, next_cursor=str(end) if (more_now or more_later) else None)

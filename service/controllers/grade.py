@@ -8,32 +8,61 @@ from functools import partial
 from typing import Any
 
 import anyio
-from litestar import Controller, Response, post
+from litestar import Controller, Request, Response, post
 from litestar.datastructures import State
-from litestar.di import NamedDependency
+from litestar.di import NamedDependency, Provide
+from litestar.openapi import ResponseSpec
 from litestar.params import RawBody
 
 from juiz.store import Store
-from schemas import BatchView, Judgement
+from schemas import BatchView, GradeRequest, Judgement
 from service.intake import read_grade_request
+from service.openapi import SECURITY, responses
 from service.views import batch_view
 
 POLL_FIRST_S = 0.02
 POLL_MAX_S = 0.25
 
 
+def documented_grade_request(data: GradeRequest) -> None:
+    """Never called: declared on POST /v1/grade only so Litestar documents its body from schemas.GradeRequest (the
+    handler reads the raw body itself, to answer 422 naming the field)."""
+
+
 class GradeController(Controller):
     path = "/v1/grade"
     tags = ["grade"]  # noqa: RUF012 - Litestar reads it as a class attribute
+    security = SECURITY
 
-    @post("/", operation_id="gradeOne", summary="Grade one triple now")
+    @post(
+        "/",
+        operation_id="gradeOne",
+        status_code=200,
+        dependencies={"grade_request": Provide(documented_grade_request, sync_to_thread=False)},
+        responses={
+            202: ResponseSpec(
+                data_container=BatchView,
+                description="Not graded within grade_timeout_s: its one-item batch, to follow (Location header).",
+                generate_examples=False,
+            ),
+            **responses(401, 415, 422, 429, 503),
+        },
+        summary="Grade one triple now",
+    )
     async def grade_one(
-        self, state: State, store: NamedDependency[Store], tenant: NamedDependency[str], body: RawBody
-    ) -> Response[Judgement | BatchView]:
+        self,
+        request: Request[Any, Any, Any],
+        state: State,
+        store: NamedDependency[Store],
+        tenant: NamedDependency[str],
+        body: RawBody,
+    ) -> Response[Judgement]:
         """Grade one triple (`{"item": {...}, "options": {...}}`) on the priority queue workers serve first.
         200 with the judgement when it is ready within `grade_timeout_s`; otherwise 202 with its one-item batch,
         whose results can be fetched later."""
-        triple, options = await anyio.to_thread.run_sync(read_grade_request, body)
+        triple, options = await anyio.to_thread.run_sync(
+            read_grade_request, body, request.headers.get("content-type"), state.settings
+        )
         record, _ = await anyio.to_thread.run_sync(
             partial(store.create_batch, tenant, options, [triple], priority=True)
         )
@@ -42,11 +71,11 @@ class GradeController(Controller):
         while True:
             results = await anyio.to_thread.run_sync(store.read_results, record.id, 0, 1)
             if results:
-                return Response[Any](results[0], status_code=200)
+                return Response(results[0], status_code=200)
             if time.monotonic() >= deadline:
                 break
             await asyncio.sleep(min(pause, max(deadline - time.monotonic(), 0)))
             pause = min(pause * 2, POLL_MAX_S)
         latest = await anyio.to_thread.run_sync(store.get_batch, record.id)
         view = batch_view(latest or record)
-        return Response[Any](view, status_code=202, headers={"Location": view.links.self})
+        return Response(view, status_code=202, headers={"Location": view.links.self})  # type: ignore[arg-type]

@@ -31,6 +31,7 @@ def make_settings(redis_url: str, **overrides: Any) -> Settings:
         "maintenance_interval_s": 1,
         "grade_timeout_s": 5,
         "log_level": "WARNING",
+        "rate_limit_per_minute": 0,  # no juiz:ratelimit:* keys; tests of the limit set their own
     }
     values.update(overrides)
     return Settings(**values)
