@@ -10,7 +10,8 @@ import csv
 import io
 import json
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -60,15 +61,121 @@ _REPORTED_NA = re.compile(r"^n/a(?:\s*\((?P<status>[^)]*)\))?$", re.IGNORECASE)
 _UNION_TAG = re.compile(r"^(str|int|float|bool|none|[\w-]+\[.*\])$")
 
 
-def read_triples(path: str | Path) -> list[Triple]:
-    """Read every triple in a file, choosing the format by its extension.
+# --- other tools' field names ------------------------------------------------------------------------------------
+
+# Presets: their name → juiz's. RAGAS's `reference` (the ground-truth answer) keeps its name and is passed through.
+FIELD_MAP_PRESETS: dict[str, dict[str, str]] = {
+    "ragas": {"user_input": "question", "retrieved_contexts": "context", "response": "answer"},
+    "common": {"query": "question", "contexts": "context", "response": "answer", "ground_truth": "reference"},
+}
+
+
+@dataclass(frozen=True)
+class FieldMap:
+    """Renames an input item's fields (their name → juiz's) before it is validated; a list of strings renamed to
+    `context` becomes segments. Errors still name the field as the user wrote it."""
+
+    renames: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def parse(cls, value: str | Mapping[str, Any] | None, source: str = "--field-map") -> FieldMap | None:
+        """A preset name (`ragas`, `common`), a JSON object {their_name: juiz_name} inline or in a file, or a mapping.
+        None for no map. InputError naming `source` otherwise."""
+        if value is None or value == "":
+            return None
+        if isinstance(value, str) and value in FIELD_MAP_PRESETS:
+            return cls(FIELD_MAP_PRESETS[value])
+        data: object = value
+        if isinstance(value, str):
+            text = value
+            if not value.lstrip().startswith("{"):
+                try:
+                    text = Path(value).read_text(encoding="utf-8")
+                except OSError:
+                    presets = ", ".join(FIELD_MAP_PRESETS)
+                    raise InputError(
+                        f"not a preset ({presets}), inline JSON or a readable file", source=source
+                    ) from None
+            try:
+                data = json.loads(text)
+            except json.JSONDecodeError as exc:
+                raise InputError(f"malformed JSON: {exc.msg} (column {exc.colno})", source=source) from None
+        if not isinstance(data, Mapping) or not all(isinstance(v, str) and v for v in data.values()):
+            raise InputError(
+                'expected a preset name or a JSON object of names, e.g. {"query": "question"}', source=source
+            )
+        targets = list(data.values())
+        repeated = sorted({t for t in targets if targets.count(t) > 1})
+        if repeated:
+            raise InputError(f"two fields are mapped to {repeated[0]!r}", source=source, field=repeated[0])
+        return cls({str(k): str(v) for k, v in data.items()})
+
+    def user_name(self, juiz_name: str) -> str:
+        """The name the user wrote for one of juiz's fields (for error messages)."""
+        for theirs, ours in self.renames.items():
+            if ours == juiz_name:
+                return theirs
+        return juiz_name
+
+    def user_field(self, field_path: str | None) -> str | None:
+        """A dotted error path (`context.2.text`) with its first part as the user wrote it."""
+        if field_path is None:
+            return None
+        head, dot, rest = field_path.partition(".")
+        return self.user_name(head) + dot + rest
+
+    def apply(self, obj: object, source: str, line: int | None) -> object:
+        """The item with juiz's names; an object that is not a dict is left for validation to reject."""
+        if not isinstance(obj, dict):
+            return obj
+        renamed: dict[str, Any] = {}
+        for name, value in obj.items():
+            target = self.renames.get(name, name)
+            if target in renamed:
+                raise InputError(
+                    f"both {self.user_name(target)!r} and {target!r} given for {target!r}",
+                    source=source,
+                    line=line,
+                    field=name,
+                )
+            renamed[target] = value
+        if isinstance(renamed.get("context"), list):
+            renamed["context"] = _as_segments(renamed["context"])
+        return renamed
+
+
+def validate_triple(obj: object, source: str, line: int | None, field_map: FieldMap | None = None) -> Triple:
+    """One item → Triple, through the field map when there is one; InputError names the field as the user wrote it."""
+    if field_map is None:
+        return validate_model(Triple, obj, source, line)
+    return _validated(field_map.apply(obj, source, line), source, line, field_map)
+
+
+def _validated(obj: object, source: str, line: int | None, field_map: FieldMap | None) -> Triple:
+    """Validate an item already in juiz's names; errors translated back to the user's names."""
+    try:
+        return validate_model(Triple, obj, source, line)
+    except InputError as exc:
+        if field_map is None:
+            raise
+        raise InputError(exc.message, source=exc.source, line=exc.line, field=field_map.user_field(exc.field)) from None
+
+
+def _as_segments(context: list[Any]) -> list[Any]:
+    """RAGAS-style contexts: plain strings, one per retrieved passage → segments `{text}`."""
+    return [{"text": c} if isinstance(c, str) else c for c in context]
+
+
+def read_triples(path: str | Path, field_map: FieldMap | None = None) -> list[Triple]:
+    """Read every triple in a file, choosing the format by its extension; `field_map` renames the user's fields
+    (JSONL, JSON, CSV; the seeds' report format has juiz's own headings).
 
     Raises InputError for an unknown extension, an unreadable or empty file, malformed content or an invalid triple.
     """
     path = Path(path)
     source = str(path)
     suffix = path.suffix.lower()
-    parsers: dict[str, Callable[[str, str], list[Triple]]] = {
+    parsers: dict[str, Callable[[str, str, FieldMap | None], list[Triple]]] = {
         **dict.fromkeys(JSONL_SUFFIXES, _parse_jsonl),
         ".json": _parse_json,
         ".csv": _parse_csv,
@@ -78,15 +185,15 @@ def read_triples(path: str | Path) -> list[Triple]:
     if parser is None:
         known = ", ".join(sorted(parsers))
         raise InputError(f"unknown file type '{suffix or '(none)'}'; expected one of {known}", source=source)
-    triples = parser(_read_text(path), source)
+    triples = parser(_read_text(path), source, field_map)
     if not triples:
         raise InputError("no triples", source=source)
     return triples
 
 
-def parse_triples_jsonl(text: str, source: str) -> list[Triple]:
+def parse_triples_jsonl(text: str, source: str, field_map: FieldMap | None = None) -> list[Triple]:
     """Parse a JSONL body (e.g. an HTTP upload); `source` names it in errors. Raises InputError like read_triples."""
-    triples = _parse_jsonl(text.removeprefix("\ufeff"), source)
+    triples = _parse_jsonl(text.removeprefix("\ufeff"), source, field_map)
     if not triples:
         raise InputError("no triples", source=source)
     return triples
@@ -171,11 +278,11 @@ def _jsonl_objects(text: str, source: str) -> list[tuple[int, Any]]:
     return objects
 
 
-def _parse_jsonl(text: str, source: str) -> list[Triple]:
-    return [validate_model(Triple, obj, source, number) for number, obj in _jsonl_objects(text, source)]
+def _parse_jsonl(text: str, source: str, field_map: FieldMap | None = None) -> list[Triple]:
+    return [validate_triple(obj, source, number, field_map) for number, obj in _jsonl_objects(text, source)]
 
 
-def _parse_json(text: str, source: str) -> list[Triple]:
+def _parse_json(text: str, source: str, field_map: FieldMap | None = None) -> list[Triple]:
     """A JSON array of triples, or an object with an "items" array (so a saved batch submission reads as-is)."""
     if not text.strip():
         return []
@@ -193,17 +300,19 @@ def _parse_json(text: str, source: str) -> list[Triple]:
             source=source,
         )
     # For JSON the "line" is the 1-based item index: line numbers of pretty-printed JSON are not worth tracking.
-    return [validate_model(Triple, obj, source, index) for index, obj in enumerate(data, start=1)]
+    return [validate_triple(obj, source, index, field_map) for index, obj in enumerate(data, start=1)]
 
 
-def _parse_csv(text: str, source: str) -> list[Triple]:
+def _parse_csv(text: str, source: str, field_map: FieldMap | None = None) -> list[Triple]:
     """Header row + one triple per row. Empty cells are absent fields; unknown columns become extra fields."""
     reader = csv.reader(io.StringIO(text, newline=""))
     try:
-        header = [name.strip() for name in next(reader, [])]
-        if not any(header):
+        written = [name.strip() for name in next(reader, [])]
+        if not any(written):
             return []
-        _check_csv_header(header, source)
+        _check_csv_header(written, source, field_map)
+        # Columns are renamed once, here; errors name them as written (the header's own names).
+        header = [field_map.renames.get(name, name) for name in written] if field_map else written
         triples = []
         last_line = reader.line_num
         for row in reader:
@@ -221,22 +330,26 @@ def _parse_csv(text: str, source: str) -> list[Triple]:
                 obj["manual_label"] = _label_from_text(obj["manual_label"])
                 if obj["manual_label"] == "":
                     del obj["manual_label"]
-            triples.append(validate_model(Triple, obj, source, line))
+            if field_map is not None and isinstance(obj.get("context"), list):
+                obj["context"] = _as_segments(obj["context"])
+            triples.append(_validated(obj, source, line, field_map))
         return triples
     except csv.Error as exc:
         raise InputError(f"malformed CSV: {exc}", source=source, line=reader.line_num) from None
 
 
-def _check_csv_header(header: list[str], source: str) -> None:
+def _check_csv_header(header: list[str], source: str, field_map: FieldMap | None = None) -> None:
     for index, name in enumerate(header, start=1):
         if not name:
             raise InputError(f"column {index} of the header has no name", source=source, line=1)
     duplicates = sorted({name for name in header if header.count(name) > 1})
     if duplicates:
         raise InputError(f"duplicate column(s): {', '.join(duplicates)}", source=source, line=1)
+    renamed = [field_map.renames.get(name, name) for name in header] if field_map else header
     for required in ("question", "answer"):
-        if required not in header:
-            raise InputError(f"the header has no '{required}' column", source=source, line=1, field=required)
+        if required not in renamed:
+            name = field_map.user_name(required) if field_map else required
+            raise InputError(f"the header has no '{name}' column", source=source, line=1, field=name)
 
 
 def _csv_context(cell: str) -> object:
@@ -264,7 +377,7 @@ def _label_from_text(text: str) -> str | int | float:
 # --- the seeds' markdown report format -------------------------------------------------------------------------
 
 
-def _parse_report(text: str, source: str) -> list[Triple]:
+def _parse_report(text: str, source: str, field_map: FieldMap | None = None) -> list[Triple]:
     """Each `**Pergunta N**:` heading opens a triple; `---` lines between them are separators.
 
     Items are cut at the question headings rather than at `---`, because a judge's reasoning or an answer may hold
