@@ -1,56 +1,121 @@
-"""The judge: triples in, judgements out, every item of a run in one batched engine call.
+"""The judge: triples in, judgements out, every item and metric of a run in one batched engine call per setting.
 
 render (prompts) → generate (engine, one call per sampling setting) → parse (parsing) → judgement (schemas).
 The CLI, the service's workers and the benchmarks all grade through `Judge.grade_many`.
+
+Several metrics per item (issue 8): answer_relevance (question + answer), groundedness (context + question + answer)
+and context_relevance (question + one segment, for each segment). Every (item, metric[, segment]) is one
+conversation; conversations with the same sampling setting go to the engine together, and identical conversations
+(e.g. the same question's segments for several answers) are generated once. The top-level fields of a result repeat
+answer_relevance when it was requested, else the first requested metric; `metrics` holds each one.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 import prompts
 from juiz import __version__
-from juiz.engine import Completion, Conversation, GenerationRequest, JudgeEngine
+from juiz.engine import CallControl, Completion, Conversation, GenerationRequest, JudgeEngine
 from juiz.errors import EngineError, PromptError, TransientEngineError
-from juiz.labels import automated_label
+from juiz.labels import label_for
 from juiz.language import detect_language
-from juiz.parsing import COT_MAX_TOKENS, COT_REPLY_REGEX, SCORE_DIGITS, expected_score, parse_reply
-from schemas import BatchOptions, Judgement, JudgementStatus, Provenance, Triple
+from juiz.parsing import (
+    COT_MAX_TOKENS,
+    COT_REPLY_REGEX,
+    SCORE_DIGITS,
+    SEGMENT_MAX_TOKENS,
+    SEGMENT_REPLY_REGEX,
+    expected_score,
+    parse_reply,
+)
+from schemas import BatchOptions, Judgement, JudgementStatus, Provenance, Segment, Triple
+from schemas.judgement import NEEDS_CONTEXT, MetricResult, MetricStatus, SegmentGrade
 
 log = logging.getLogger(__name__)
 
 COT_REQUEST = GenerationRequest(max_tokens=COT_MAX_TOKENS, regex=COT_REPLY_REGEX, logprobs=20)
 # Fast mode: one forward pass; the reply is one digit and the expected score comes from its distribution.
 FAST_REQUEST = GenerationRequest(max_tokens=1, choice=SCORE_DIGITS, logprobs=20)
+# Context relevance in CoT mode: the same template with shorter bounds (it runs once per segment).
+SEGMENT_COT_REQUEST = GenerationRequest(max_tokens=SEGMENT_MAX_TOKENS, regex=SEGMENT_REPLY_REGEX, logprobs=20)
+# How context_relevance's item score comes from its segments' scores (see README, "Metrics").
+CONTEXT_AGGREGATE = "max"
 
 
-def select_prompt(options: BatchOptions, question: str) -> prompts.PromptTemplate:
-    """The prompt for one item: the requested id (or the metric's default version), in the item's language."""
-    version = prompts.DEFAULT_VERSIONS[options.metric]
+def select_prompt(options: BatchOptions, question: str, metric: str | None = None) -> prompts.PromptTemplate:
+    """The prompt for one item and metric (default: the options' main metric): the requested id for that metric,
+    or the metric's default version, in the item's language."""
+    metric = metric or options.primary_metric
+    version = prompts.DEFAULT_VERSIONS[metric]
     lang: str | None = None
-    if options.prompt:
+    for prompt_id in options.prompt_ids():
         try:
-            metric, version, lang = prompts.parse_prompt_id(options.prompt)
+            prompt_metric, prompt_version, prompt_lang = prompts.parse_prompt_id(prompt_id)
         except prompts.PromptNotFound as exc:
             raise PromptError(str(exc)) from exc
-        if metric != options.metric:
-            raise PromptError(f"prompt {options.prompt!r} is not a {options.metric} prompt")
+        if prompt_metric not in options.metrics:
+            raise PromptError(
+                f"prompt {prompt_id!r} is for {prompt_metric}, which is not among the metrics requested "
+                f"({', '.join(options.metrics)})"
+            )
+        if prompt_metric == metric:
+            version, lang = prompt_version, prompt_lang
     if lang is None:
         lang = detect_language(question) if options.lang == "auto" else options.lang
     try:
-        return prompts.load(options.metric, version, lang)
+        return prompts.load(metric, version, lang)
     except prompts.PromptNotFound as exc:
         raise PromptError(str(exc)) from exc
 
 
 def validate_options(options: BatchOptions) -> None:
     """Fail before any work when a prompt id can't be served in every language it may be asked for."""
+    metrics = [prompts.parse_prompt_id(p)[0] for p in options.prompt_ids() if "@" in p]
+    if len(metrics) != len(set(metrics)):
+        raise PromptError("at most one prompt id per metric")
     for lang in (options.lang,) if options.lang != "auto" else prompts.LANGUAGES:
-        select_prompt(options.model_copy(update={"lang": lang}), question="")
+        for metric in options.metrics:
+            select_prompt(options.model_copy(update={"lang": lang}), question="", metric=metric)
+
+
+def request_for(mode: str, metric: str = "answer_relevance") -> GenerationRequest:
+    if mode != "cot":
+        return FAST_REQUEST
+    return SEGMENT_COT_REQUEST if metric == "context_relevance" else COT_REQUEST
+
+
+def context_segments(context: str | list[Segment] | None) -> list[str]:
+    """The context's segment texts; a plain-text context is one segment; blank ones are left out."""
+    if context is None:
+        return []
+    if isinstance(context, str):
+        return [context] if context.strip() else []
+    return [s.text for s in context if s.text.strip()]
+
+
+@dataclass(frozen=True)
+class _Task:
+    """One conversation to generate: item `item`'s grade for `metric` (and one segment for context relevance)."""
+
+    item: int
+    metric: str
+    segment: int | None
+    template: prompts.PromptTemplate
+    conversation: Conversation
+    request: GenerationRequest
+    mode: str
+
+
+@dataclass(frozen=True)
+class _Reply:
+    completion: Completion
+    latency_s: float
 
 
 @dataclass
@@ -58,11 +123,11 @@ class Judge:
     engine: JudgeEngine
 
     def warm_up(self) -> float:
-        """Compile the reply grammar before real work: xgrammar builds its token masks once per engine (seconds on a
+        """Compile the reply grammars before real work: xgrammar builds its token masks once per engine (seconds on a
         CPU, more under load), and vLLM drops requests whose grammar takes longer than its compile timeout."""
         started = time.perf_counter()
         conversation = [{"role": "user", "content": "Warm-up."}]
-        for request in (COT_REQUEST, FAST_REQUEST):
+        for request in (COT_REQUEST, SEGMENT_COT_REQUEST, FAST_REQUEST):
             self.engine.generate([conversation], replace(request, max_tokens=1))
         return time.perf_counter() - started
 
@@ -70,39 +135,92 @@ class Judge:
         options = options or BatchOptions()
         return self.grade_many([(t, options) for t in triples])
 
-    def grade_many(self, items: Sequence[tuple[Triple, BatchOptions]]) -> list[Judgement]:
+    def grade_many(
+        self, items: Sequence[tuple[Triple, BatchOptions]], control: CallControl | None = None
+    ) -> list[Judgement]:
         """Grade items that may carry different options (e.g. chunks of several batches) in as few calls as possible.
 
-        Prompts differ per item, so they still share one call; only a different sampling setting (cot vs fast)
-        needs a call of its own.
+        Prompts differ per item and metric, so they still share one call; only a different sampling setting (cot,
+        the shorter per-segment cot, fast) needs a call of its own. `control.cancelled()` names ITEM indices.
         """
-        templates = [select_prompt(options, triple.question) for triple, options in items]
-        results: list[Judgement | None] = [None] * len(items)
-        for mode in ("cot", "fast"):
-            request = request_for(mode)
-            indices = [i for i, (_, options) in enumerate(items) if options.mode == mode]
-            if not indices:
-                continue
-            conversations = [
-                templates[i].render(question=items[i][0].question, answer=items[i][0].answer, mode=mode)
-                for i in indices
-            ]
+        tasks, skipped = self._plan(items)
+        replies = self._run(tasks, control)
+        by_item: list[dict[str, MetricResult]] = [dict(skipped.get(i, {})) for i in range(len(items))]
+        segment_grades: dict[tuple[int, str], list[tuple[_Task, _Reply]]] = {}
+        for task, reply in zip(tasks, replies, strict=True):
+            if task.segment is None:
+                by_item[task.item][task.metric] = _metric_result(task, reply, self.engine.model_id)
+            else:
+                segment_grades.setdefault((task.item, task.metric), []).append((task, reply))
+        for (item, metric), graded in segment_grades.items():
+            by_item[item][metric] = _context_relevance(graded, self.engine.model_id)
+        return [
+            _judgement(triple, options, {m: by_item[i][m] for m in options.metrics})
+            for i, (triple, options) in enumerate(items)
+        ]
+
+    def _plan(
+        self, items: Sequence[tuple[Triple, BatchOptions]]
+    ) -> tuple[list[_Task], dict[int, dict[str, MetricResult]]]:
+        tasks: list[_Task] = []
+        skipped: dict[int, dict[str, MetricResult]] = {}
+        for i, (triple, options) in enumerate(items):
+            segments = context_segments(triple.context)
+            for metric in options.metrics:
+                template = select_prompt(options, triple.question, metric)
+                request = request_for(options.mode, metric)
+                if metric in NEEDS_CONTEXT and not segments:
+                    skipped.setdefault(i, {})[metric] = MetricResult(
+                        status=MetricStatus.SKIPPED,
+                        error=f"{metric} needs a context and this item has none",
+                        provenance=_provenance(self.engine.model_id, template, request, options.mode),
+                    )
+                    continue
+                if metric == "context_relevance":
+                    for n, text in enumerate(segments):
+                        conversation = template.render(question=triple.question, segment=text, mode=options.mode)
+                        tasks.append(_Task(i, metric, n, template, conversation, request, options.mode))
+                    continue
+                fields = {"question": triple.question, "answer": triple.answer}
+                if metric == "groundedness":
+                    fields["context"] = prompts.format_context(segments)
+                conversation = template.render(mode=options.mode, **fields)
+                tasks.append(_Task(i, metric, None, template, conversation, request, options.mode))
+        return tasks, skipped
+
+    def _run(self, tasks: list[_Task], control: CallControl | None) -> list[_Reply]:
+        """One engine call per sampling setting; identical conversations in it are generated once."""
+        replies: list[_Reply | None] = [None] * len(tasks)
+        for request in dict.fromkeys(t.request for t in tasks):
+            unique: dict[str, int] = {}  # rendered conversation → position in this call
+            conversations: list[Conversation] = []
+            owners: list[set[int]] = []  # items each conversation serves
+            slots: list[tuple[int, int]] = []  # (task index, position in this call)
+            for index, task in enumerate(tasks):
+                if task.request != request:
+                    continue
+                key = json.dumps(task.conversation, ensure_ascii=False)
+                if key not in unique:
+                    unique[key] = len(conversations)
+                    conversations.append(task.conversation)
+                    owners.append(set())
+                owners[unique[key]].add(task.item)
+                slots.append((index, unique[key]))
             started = time.perf_counter()
-            completions = self._generate_isolating_failures(conversations, request)
+            completions = self._generate_isolating_failures(conversations, request, _engine_control(control, owners))
             latency = time.perf_counter() - started
-            for i, completion in zip(indices, completions, strict=True):
-                triple, options = items[i]
-                results[i] = _judgement(
-                    triple, options, completion, templates[i], request, mode, self.engine.model_id, latency
-                )
-        return [r for r in results if r is not None]
+            for index, position in slots:
+                replies[index] = _Reply(completions[position], latency)
+        return [r for r in replies if r is not None]
 
     def _generate_isolating_failures(
-        self, conversations: list[Conversation], request: GenerationRequest
+        self, conversations: list[Conversation], request: GenerationRequest, control: CallControl | None = None
     ) -> list[Completion]:
         """One batched call; if the engine rejects the batch, split it to find and fail only the bad items."""
         try:
-            return self.engine.generate(conversations, request)
+            if control is None:
+                return self.engine.generate(conversations, request)
+            return self.engine.generate(conversations, request, control)  # type: ignore[call-arg]
         except TransientEngineError:
             raise  # the caller (a worker) retries the whole chunk later
         except (EngineError, ValueError, RuntimeError) as exc:
@@ -113,28 +231,42 @@ class Judge:
             log.warning(
                 "engine rejected a batch of %d (%s); splitting to isolate the bad item", len(conversations), exc
             )
-            return self._generate_isolating_failures(conversations[:half], request) + (
-                self._generate_isolating_failures(conversations[half:], request)
+            return self._generate_isolating_failures(
+                conversations[:half], request, _shifted(control, 0, half)
+            ) + self._generate_isolating_failures(
+                conversations[half:], request, _shifted(control, half, len(conversations))
             )
 
 
-def _judgement(
-    triple: Triple,
-    options: BatchOptions,
-    completion: Completion,
-    template: prompts.PromptTemplate,
-    request: GenerationRequest,
-    mode: str,
-    model: str,
-    latency: float,
-) -> Judgement:
-    common: dict[str, Any] = {
-        **item_fields(triple),
-        "latency_s": round(latency, 4),
-        "provenance": _provenance(model, template.id, template.sha256, request, mode),
-    }
+def _engine_control(control: CallControl | None, owners: list[set[int]]) -> CallControl | None:
+    """The item-level control as one engine call sees it: a conversation is cancelled once every item it serves is."""
+    if control is None or control.cancelled is None:
+        return control
+    item_cancelled = control.cancelled
+
+    def cancelled() -> Collection[int]:
+        gone = set(item_cancelled())
+        return [position for position, items in enumerate(owners) if items and items <= gone] if gone else []
+
+    return replace(control, cancelled=cancelled)
+
+
+def _shifted(control: CallControl | None, start: int, stop: int) -> CallControl | None:
+    """The control for conversations[start:stop] of a call, re-indexed from 0."""
+    if control is None or control.cancelled is None:
+        return control
+    call_cancelled = control.cancelled
+
+    def cancelled() -> Collection[int]:
+        return [i - start for i in call_cancelled() if start <= i < stop]
+
+    return replace(control, cancelled=cancelled)
+
+
+def _parsed_fields(completion: Completion, request: GenerationRequest) -> dict[str, Any]:
+    """status, score, … from one completion: what a metric result and a segment grade share."""
     if completion.error is not None:
-        return Judgement(status=JudgementStatus.FAILED, error=completion.error, raw_output=None, **common)
+        return {"status": MetricStatus.FAILED, "error": completion.error}
     parsed = parse_reply(completion.text)
     if not parsed.ok:
         error = parsed.error
@@ -142,41 +274,110 @@ def _judgement(
             error = f"{error} (reply cut at max_tokens={request.max_tokens})"
         elif not completion.text:
             error = f"{error} (empty reply, finish_reason={completion.finish_reason})"
-        return Judgement(
-            status=JudgementStatus.PARSE_ERROR,
-            raw_output=completion.text,
-            criteria=parsed.criteria,
-            supporting_evidence=parsed.supporting_evidence,
-            error=error,
-            **common,
-        )
+        return {
+            "status": MetricStatus.PARSE_ERROR,
+            "raw_output": completion.text,
+            "criteria": parsed.criteria,
+            "supporting_evidence": parsed.supporting_evidence,
+            "error": error,
+        }
     assert parsed.score is not None
-    return Judgement(
-        status=JudgementStatus.OK,
-        score=parsed.score,
-        normalized_score=round(parsed.score / 3, 6),
-        expected_score=_rounded(expected_score(completion.tokens, completion.top_logprobs)),
-        criteria=parsed.criteria,
-        supporting_evidence=parsed.supporting_evidence,
-        raw_output=completion.text,
-        automated_label=automated_label(parsed.score, options.label_mapping),
+    return {
+        "status": MetricStatus.OK,
+        "score": parsed.score,
+        "normalized_score": round(parsed.score / 3, 6),
+        "expected_score": _rounded(expected_score(completion.tokens, completion.top_logprobs)),
+        "criteria": parsed.criteria,
+        "supporting_evidence": parsed.supporting_evidence,
+        "raw_output": completion.text,
+    }
+
+
+def _metric_result(task: _Task, reply: _Reply, model: str) -> MetricResult:
+    return MetricResult(
+        **_parsed_fields(reply.completion, task.request),
+        latency_s=round(reply.latency_s, 4),
+        provenance=_provenance(model, task.template, task.request, task.mode),
+    )
+
+
+def _context_relevance(graded: list[tuple[_Task, _Reply]], model: str) -> MetricResult:
+    """Per-segment grades and their aggregate: the best segment's score (see CONTEXT_AGGREGATE).
+
+    The max answers "does the context hold what the question needs", which is what makes a grounded answer possible;
+    retrievers return a fixed number of segments, so a mean would mostly measure how many distractors k lets in (it
+    is reported too, as `mean_score`). A segment that failed or did not parse makes the aggregate unknown unless an
+    ok segment already scores 3.
+    """
+    task = graded[0][0]
+    segments = [
+        SegmentGrade(index=t.segment if t.segment is not None else 0, **_parsed_fields(r.completion, t.request))
+        for t, r in graded
+    ]
+    common: dict[str, Any] = {
+        "latency_s": round(max(r.latency_s for _, r in graded), 4),
+        "provenance": _provenance(model, task.template, task.request, task.mode),
+        "segments": segments,
+        "aggregate": CONTEXT_AGGREGATE,
+    }
+    ok = [s for s in segments if s.status is MetricStatus.OK and s.score is not None]
+    bad = [s for s in segments if s.status is not MetricStatus.OK]
+    best = max(ok, key=lambda s: (s.score or 0, s.expected_score or 0.0), default=None)
+    if bad and (best is None or best.score != 3):
+        status = MetricStatus.FAILED if all(s.status is MetricStatus.FAILED for s in bad) else MetricStatus.PARSE_ERROR
+        reasons = "; ".join(f"segment {s.index + 1}: {s.error}" for s in bad[:3])
+        return MetricResult(
+            status=status, error=f"{len(bad)} of {len(segments)} segments not graded ({reasons})", **common
+        )
+    assert best is not None and best.score is not None
+    relevant = [str(s.index + 1) for s in ok if (s.score or 0) >= 2]
+    expected = [s.expected_score for s in ok if s.expected_score is not None]
+    return MetricResult(
+        status=MetricStatus.OK,
+        score=best.score,
+        normalized_score=round(best.score / 3, 6),
+        expected_score=_rounded(max(expected)) if len(expected) == len(ok) else None,
+        mean_score=_rounded(sum(s.score or 0 for s in ok) / 3 / len(ok)),
+        criteria=f"the best of {len(segments)} segments ({CONTEXT_AGGREGATE})",
+        supporting_evidence=(
+            f"segments scoring 2 or more: {', '.join(relevant)}" if relevant else "no segment scores 2 or more"
+        ),
         **common,
     )
+
+
+def _judgement(triple: Triple, options: BatchOptions, metrics: dict[str, MetricResult]) -> Judgement:
+    """The result: the main metric's grade in the top-level fields, every metric under `metrics`, the label."""
+    main = metrics[options.primary_metric]
+    status = JudgementStatus.FAILED if main.status is MetricStatus.SKIPPED else JudgementStatus(main.status.value)
+    assert main.provenance is not None
+    judgement = Judgement(
+        **item_fields(triple),
+        status=status,
+        score=main.score,
+        normalized_score=main.normalized_score,
+        expected_score=main.expected_score,
+        criteria=main.criteria,
+        supporting_evidence=main.supporting_evidence,
+        raw_output=main.raw_output,
+        latency_s=main.latency_s,
+        provenance=main.provenance,
+        error=main.error,
+        metrics=metrics,
+    )
+    judgement.automated_label = label_for(judgement, options.label_mapping)
+    return judgement
 
 
 def _rounded(value: float | None) -> float | None:
     return None if value is None else round(min(max(value, 0.0), 1.0), 6)
 
 
-def request_for(mode: str) -> GenerationRequest:
-    return COT_REQUEST if mode == "cot" else FAST_REQUEST
-
-
-def _provenance(model: str, prompt: str, prompt_sha256: str, request: GenerationRequest, mode: str) -> Provenance:
+def _provenance(model: str, template: prompts.PromptTemplate, request: GenerationRequest, mode: str) -> Provenance:
     return Provenance(
         model=model,
-        prompt=prompt,
-        prompt_sha256=prompt_sha256,
+        prompt=template.id,
+        prompt_sha256=template.sha256,
         sampling={**request.describe(), "mode": mode},
         juiz_version=__version__,
     )
@@ -201,10 +402,23 @@ def item_fields(triple: Triple) -> dict[str, Any]:
 
 def failed_judgement(triple: Triple, options: BatchOptions, model: str, reason: str) -> Judgement:
     """A `failed` result for an item that could not be graded at all, with the reason and the judge meant for it."""
-    try:
-        template = select_prompt(options, triple.question)
-        prompt, prompt_sha = template.id, template.sha256
-    except PromptError:
-        prompt, prompt_sha = options.prompt or options.metric, ""
-    provenance = _provenance(model, prompt, prompt_sha, request_for(options.mode), options.mode)
-    return Judgement(**item_fields(triple), status=JudgementStatus.FAILED, error=reason, provenance=provenance)
+    metrics: dict[str, MetricResult] = {}
+    for metric in options.metrics:
+        request = request_for(options.mode, metric)
+        try:
+            template = select_prompt(options, triple.question, metric)
+            provenance = _provenance(model, template, request, options.mode)
+        except PromptError:
+            provenance = Provenance(
+                model=model,
+                prompt=metric,
+                prompt_sha256="",
+                sampling={**request.describe(), "mode": options.mode},
+                juiz_version=__version__,
+            )
+        metrics[metric] = MetricResult(status=MetricStatus.FAILED, error=reason, provenance=provenance)
+    main = metrics[options.primary_metric]
+    assert main.provenance is not None
+    return Judgement(
+        **item_fields(triple), status=JudgementStatus.FAILED, error=reason, provenance=main.provenance, metrics=metrics
+    )

@@ -12,7 +12,8 @@ from collections.abc import Iterable
 from typing import Literal
 
 from juiz.errors import InputError
-from schemas.labels import LabelMapping
+from schemas.judgement import Judgement, MetricResult, MetricStatus
+from schemas.labels import LabelMapping, VerdictLevel
 from schemas.triple import Label
 
 NumericScale = Literal["0-3", "0-1"]
@@ -87,6 +88,89 @@ def automated_label(score: int | None, mapping: LabelMapping) -> str | None:
     if score is None:
         return None
     return mapping.classes[class_of_score(score, mapping)].name
+
+
+# The verdict `juiz agreement --by-metric` shows when the label mapping has no rule of its own, and the rule the
+# benchmark reports: the manual labels judge the answer as a whole against the question AND the context, so a correct
+# answer must both answer the question and be supported; a relevant answer with unsupported parts is partial.
+# Minimums on the 0–3 scale; bench/judge_quality.py measures it on the labelled set.
+DEFAULT_VERDICT: tuple[VerdictLevel, ...] = (
+    VerdictLevel(label="C", when={"answer_relevance": 2.5, "groundedness": 2.5}),
+    VerdictLevel(label="P", when={"answer_relevance": 1.5, "groundedness": 1.5}),
+)
+
+
+def with_default_verdict(mapping: LabelMapping) -> LabelMapping:
+    """The mapping with DEFAULT_VERDICT as its rule when it has none (and its classes include C and P)."""
+    names = {c.name for c in mapping.classes}
+    if mapping.verdict is not None or not {"C", "P"} <= names:
+        return mapping
+    return mapping.model_copy(update={"verdict": list(DEFAULT_VERDICT)})
+
+
+def metric_value(result: MetricResult | None, signal: str) -> float | None:
+    """A metric's grade on the 0–3 scale: its discrete score, or 3 × its expected score; None without an ok grade."""
+    if result is None or result.status is not MetricStatus.OK:
+        return None
+    if signal == "expected_score":
+        return None if result.expected_score is None else 3.0 * result.expected_score
+    return None if result.score is None else float(result.score)
+
+
+def class_of_value(value: float, mapping: LabelMapping) -> int:
+    """Index of the class a 0–3 value falls in, by the mapping's cut points (for expected scores)."""
+    ordered = sorted(range(len(mapping.classes)), key=lambda i: min(mapping.classes[i].scores))
+    position = sum(value >= cut for cut in mapping.cut_points())
+    return ordered[position]
+
+
+def metric_of(judgement: Judgement, metric: str) -> MetricResult | None:
+    """One metric's result; results written before `metrics` existed hold answer relevance at the top level only."""
+    if judgement.metrics is not None:
+        return judgement.metrics.get(metric)
+    if metric != "answer_relevance":
+        return None
+    return MetricResult(
+        status=MetricStatus(judgement.status.value),
+        score=judgement.score,
+        normalized_score=judgement.normalized_score,
+        expected_score=judgement.expected_score,
+    )
+
+
+def main_metric(judgement: Judgement) -> str:
+    """The metric in the top-level fields: answer_relevance when graded, else the first one graded."""
+    if not judgement.metrics or "answer_relevance" in judgement.metrics:
+        return "answer_relevance"
+    return next(iter(judgement.metrics))
+
+
+def class_index(judgement: Judgement, mapping: LabelMapping) -> int | None:
+    """The automated class of one result under the mapping: from its verdict rule, else from one metric's grade."""
+    if mapping.verdict is not None:
+        values: dict[str, float] = {}
+        for metric in {m for level in mapping.verdict for m in level.when}:
+            value = metric_value(metric_of(judgement, metric), mapping.signal)
+            if value is None:
+                return None  # never a label made up from a missing grade
+            values[metric] = value
+        names = [c.name for c in mapping.classes]
+        for level in mapping.verdict:
+            if all(values[m] >= minimum for m, minimum in level.when.items()):
+                return names.index(level.label)
+        return 0
+    value = metric_value(metric_of(judgement, mapping.metric or main_metric(judgement)), mapping.signal)
+    if value is None:
+        return None
+    if mapping.signal == "expected_score":
+        return class_of_value(value, mapping)
+    return class_of_score(int(value), mapping)
+
+
+def label_for(judgement: Judgement, mapping: LabelMapping) -> str | None:
+    """The automated label written next to the manual one; None when the grades it needs are missing."""
+    index = class_index(judgement, mapping)
+    return None if index is None else mapping.classes[index].name
 
 
 def resolve_numeric_scale(labels: Iterable[Label | None], mapping: LabelMapping) -> NumericScale:

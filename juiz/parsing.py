@@ -27,6 +27,17 @@ _TEMPLATE_FIXED_CHARS = len("Criteria: \nSupporting Evidence: \nScore: 0")
 COT_MAX_TOKENS = CRITERIA_MAX_CHARS + EVIDENCE_MAX_CHARS + _TEMPLATE_FIXED_CHARS
 SCORE_DIGITS = ("0", "1", "2", "3")
 
+# Context relevance grades every segment of every item, so its CoT is shorter: the same template and the same
+# guarantee (the Score line within max_tokens), at about a third of the worst-case decode of a full reply.
+SEGMENT_CRITERIA_MAX_CHARS = 80
+SEGMENT_EVIDENCE_MAX_CHARS = 140
+SEGMENT_REPLY_REGEX = (
+    rf"Criteria: [^\n]{{1,{SEGMENT_CRITERIA_MAX_CHARS}}}\n"
+    rf"Supporting Evidence: [^\n]{{1,{SEGMENT_EVIDENCE_MAX_CHARS}}}\n"
+    r"Score: [0-3]"
+)
+SEGMENT_MAX_TOKENS = SEGMENT_CRITERIA_MAX_CHARS + SEGMENT_EVIDENCE_MAX_CHARS + _TEMPLATE_FIXED_CHARS
+
 _LABEL = r"[*_\s]*{name}[*_\s]*:[*_\s]*"
 _SCORE_LABEL = re.compile(_LABEL.format(name="Score"), re.IGNORECASE)
 _CRITERIA_LABEL = re.compile(_LABEL.format(name="Criteria"), re.IGNORECASE)

@@ -18,7 +18,7 @@ Mode = Literal["cot", "fast"]
 
 # The version a metric uses when a request names none. juiz-1 discriminates better than the faithful TruLens
 # version with small judges (see README, "Prompt versions").
-DEFAULT_VERSIONS = {"answer_relevance": "juiz-1"}
+DEFAULT_VERSIONS = {"answer_relevance": "juiz-1", "groundedness": "juiz-1", "context_relevance": "juiz-1"}
 LANGUAGES = ("en", "pt")
 
 
@@ -42,15 +42,24 @@ class PromptTemplate:
     def id(self) -> str:
         return f"{self.metric}@{self.version}.{self.lang}"
 
-    def render(self, *, question: str, answer: str, mode: Mode = "cot") -> list[dict[str, str]]:
-        """Chat messages for the model's own chat template; user text is data between tags, never markup."""
+    def render(self, *, mode: Mode = "cot", **fields: str) -> list[dict[str, str]]:
+        """Chat messages for the model's own chat template; user text is data between tags, never markup.
+
+        `fields` fill the template's placeholders: question, answer, context (all segments, see
+        `format_context`), segment (one segment's text), as the metric's template asks.
+        """
         tags = set(re.findall(r"</(\w+)>", self.user))
-        values = {"question": _neutralise(question, tags), "answer": _neutralise(answer, tags)}
+        values = {name: _neutralise(text, tags) for name, text in fields.items()}
         reply = self.reply_cot if mode == "cot" else self.reply_fast
         return [
             {"role": "system", "content": self.system},
             {"role": "user", "content": self.user.format_map(values) + "\n\n" + reply},
         ]
+
+
+def format_context(segments: list[str]) -> str:
+    """The context as the groundedness prompt shows it: numbered segments, so the judge can cite them as [n]."""
+    return "\n\n".join(f"[{n}] {text.strip()}" for n, text in enumerate(segments, start=1))
 
 
 def _neutralise(text: str, tags: set[str]) -> str:

@@ -5,10 +5,15 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from schemas.judgement import MetricName
 from schemas.labels import LabelMapping
 from schemas.triple import Triple
+
+
+def _default_metrics() -> list[MetricName]:
+    return ["answer_relevance"]
 
 
 class BatchOptions(BaseModel):
@@ -17,9 +22,19 @@ class BatchOptions(BaseModel):
     # A misspelt option ({"mdoe": "fast"}) is a 422 naming it, not a batch silently graded with the default.
     model_config = ConfigDict(extra="forbid")
 
-    metric: Literal["answer_relevance"] = "answer_relevance"
-    prompt: str | None = Field(
-        default=None, description="Prompt id, e.g. answer_relevance@juiz-1; default: the metric's default version."
+    metric: Literal["answer_relevance"] = Field(
+        default="answer_relevance", description="Kept for older clients; `metrics` chooses what is graded."
+    )
+    metrics: list[MetricName] = Field(
+        default_factory=_default_metrics,
+        min_length=1,
+        description="Metrics to grade, e.g. [answer_relevance, groundedness, context_relevance]; all go to the "
+        "engine together. groundedness and context_relevance are `skipped` on items without a context.",
+    )
+    prompt: str | list[str] | None = Field(
+        default=None,
+        description="Prompt id, e.g. answer_relevance@juiz-2, or a list with at most one id per metric; metrics "
+        "without one use their default version.",
     )
     lang: Literal["auto", "en", "pt"] = Field(default="auto", description="Prompt language; auto picks per question.")
     mode: Literal["cot", "fast"] = Field(
@@ -27,6 +42,25 @@ class BatchOptions(BaseModel):
         description="cot: the judge writes Criteria / Supporting Evidence / Score; fast: one forward pass, score only.",
     )
     label_mapping: LabelMapping = Field(default_factory=LabelMapping)
+
+    @field_validator("metrics")
+    @classmethod
+    def _metrics_once(cls, value: list[MetricName]) -> list[MetricName]:
+        if len(set(value)) != len(value):
+            raise ValueError("each metric may be named once")
+        return value
+
+    def prompt_ids(self) -> list[str]:
+        """The requested prompt ids as a list (`prompt` may be one id or several)."""
+        if self.prompt is None:
+            return []
+        return [self.prompt] if isinstance(self.prompt, str) else list(self.prompt)
+
+    @property
+    def primary_metric(self) -> MetricName:
+        """The metric whose grade fills a result's top-level fields: answer_relevance when requested (today's
+        fields stay where they are), else the first metric requested."""
+        return "answer_relevance" if "answer_relevance" in self.metrics else self.metrics[0]
 
 
 class BatchSubmission(BaseModel):

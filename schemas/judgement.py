@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -16,6 +16,20 @@ class JudgementStatus(StrEnum):
     FAILED = "failed"  # no usable reply (engine error, input too long, cancelled); `error` says why
 
 
+# The metrics juiz grades (the RAG triad). answer_relevance reads question + answer; groundedness reads the context +
+# question + answer; context_relevance reads question + each context segment.
+MetricName = Literal["answer_relevance", "groundedness", "context_relevance"]
+METRICS: tuple[MetricName, ...] = ("answer_relevance", "groundedness", "context_relevance")
+NEEDS_CONTEXT: frozenset[str] = frozenset({"groundedness", "context_relevance"})
+
+
+class MetricStatus(StrEnum):
+    OK = "ok"
+    PARSE_ERROR = "parse_error"
+    FAILED = "failed"
+    SKIPPED = "skipped"  # the metric does not apply to this item (e.g. groundedness without a context); see `error`
+
+
 class Provenance(BaseModel):
     """Which judge made this result, so results from different prompts or models are never mixed up."""
 
@@ -24,6 +38,45 @@ class Provenance(BaseModel):
     prompt_sha256: str
     sampling: dict[str, Any]
     juiz_version: str
+
+
+class SegmentGrade(BaseModel):
+    """Context relevance of one retrieved segment for the question."""
+
+    index: int = Field(ge=0, description="Position of the segment in the item's context (0-based).")
+    status: MetricStatus
+    score: int | None = Field(default=None, ge=0, le=3)
+    normalized_score: float | None = Field(default=None, ge=0, le=1)
+    expected_score: float | None = Field(default=None, ge=0, le=1)
+    criteria: str | None = None
+    supporting_evidence: str | None = None
+    raw_output: str | None = None
+    error: str | None = None
+
+
+class MetricResult(BaseModel):
+    """One metric's grade of one item, with its own provenance. `skipped` and `failed` carry the reason in `error`
+    and never a score."""
+
+    status: MetricStatus
+    score: int | None = Field(default=None, ge=0, le=3)
+    normalized_score: float | None = Field(default=None, ge=0, le=1)
+    expected_score: float | None = Field(default=None, ge=0, le=1)
+    criteria: str | None = None
+    supporting_evidence: str | None = None
+    raw_output: str | None = None
+    error: str | None = None
+    latency_s: float | None = None
+    provenance: Provenance | None = None
+    segments: list[SegmentGrade] | None = Field(
+        default=None, description="context_relevance only: each segment's grade, in context order."
+    )
+    aggregate: str | None = Field(
+        default=None, description="context_relevance only: how `score` comes from the segments (max)."
+    )
+    mean_score: float | None = Field(
+        default=None, ge=0, le=1, description="context_relevance only: mean normalised segment score (precision)."
+    )
 
 
 class Judgement(BaseModel):
@@ -47,3 +100,8 @@ class Judgement(BaseModel):
     question: str
     answer: str
     context: str | list[Segment] | None = None
+    metrics: dict[str, MetricResult] | None = Field(
+        default=None,
+        description="Every requested metric by name. The top-level score fields repeat answer_relevance when it was "
+        "requested, otherwise the first requested metric (provenance.prompt names which).",
+    )

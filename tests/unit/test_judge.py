@@ -9,7 +9,7 @@ import pytest
 from juiz.engine import Completion, Conversation, FakeEngine, GenerationRequest, JudgeEngine
 from juiz.errors import EngineError
 from juiz.judge import Judge
-from juiz.parsing import COT_REPLY_REGEX
+from juiz.parsing import COT_REPLY_REGEX, SEGMENT_REPLY_REGEX
 from schemas import BatchOptions, JudgementStatus, Triple
 
 
@@ -143,8 +143,9 @@ def test_warm_up_compiles_both_grammars_with_one_token() -> None:
             return super().generate(conversations, request)
 
     Judge(Recording(reply_by_answer)).warm_up()
-    assert [r.max_tokens for r in seen] == [1, 1]
-    assert seen[0].regex == COT_REPLY_REGEX and seen[1].choice == ("0", "1", "2", "3")
+    assert [r.max_tokens for r in seen] == [1, 1, 1]
+    assert seen[0].regex == COT_REPLY_REGEX and seen[2].choice == ("0", "1", "2", "3")
+    assert seen[1].regex == SEGMENT_REPLY_REGEX  # context relevance's shorter per-segment template
 
 
 def test_user_fields_named_like_result_fields_are_kept_apart() -> None:

@@ -26,15 +26,22 @@ def test_prompt_renders_with_the_reply_template(prompt_id: str) -> None:
     template = prompts.load(metric, version, lang)
     assert template.id == prompt_id
     assert len(template.sha256) == 64
-    messages = template.render(question="Q?", answer="A.")
+    fields = {"question": "Q?", "answer": "A.", "context": "[1] C.", "segment": "S."}
+    messages = template.render(**fields)
     assert [m["role"] for m in messages] == ["system", "user"]
     user = messages[1]["content"]
-    assert "Q?" in user and "A." in user
+    # each metric shows what it grades: AR the answer, groundedness the context and the answer, CR one segment
+    shown = {
+        "answer_relevance": ("Q?", "A."),
+        "groundedness": ("Q?", "A.", "[1] C."),
+        "context_relevance": ("Q?", "S."),
+    }
+    assert all(text in user for text in shown[metric])
     for key in ("Criteria:", "Supporting Evidence:", "Score:"):
         assert key in user  # output keys stay in English in every language
     assert (
-        "digit" in template.render(question="Q?", answer="A.", mode="fast")[1]["content"]
-        or "dígito" in (template.render(question="Q?", answer="A.", mode="fast")[1]["content"])
+        "digit" in template.render(mode="fast", **fields)[1]["content"]
+        or "dígito" in (template.render(mode="fast", **fields)[1]["content"])
     )
 
 
