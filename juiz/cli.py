@@ -55,6 +55,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--model", default=None, help="model id, local folder or development model name (env JUIZ_MODEL)"
     )
     score.add_argument("--batch-size", type=int, default=0, help="items per engine call (default 0: all in one call)")
+    _add_engine(score)
+    _add_field_map(score)
     _add_options(score)
 
     agreement = sub.add_parser("agreement", help="agreement between judge and manual labels in a results file")
@@ -62,6 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
     agreement.add_argument("--json", action="store_true", help="print the report as JSON")
     agreement.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples for the 95%% CIs")
     _add_label_mapping(agreement)
+
+    _add_check(sub)
 
     report = sub.add_parser("report", help="write the seeds' markdown report from a results file")
     report.add_argument("results", type=Path)
@@ -97,6 +101,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     handlers = {
         "score": _score,
         "agreement": _agreement,
+        "check": _check,
         "report": _report,
         "models": _models,
         "serve": _serve,
@@ -158,12 +163,12 @@ def _score(args: argparse.Namespace) -> int:
     from juiz.readers import read_triples, write_judgements
     from juiz.summary import summarize
 
-    triples = read_triples(args.input)
+    triples = read_triples(args.input, _field_map(args.field_map))
     options = _options(args)
     validate_options(options)  # a bad prompt id fails now, not after the engine has loaded
     if args.batch_size < 0:
         raise InputError("must be 0 (all at once) or a positive number", source="--batch-size")
-    engine = build_engine(args.model)
+    engine = build_engine(args.model, args.engine, args.base_url)
     judge = Judge(engine)
     size = args.batch_size or len(triples)
     judgements = []
@@ -180,10 +185,14 @@ def _score(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_engine(model: str | None):  # type: ignore[no-untyped-def]
-    """The real engine for the CLI: vLLM in process on the named (or configured, or default) model."""
+def build_engine(model: str | None, backend: str | None = None, base_url: str | None = None):  # type: ignore[no-untyped-def]
+    """The real engine for the CLI: vLLM in process on the named (or configured, or default) model, or (`--engine
+    openai`, `--base-url`, or JUIZ_ENGINE=openai) a client of an OpenAI-compatible server serving that model."""
     from juiz.engine import VLLMEngine
     from juiz.models import DEFAULT_MODEL, resolve_model
+
+    if base_url or (backend or os.environ.get("JUIZ_ENGINE", "vllm")) == "openai":
+        return _server_engine(model, base_url)
 
     name = model or os.environ.get("JUIZ_MODEL") or DEFAULT_MODEL
     print(f"loading judge model {name} …", file=sys.stderr)
@@ -193,6 +202,128 @@ def build_engine(model: str | None):  # type: ignore[no-untyped-def]
     warm = Judge(engine).warm_up()
     print(f"engine ready in {engine.startup_s:.1f}s (+{warm:.1f}s to compile the reply grammar)", file=sys.stderr)
     return engine
+
+
+def _server_engine(model: str | None, base_url: str | None):  # type: ignore[no-untyped-def]
+    from juiz.judge import Judge
+    from juiz.openai_engine import build_openai_engine
+    from juiz.settings import Settings
+
+    overrides = {"engine": "openai", "engine_base_url": base_url, "engine_model": model}
+    settings = Settings.from_env(None, **{k: v for k, v in overrides.items() if v})
+    print(f"judge server {settings.engine_base_url} …", file=sys.stderr)
+    engine = build_openai_engine(settings)
+    warm = Judge(engine).warm_up()
+    print(
+        f"judge server ready: model {engine.model_id}, reply format by {engine.dialect} ({warm:.1f}s)", file=sys.stderr
+    )
+    return engine
+
+
+def _add_engine(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--engine",
+        choices=["vllm", "openai"],
+        default=None,
+        help="vllm: in process (default, env JUIZ_ENGINE); openai: an OpenAI-compatible server (needs --base-url)",
+    )
+    parser.add_argument(
+        "--base-url",
+        default=None,
+        help="the judge server's base URL, e.g. http://127.0.0.1:8001/v1 (implies --engine openai; env "
+        "JUIZ_ENGINE_BASE_URL; key in JUIZ_ENGINE_API_KEY; --model names the served model)",
+    )
+
+
+def _add_field_map(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--field-map",
+        metavar="PRESET_JSON_OR_FILE",
+        help="your field names → juiz's: a preset (ragas: user_input, retrieved_contexts, response; common: query, "
+        'contexts, response, ground_truth), inline JSON like \'{"prompt": "question"}\' or a file holding it',
+    )
+
+
+def _field_map(value: str | None):  # type: ignore[no-untyped-def]
+    from juiz.readers import FieldMap
+
+    return FieldMap.parse(value)
+
+
+def _add_check(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    check = sub.add_parser(
+        "check", help="CI gate: grade, check thresholds, write JUnit XML; exit 1 when a threshold fails, 2 on bad input"
+    )
+    check.add_argument("input", type=Path, help="triples (JSONL, JSON, CSV or a seeds report)")
+    check.add_argument("--min-mean", type=float, default=None, help="least mean normalised score (0-1)")
+    check.add_argument(
+        "--max-share-below",
+        action="append",
+        default=[],
+        metavar="SCORE:SHARE",
+        help="at most SHARE of graded items score below SCORE (0-3), e.g. 2:0.1; repeatable",
+    )
+    check.add_argument("--min-kappa", type=float, default=None, help="least Cohen's kappa against manual labels")
+    check.add_argument(
+        "--max-unscored", type=float, default=0.0, help="most share of items without a score (default 0)"
+    )
+    check.add_argument("--junit", type=Path, default=None, help="write a JUnit XML report here")
+    check.add_argument("-o", "--output", type=Path, default=None, help="also write the results JSONL")
+    check.add_argument("--server", default=None, help="grade through a juiz API at this URL instead of locally")
+    check.add_argument("--api-key", default=None, help="the juiz API's key (default: env JUIZ_API_KEY)")
+    check.add_argument("--model", default=None, help="local grading: model id, folder or dev model (env JUIZ_MODEL)")
+    _add_engine(check)
+    _add_field_map(check)
+    _add_options(check)
+
+
+def _check(args: argparse.Namespace) -> int:
+    from juiz.gate import Thresholds, evaluate, parse_share_below, write_junit
+    from juiz.judge import validate_options
+    from juiz.readers import read_triples, write_judgements
+
+    thresholds = Thresholds(
+        min_mean=args.min_mean,
+        max_share_below=tuple(parse_share_below(text) for text in args.max_share_below),
+        min_kappa=args.min_kappa,
+        max_unscored=args.max_unscored,
+    )
+    triples = read_triples(args.input, _field_map(args.field_map))
+    options = _options(args)
+    validate_options(options)
+    if args.server:
+        judgements = _grade_on_server(args.server, args.api_key or os.environ.get("JUIZ_API_KEY"), triples, options)
+    else:
+        from juiz.judge import Judge
+
+        engine = build_engine(args.model, args.engine, args.base_url)
+        try:
+            judgements = Judge(engine).grade(triples, options)
+        finally:
+            engine.close()
+    if args.output:
+        write_judgements(judgements, args.output)
+    report = evaluate(judgements, thresholds, options.label_mapping)
+    print(report.summary())
+    if args.junit:
+        write_junit(report, args.junit)
+        print(f"JUnit report: {args.junit}")
+    return 0 if report.passed else EXIT_FAILURE
+
+
+def _grade_on_server(url: str, api_key: str | None, triples, options):  # type: ignore[no-untyped-def]
+    from juiz.client import ApiError, JuizClient
+
+    with JuizClient(url, api_key=api_key, timeout_s=600) as client:
+        try:
+            batch = client.submit(triples, options)
+        except ApiError as exc:
+            if 400 <= exc.status_code < 500 and exc.status_code != 429:
+                raise InputError(str(exc), source=url) from exc  # the server named the bad field: exit 2
+            raise
+        print(f"batch {batch.id} on {url} …", file=sys.stderr)
+        client.wait(batch.id, poll_s=2.0)
+        return list(client.results(batch.id))
 
 
 def _agreement(args: argparse.Namespace) -> int:
