@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from contextvars import ContextVar
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
@@ -107,6 +107,21 @@ class Settings(BaseSettings):
         "juiz-priority", min_length=1, description="RQ queue for POST /v1/grade; workers take it first."
     )
     model: str = Field(DEFAULT_MODEL, min_length=1, description="Judge model: a development model name, folder or id.")
+    engine: Literal["vllm", "openai"] = Field(
+        "vllm", description="Judge back end: vllm (in process) or openai (an OpenAI-compatible server)."
+    )
+    engine_base_url: str = Field(
+        "", description="openai back end: the server's base URL, up to /chat/completions (e.g. http://host:8000/v1)."
+    )
+    engine_api_key: SecretStr = Field(SecretStr(""), description="openai back end: the server's API key, if any.")
+    engine_model: str = Field("", description="openai back end: the model name the server serves (empty: JUIZ_MODEL).")
+    engine_max_concurrency: int = Field(
+        64, ge=1, description="openai back end: most requests in flight at once (the server batches them)."
+    )
+    engine_structured: Literal["auto", "vllm", "llama.cpp", "none"] = Field(
+        "auto",
+        description="openai back end: how the reply format is enforced (auto: from the server's GET /models).",
+    )
     job_timeout_s: int = Field(
         900, ge=1, description="Longest one chunk job may run (it grades up to coalesce_max_items items in one call)."
     )
@@ -140,6 +155,12 @@ class Settings(BaseSettings):
     def _backoff_parses(cls, value: str) -> str:
         parse_backoff(value)
         return value
+
+    @model_validator(mode="after")
+    def _engine_has_server(self) -> Settings:
+        if self.engine == "openai" and not self.engine_base_url:
+            raise ValueError("JUIZ_ENGINE=openai needs JUIZ_ENGINE_BASE_URL (e.g. http://127.0.0.1:8000/v1)")
+        return self
 
     @model_validator(mode="after")
     def _lease_outlives_job(self) -> Settings:

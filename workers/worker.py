@@ -32,6 +32,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from redis import Redis
 from rq.defaults import DEFAULT_WORKER_TTL
@@ -44,6 +45,9 @@ from juiz.engine import JudgeEngine, VLLMEngine
 from juiz.settings import Settings
 from juiz.store import Store
 from workers import jobs
+
+if TYPE_CHECKING:  # imported where used: the in-process engine's workers never load the server back end
+    from juiz.openai_engine import OpenAIEngine
 
 log = logging.getLogger(__name__)
 
@@ -149,11 +153,19 @@ def load_prompts() -> None:
     validate_options(BatchOptions())
 
 
-def build_engine(settings: Settings) -> VLLMEngine:
-    """The real engine: vLLM in this process on the configured model. Never a fake."""
+def build_engine(settings: Settings) -> VLLMEngine | OpenAIEngine:
+    """The real engine: vLLM in this process on the configured model, or (JUIZ_ENGINE=openai) a client of an
+    OpenAI-compatible server serving it. Never a fake."""
     from juiz.judge import Judge
     from juiz.models import resolve_model
 
+    if settings.engine == "openai":
+        from juiz.openai_engine import build_openai_engine
+
+        server = build_openai_engine(settings)
+        warm = Judge(server).warm_up()
+        log.info("judge server %s ready (format by %s); warmed up in %.1fs", server.base_url, server.dialect, warm)
+        return server
     engine = VLLMEngine(resolve_model(settings.model), model_id=settings.model)
     log.info("engine up in %.1fs; reply grammar compiled in %.1fs", engine.startup_s, Judge(engine).warm_up())
     return engine
