@@ -25,6 +25,7 @@ from juiz.engine import CallControl, Completion, Conversation, GenerationRequest
 from juiz.errors import EngineError, PromptError, TransientEngineError
 from juiz.labels import label_for
 from juiz.language import detect_language
+from juiz.openai_engine import RecordsOrigin
 from juiz.parsing import (
     COT_MAX_TOKENS,
     COT_REPLY_REGEX,
@@ -154,10 +155,11 @@ class Judge:
                 segment_grades.setdefault((task.item, task.metric), []).append((task, reply))
         for (item, metric), graded in segment_grades.items():
             by_item[item][metric] = _context_relevance(graded, self.engine.model_id)
-        return [
+        judgements = [
             _judgement(triple, options, {m: by_item[i][m] for m in options.metrics})
             for i, (triple, options) in enumerate(items)
         ]
+        return _with_origin(judgements, self.engine)
 
     def _plan(
         self, items: Sequence[tuple[Triple, BatchOptions]]
@@ -371,6 +373,19 @@ def _judgement(triple: Triple, options: BatchOptions, metrics: dict[str, MetricR
 
 def _rounded(value: float | None) -> float | None:
     return None if value is None else round(min(max(value, 0.0), 1.0), 6)
+
+
+def _with_origin(judgements: list[Judgement], engine: JudgeEngine) -> list[Judgement]:
+    """Results graded on a judge server record where (Provenance.engine, engine_host); in process they stay null."""
+    if not isinstance(engine, RecordsOrigin):
+        return judgements
+    origin = engine.provenance()
+    for judgement in judgements:
+        judgement.provenance = judgement.provenance.model_copy(update=origin)
+        for metric in (judgement.metrics or {}).values():
+            if metric.provenance is not None:
+                metric.provenance = metric.provenance.model_copy(update=origin)
+    return judgements
 
 
 def _provenance(model: str, template: prompts.PromptTemplate, request: GenerationRequest, mode: str) -> Provenance:

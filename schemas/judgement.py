@@ -38,6 +38,10 @@ class Provenance(BaseModel):
     prompt_sha256: str
     sampling: dict[str, Any]
     juiz_version: str
+    engine: str | None = Field(
+        default=None, description="Judge back end when not in process: openai (an OpenAI-compatible server)."
+    )
+    engine_host: str | None = Field(default=None, description="Host of the judge server's base URL (never the key).")
 
 
 class SegmentGrade(BaseModel):

@@ -135,7 +135,9 @@ def test_judge_on_the_server_back_end_scores_and_records_where() -> None:
     assert judgement.status == JudgementStatus.OK and judgement.score == 2
     assert judgement.expected_score == pytest.approx((2 + 3) / 2 / 3)
     assert isinstance(judge.engine, RecordsOrigin)
-    assert judge.engine.provenance() == {"engine": "openai", "engine_host": "judge.example"}
+    assert (judgement.provenance.engine, judgement.provenance.engine_host) == ("openai", "judge.example")
+    assert judgement.metrics is not None
+    assert all(m.provenance and m.provenance.engine_host == "judge.example" for m in judgement.metrics.values())
 
 
 def test_missing_logprobs_give_a_null_expected_score_not_a_made_up_one() -> None:
