@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from schemas.batch import BatchCounts, BatchOptions, BatchStatus
 from schemas.judgement import Judgement
@@ -44,7 +44,9 @@ class ResultsPage(BaseModel):
 
 
 class GradeRequest(BaseModel):
-    """One triple to grade now (POST /v1/grade)."""
+    """One triple to grade now (POST /v1/grade). Other top-level fields are refused (422)."""
+
+    model_config = ConfigDict(extra="forbid")
 
     item: Triple
     options: BatchOptions = Field(default_factory=BatchOptions)

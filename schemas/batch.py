@@ -64,6 +64,10 @@ class BatchOptions(BaseModel):
 
 
 class BatchSubmission(BaseModel):
+    """POST /v1/batches as JSON. Other top-level fields are refused (422), as the API's intake does."""
+
+    model_config = ConfigDict(extra="forbid")
+
     items: list[Triple] = Field(min_length=1)
     options: BatchOptions = Field(default_factory=BatchOptions)
 

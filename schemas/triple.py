@@ -33,7 +33,7 @@ class Triple(BaseModel):
     model_config = ConfigDict(extra="allow")
 
     id: str = Field(default_factory=new_item_id, min_length=1, max_length=256)
-    question: str = Field(min_length=1)
+    question: str = Field(min_length=1, json_schema_extra={"pattern": r"\S"})  # not blank, as _question_not_blank
     answer: str
     context: str | list[Segment] | None = None
     manual_label: Label | None = None

@@ -22,7 +22,7 @@ from service.auth import provide_tenant
 from service.controllers import BatchController, GradeController, HealthController
 from service.errors import EXCEPTION_HANDLERS
 from service.metrics import registry_for
-from service.openapi import assets_router, openapi_config
+from service.openapi import assets_router, forbid_extra_fields, openapi_config
 from service.ratelimit import enforce_rate_limit
 
 log = logging.getLogger(__name__)
@@ -61,6 +61,7 @@ def create_app(settings: Settings | None = None, redis: Redis | None = None) -> 
         },
         exception_handlers=EXCEPTION_HANDLERS,
         before_request=enforce_rate_limit,
+        on_startup=[forbid_extra_fields],
         lifespan=[redis_connection],
         state=State({"settings": settings, "tenants_by_key": settings.tenants_by_key}),
         request_max_body_size=settings.max_body_bytes,

@@ -12,12 +12,15 @@ from __future__ import annotations
 from pathlib import Path
 
 import swagger_ui_bundle
+from litestar import Litestar
 from litestar.openapi import OpenAPIConfig, ResponseSpec
 from litestar.openapi.plugins import SwaggerRenderPlugin
-from litestar.openapi.spec import Components, SecurityScheme
+from litestar.openapi.spec import Components, Schema, SecurityScheme
+from pydantic import BaseModel
 from litestar.router import Router
 from litestar.static_files import create_static_files_router
 
+import schemas
 from juiz import __version__
 from schemas import ErrorBody
 
@@ -47,6 +50,18 @@ def responses(*statuses: int) -> dict[int, ResponseSpec]:
         status: ResponseSpec(data_container=ErrorBody, description=_DESCRIPTIONS[status], generate_examples=False)
         for status in statuses
     }
+
+
+def forbid_extra_fields(app: Litestar) -> None:
+    """On start-up: mark the component schemas of models that refuse unknown fields (`extra="forbid"`) with
+    `additionalProperties: false`, which Litestar's generator does not write, so generated clients and schemathesis
+    know that a misspelt field is a 422."""
+    components = app.openapi_schema.components
+    for name, schema in (components.schemas or {}).items():
+        model = getattr(schemas, name, None)
+        if isinstance(schema, Schema) and isinstance(model, type) and issubclass(model, BaseModel):
+            if model.model_config.get("extra") == "forbid":
+                schema.additional_properties = False
 
 
 def assets_directory() -> Path:

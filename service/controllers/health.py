@@ -5,6 +5,7 @@ from __future__ import annotations
 from litestar import Controller, Response, get
 from litestar.datastructures import State
 from litestar.di import NamedDependency
+from litestar.openapi import ResponseSpec
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from redis.exceptions import RedisError
 
@@ -23,7 +24,19 @@ class HealthController(Controller):
         """200 while the API process runs; checks nothing else."""
         return HealthView(status="ok", version=__version__)
 
-    @get("/ready", operation_id="ready", sync_to_thread=True, summary="Ready to grade")
+    @get(
+        "/ready",
+        operation_id="ready",
+        sync_to_thread=True,
+        responses={
+            503: ResponseSpec(
+                data_container=ReadyView,
+                description="Not ready: Redis unreachable or no live worker; `reason` says which.",
+                generate_examples=False,
+            )
+        },
+        summary="Ready to grade",
+    )
     def ready(self, store: NamedDependency[Store]) -> Response[ReadyView]:
         """200 when Redis answers and at least one live worker listens to our queues (each with its model);
         503 otherwise, with the reason."""
