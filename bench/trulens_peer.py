@@ -57,7 +57,15 @@ from bench.common import (
     token_counts,
     triple_dicts,
 )
-from juiz.engine import CPU_BLOCK_SIZE, Completion, Conversation, GenerationRequest, VLLMEngine, cpu_defaults
+from juiz.engine import (
+    CPU_BLOCK_SIZE,
+    CallControl,
+    Completion,
+    Conversation,
+    GenerationRequest,
+    VLLMEngine,
+    cpu_defaults,
+)
 from juiz.judge import Judge
 from juiz.models import DEFAULT_MODEL, resolve_model
 from juiz.parsing import COT_MAX_TOKENS
@@ -216,8 +224,10 @@ class RecordingEngine:
     def model_id(self) -> str:
         return self.engine.model_id
 
-    def generate(self, conversations: Sequence[Conversation], request: GenerationRequest) -> list[Completion]:
-        self.last = self.engine.generate(conversations, request)
+    def generate(
+        self, conversations: Sequence[Conversation], request: GenerationRequest, control: CallControl | None = None
+    ) -> list[Completion]:
+        self.last = self.engine.generate(conversations, request, control)
         return self.last
 
 

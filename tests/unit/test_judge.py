@@ -6,7 +6,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from juiz.engine import Completion, Conversation, FakeEngine, GenerationRequest, JudgeEngine
+from juiz.engine import CallControl, Completion, Conversation, FakeEngine, GenerationRequest, JudgeEngine
 from juiz.errors import EngineError
 from juiz.judge import Judge
 from juiz.parsing import COT_REPLY_REGEX, SEGMENT_REPLY_REGEX
@@ -69,7 +69,9 @@ def test_fast_mode_uses_a_single_token_choice() -> None:
     seen: list[GenerationRequest] = []
 
     class Recording(FakeEngine):
-        def generate(self, conversations: Sequence[Conversation], request: GenerationRequest) -> list[Completion]:
+        def generate(
+            self, conversations: Sequence[Conversation], request: GenerationRequest, control: CallControl | None = None
+        ) -> list[Completion]:
             seen.append(request)
             return super().generate(conversations, request)
 
@@ -82,7 +84,9 @@ def test_cot_requests_the_reply_grammar() -> None:
     seen: list[GenerationRequest] = []
 
     class Recording(FakeEngine):
-        def generate(self, conversations: Sequence[Conversation], request: GenerationRequest) -> list[Completion]:
+        def generate(
+            self, conversations: Sequence[Conversation], request: GenerationRequest, control: CallControl | None = None
+        ) -> list[Completion]:
             seen.append(request)
             return super().generate(conversations, request)
 
@@ -109,10 +113,12 @@ class RejectsLongAnswers:
     def __init__(self) -> None:
         self.inner: JudgeEngine = FakeEngine(reply_by_answer)
 
-    def generate(self, conversations: Sequence[Conversation], request: GenerationRequest) -> list[Completion]:
+    def generate(
+        self, conversations: Sequence[Conversation], request: GenerationRequest, control: CallControl | None = None
+    ) -> list[Completion]:
         if any("LONG" in c[-1]["content"] for c in conversations):
             raise EngineError("prompt longer than max_model_len")
-        return self.inner.generate(conversations, request)
+        return self.inner.generate(conversations, request, control)
 
 
 def test_one_bad_item_fails_alone_and_the_rest_are_graded() -> None:
@@ -126,7 +132,9 @@ def test_one_bad_item_fails_alone_and_the_rest_are_graded() -> None:
 
 def test_a_request_the_engine_dropped_is_failed_not_a_parse_error() -> None:
     class Dropping(FakeEngine):
-        def generate(self, conversations: Sequence[Conversation], request: GenerationRequest) -> list[Completion]:
+        def generate(
+            self, conversations: Sequence[Conversation], request: GenerationRequest, control: CallControl | None = None
+        ) -> list[Completion]:
             return [Completion(text="", error="the engine dropped the request (finish_reason=error)")]
 
     (result,) = Judge(Dropping(reply_by_answer)).grade(triples()[:1])
@@ -138,7 +146,9 @@ def test_warm_up_compiles_both_grammars_with_one_token() -> None:
     seen: list[GenerationRequest] = []
 
     class Recording(FakeEngine):
-        def generate(self, conversations: Sequence[Conversation], request: GenerationRequest) -> list[Completion]:
+        def generate(
+            self, conversations: Sequence[Conversation], request: GenerationRequest, control: CallControl | None = None
+        ) -> list[Completion]:
             seen.append(request)
             return super().generate(conversations, request)
 

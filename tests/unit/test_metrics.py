@@ -36,7 +36,9 @@ class Recording(FakeEngine):
         self.requests: list[GenerationRequest] = []
         self.sizes: list[int] = []
 
-    def generate(self, conversations: Sequence[Conversation], request: GenerationRequest) -> list[Completion]:
+    def generate(
+        self, conversations: Sequence[Conversation], request: GenerationRequest, control: CallControl | None = None
+    ) -> list[Completion]:
         self.requests.append(request)
         self.sizes.append(len(conversations))
         return super().generate(conversations, request)
