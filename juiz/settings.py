@@ -107,6 +107,9 @@ class Settings(BaseSettings):
         "juiz-priority", min_length=1, description="RQ queue for POST /v1/grade; workers take it first."
     )
     model: str = Field(DEFAULT_MODEL, min_length=1, description="Judge model: a development model name, folder or id.")
+    max_model_len: int = Field(
+        8192, ge=256, description="vllm back end: the engine's context in tokens (prompt + reply); longer items fail."
+    )
     engine: Literal["vllm", "openai"] = Field(
         "vllm", description="Judge back end: vllm (in process) or openai (an OpenAI-compatible server)."
     )

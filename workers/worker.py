@@ -166,7 +166,7 @@ def build_engine(settings: Settings) -> VLLMEngine | OpenAIEngine:
         warm = Judge(server).warm_up()
         log.info("judge server %s ready (format by %s); warmed up in %.1fs", server.base_url, server.dialect, warm)
         return server
-    engine = VLLMEngine(resolve_model(settings.model), model_id=settings.model)
+    engine = VLLMEngine(resolve_model(settings.model), model_id=settings.model, max_model_len=settings.max_model_len)
     log.info("engine up in %.1fs; reply grammar compiled in %.1fs", engine.startup_s, Judge(engine).warm_up())
     return engine
 
