@@ -112,8 +112,11 @@ class _Requests:
         items: Iterable[Triple | Mapping[str, Any]],
         options: BatchOptions | Mapping[str, Any] | None,
         idempotency_key: str | None,
+        field_map: str | Mapping[str, str] | None = None,
     ) -> Call[BatchView]:
-        body = {"items": [_item(t) for t in items], "options": _options(options)}
+        body: dict[str, Any] = {"items": [_item(t) for t in items], "options": _options(options)}
+        if field_map is not None:
+            body["field_map"] = field_map if isinstance(field_map, str) else dict(field_map)
         # The key makes a resent POST the same batch: retrying a dropped connection is safe.
         headers = {"Idempotency-Key": idempotency_key or uuid.uuid4().hex}
         return Call("POST", "/v1/batches", _view, json=body, headers=headers)
@@ -272,9 +275,11 @@ class JuizClient:
         options: BatchOptions | Mapping[str, Any] | None = None,
         *,
         idempotency_key: str | None = None,
+        field_map: str | Mapping[str, str] | None = None,
     ) -> BatchView:
-        """Submit triples for grading; returns the queued batch."""
-        return self._run(self._requests.submit(items, options, idempotency_key))
+        """Submit triples for grading; returns the queued batch. `field_map` names your fields in juiz's terms: a
+        preset (`ragas`, `common`) or {their_name: juiz_name}."""
+        return self._run(self._requests.submit(items, options, idempotency_key, field_map))
 
     def batch(self, batch_id: str) -> BatchView:
         return self._run(self._requests.batch(batch_id))
@@ -372,9 +377,11 @@ class AsyncJuizClient:
         options: BatchOptions | Mapping[str, Any] | None = None,
         *,
         idempotency_key: str | None = None,
+        field_map: str | Mapping[str, str] | None = None,
     ) -> BatchView:
-        """Submit triples for grading; returns the queued batch."""
-        return await self._run(self._requests.submit(items, options, idempotency_key))
+        """Submit triples for grading; returns the queued batch. `field_map` names your fields in juiz's terms: a
+        preset (`ragas`, `common`) or {their_name: juiz_name}."""
+        return await self._run(self._requests.submit(items, options, idempotency_key, field_map))
 
     async def batch(self, batch_id: str) -> BatchView:
         return await self._run(self._requests.batch(batch_id))

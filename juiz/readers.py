@@ -78,9 +78,11 @@ class FieldMap:
     renames: Mapping[str, str] = field(default_factory=dict)
 
     @classmethod
-    def parse(cls, value: str | Mapping[str, Any] | None, source: str = "--field-map") -> FieldMap | None:
-        """A preset name (`ragas`, `common`), a JSON object {their_name: juiz_name} inline or in a file, or a mapping.
-        None for no map. InputError naming `source` otherwise."""
+    def parse(
+        cls, value: object, source: str = "--field-map", *, files: bool = True, field: str | None = None
+    ) -> FieldMap | None:
+        """A preset name (`ragas`, `common`), a JSON object {their_name: juiz_name} inline or (with `files`, the CLI
+        only: never a path sent to the API) in a file, or a mapping. None for no map. InputError naming `source`."""
         if value is None or value == "":
             return None
         if isinstance(value, str) and value in FIELD_MAP_PRESETS:
@@ -89,6 +91,9 @@ class FieldMap:
         if isinstance(value, str):
             text = value
             if not value.lstrip().startswith("{"):
+                if not files:
+                    presets = ", ".join(FIELD_MAP_PRESETS)
+                    raise InputError(f"not a preset ({presets}) or a JSON object", source=source, field=field)
                 try:
                     text = Path(value).read_text(encoding="utf-8")
                 except OSError:
@@ -99,15 +104,19 @@ class FieldMap:
             try:
                 data = json.loads(text)
             except json.JSONDecodeError as exc:
-                raise InputError(f"malformed JSON: {exc.msg} (column {exc.colno})", source=source) from None
+                raise InputError(
+                    f"malformed JSON: {exc.msg} (column {exc.colno})", source=source, field=field
+                ) from None
         if not isinstance(data, Mapping) or not all(isinstance(v, str) and v for v in data.values()):
             raise InputError(
-                'expected a preset name or a JSON object of names, e.g. {"query": "question"}', source=source
+                'expected a preset name or a JSON object of names, e.g. {"query": "question"}',
+                source=source,
+                field=field,
             )
         targets = list(data.values())
         repeated = sorted({t for t in targets if targets.count(t) > 1})
         if repeated:
-            raise InputError(f"two fields are mapped to {repeated[0]!r}", source=source, field=repeated[0])
+            raise InputError(f"two fields are mapped to {repeated[0]!r}", source=source, field=field or repeated[0])
         return cls({str(k): str(v) for k, v in data.items()})
 
     def user_name(self, juiz_name: str) -> str:

@@ -50,6 +50,9 @@ class GradeRequest(BaseModel):
 
     item: Triple
     options: BatchOptions = Field(default_factory=BatchOptions)
+    field_map: str | dict[str, str] | None = Field(
+        default=None, description="Your field names → juiz's: a preset (ragas, common) or {their_name: juiz_name}."
+    )
 
 
 class ErrorBody(BaseModel):

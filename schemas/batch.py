@@ -70,6 +70,9 @@ class BatchSubmission(BaseModel):
 
     items: list[Triple] = Field(min_length=1)
     options: BatchOptions = Field(default_factory=BatchOptions)
+    field_map: str | dict[str, str] | None = Field(
+        default=None, description="Your field names → juiz's: a preset (ragas, common) or {their_name: juiz_name}."
+    )
 
 
 class BatchStatus(StrEnum):

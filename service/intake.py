@@ -19,8 +19,9 @@ from pydantic import ValidationError
 from juiz.errors import InputError
 from juiz.judge import validate_options
 from juiz.readers import (
+    FieldMap,
     parse_triples_jsonl,
-    validate_model,  # the readers' one validator: InputError naming the field
+    validate_triple,  # the readers' one validator: InputError naming the field (as the user wrote it)
 )
 from juiz.settings import Settings
 from schemas import BatchOptions, Triple
@@ -78,8 +79,9 @@ def read_submission(body: bytes, content_type: str | None, query: Mapping[str, s
         if len(lines) > max_items:
             raise LimitExceeded("max_items", max_items, len(lines))
         options = read_options({k: v for k, v in query.items() if k in OPTION_FIELDS}, from_query=True)
+        field_map = read_field_map(query.get("field_map"), source="query")
         try:
-            items = parse_triples_jsonl(text, "body")
+            items = parse_triples_jsonl(text, "body", field_map)
         except RecursionError:
             raise InputError(_too_deep(settings), source="body") from None
         for index, item in enumerate(items):
@@ -90,9 +92,11 @@ def read_submission(body: bytes, content_type: str | None, query: Mapping[str, s
             _check_lengths(item, settings, source="body", line=line)
     else:
         data = _json_object(text, settings)
-        unknown = sorted(set(data) - {"items", "options"})
+        unknown = sorted(set(data) - {"items", "options", "field_map"})
         if unknown:
-            raise InputError("unknown field (expected 'items' and 'options')", source="body", field=unknown[0])
+            raise InputError(
+                "unknown field (expected 'items', 'options', 'field_map')", source="body", field=unknown[0]
+            )
         raw_items = data.get("items")
         if not isinstance(raw_items, list):
             raise InputError("required: a JSON array of triples", source="body", field="items")
@@ -102,7 +106,8 @@ def read_submission(body: bytes, content_type: str | None, query: Mapping[str, s
             raise InputError("no items", source="body", field="items")
         _check_depth(data.get("options"), settings, source="body", line=None, field="options")
         options = read_options(data.get("options") or {})
-        items = [_read_item(obj, settings, ITEMS_SOURCE, index) for index, obj in enumerate(raw_items)]
+        field_map = read_field_map(data.get("field_map"))
+        items = [_read_item(obj, settings, ITEMS_SOURCE, index, field_map) for index, obj in enumerate(raw_items)]
     canonical_options = options.model_dump_json()
     fingerprint = hashlib.sha256(content_type.encode() + b"\0" + body + b"\0" + canonical_options.encode()).hexdigest()
     return Submission(items=items, options=options, fingerprint=fingerprint)
@@ -112,26 +117,35 @@ def read_grade_request(body: bytes, content_type: str | None, settings: Settings
     """POST /v1/grade: `{"item": {...}, "options": {...}}`."""
     require_media_type(content_type, (JSON,))
     data = _json_object(_text(body), settings)
-    unknown = sorted(set(data) - {"item", "options"})
+    unknown = sorted(set(data) - {"item", "options", "field_map"})
     if unknown:
-        raise InputError("unknown field (expected 'item' and 'options')", source="body", field=unknown[0])
+        raise InputError("unknown field (expected 'item', 'options', 'field_map')", source="body", field=unknown[0])
     if "item" not in data:
         raise InputError("required field is missing", source="body", field="item")
     _check_depth(data.get("options"), settings, source="body", line=None, field="options")
     options = read_options(data.get("options") or {})
+    field_map = read_field_map(data.get("field_map"))
     try:
-        triple = _read_item(data["item"], settings, "item", None)
+        triple = _read_item(data["item"], settings, "item", None, field_map)
     except InputError as exc:
         raise InputError(exc.message, source="body", field=f"item.{exc.field}" if exc.field else "item") from None
     return triple, options
 
 
-def _read_item(obj: object, settings: Settings, source: str, index: int | None) -> Triple:
-    """One item of a JSON body: depth, then the Triple, then its field lengths; InputError names the field."""
+def read_field_map(raw: object, source: str = "body") -> FieldMap | None:
+    """`field_map`: a preset name (ragas, common) or a JSON object {their_name: juiz_name}; never a file path."""
+    return FieldMap.parse(raw, source=source, files=False, field="field_map")
+
+
+def _read_item(
+    obj: object, settings: Settings, source: str, index: int | None, field_map: FieldMap | None = None
+) -> Triple:
+    """One item of a JSON body: depth, then the Triple, then its field lengths; InputError names the field as the
+    user wrote it (through `field_map`)."""
     if isinstance(obj, dict):
         for name, value in obj.items():
             _check_depth(value, settings, source=source, line=index, field=str(name))
-    triple = validate_model(Triple, obj, source, index)
+    triple = validate_triple(obj, source, index, field_map)
     _check_lengths(triple, settings, source=source, line=index)
     return triple
 

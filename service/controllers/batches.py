@@ -156,6 +156,12 @@ class BatchController(Controller):
         label_mapping: Annotated[
             str | None, QueryParameter(description="JSONL upload: options.label_mapping as JSON")
         ] = None,
+        field_map: Annotated[
+            str | None,
+            QueryParameter(
+                description="JSONL upload: your field names → juiz's, a preset (ragas, common) or a JSON object"
+            ),
+        ] = None,
     ) -> Response[BatchView]:
         """Submit a batch: a JSON `{items, options}` body, or a JSONL upload (`Content-Type: application/x-ndjson`)
         with options in the query string. 202 with the batch and its links; with an `Idempotency-Key`, the same key
@@ -170,6 +176,7 @@ class BatchController(Controller):
                 ("lang", lang),
                 ("mode", mode),
                 ("label_mapping", label_mapping),
+                ("field_map", field_map),
             )
             if value is not None
         }
