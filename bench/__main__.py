@@ -30,9 +30,10 @@ BENCHMARKS: dict[str, tuple[list[str], list[str]]] = {
     "small_batches": ([], ["--clients", "4", "--items", "2"]),
     "prefix_caching": (["--n", "32", "--modes", "fast"], ["--n", "8", "--modes", "fast"]),
     "trulens_peer": (["--n", "64", "--threads", "1,16,64", "--sequential-n", "8"], ["--n", "6", "--threads", "1,4"]),
+    "openai_backend": (["--n", "64"], ["--n", "6"]),
     "on_paper": ([], []),  # arithmetic from the token counts measured above; no engine
 }
-USES_MODEL = {"engine_efficiency", "small_batches", "prefix_caching", "trulens_peer"}
+USES_MODEL = {"engine_efficiency", "small_batches", "prefix_caching", "trulens_peer", "openai_backend"}
 
 
 def load(name: str) -> dict[str, Any] | None:
@@ -150,6 +151,21 @@ def summary_rows(results: dict[str, dict[str, Any]]) -> list[list[object]]:
                 "",
                 "",
             ]
+        )
+    if r := results.get("openai_backend"):
+        a = r["agreement"]
+        rows.append(
+            [
+                f"OpenAI server back end, N={r['n']}",
+                "in process / server j/s; server ÷ in process",
+                f"{r['in_process']['judgements_per_s']} / {r['server']['judgements_per_s']}; "
+                f"{r['server_over_in_process']}",
+                "",
+                "",
+            ]
+        )
+        rows.append(
+            [f"OpenAI server back end, N={r['n']}", "same score; within one", f"{a['same']}; {a['within_one']}", "", ""]
         )
     if r := results.get("prefix_caching"):
         for mode, m in r["modes"].items():
