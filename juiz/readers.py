@@ -35,6 +35,11 @@ H_MANUAL = "Anotação manual"
 H_AR = "Answer Relevance (AR)"
 H_AUTOMATED = "Anotação automatizada"
 H_REASONING = "Raciocínio (AR CoT)"
+# Written when a result holds the context metrics (issue 8); read back as reported_* text, never as a grade.
+H_GROUNDEDNESS = "Groundedness (G)"
+H_CONTEXT_RELEVANCE = "Context Relevance (CR)"
+H_G_REASONING = "Raciocínio (G CoT)"
+SEGMENT_RELEVANCE_KEY = "Context Relevance"
 NO_CONTEXT = "(sem contexto)"
 NOT_AVAILABLE = "n/a"
 
@@ -51,7 +56,21 @@ SEGMENT_KEYS = {
 # Only these headings open a section: an answer that contains other bold text ("**Nota**: …") stays one answer.
 _HEADING = re.compile(
     r"^\*\*(?P<name>"
-    + "|".join(re.escape(h) for h in (H_SEGMENTS, H_ANSWER, H_REFERENCES, H_MANUAL, H_AR, H_AUTOMATED, H_REASONING))
+    + "|".join(
+        re.escape(h)
+        for h in (
+            H_SEGMENTS,
+            H_ANSWER,
+            H_REFERENCES,
+            H_MANUAL,
+            H_AR,
+            H_GROUNDEDNESS,
+            H_CONTEXT_RELEVANCE,
+            H_AUTOMATED,
+            H_REASONING,
+            H_G_REASONING,
+        )
+    )
     + r")\*\*:[ \t]?(?P<rest>.*)$"
 )
 _QUESTION_HEADING = re.compile(r"^\*\*Pergunta(?:[ \t]+(?P<number>\d+))?\*\*:[ \t]?(?P<rest>.*)$")

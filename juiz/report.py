@@ -13,6 +13,9 @@ from juiz.readers import (
     H_ANSWER,
     H_AR,
     H_AUTOMATED,
+    H_CONTEXT_RELEVANCE,
+    H_G_REASONING,
+    H_GROUNDEDNESS,
     H_MANUAL,
     H_QUESTION,
     H_REASONING,
@@ -21,8 +24,9 @@ from juiz.readers import (
     NO_CONTEXT,
     NOT_AVAILABLE,
     SEGMENT_KEYS,
+    SEGMENT_RELEVANCE_KEY,
 )
-from schemas.judgement import Judgement, JudgementStatus
+from schemas.judgement import Judgement, JudgementStatus, MetricResult, MetricStatus
 from schemas.triple import Segment
 
 _FIELD_KEYS = {field: key for key, field in SEGMENT_KEYS.items()}
@@ -45,8 +49,10 @@ def _render_one(judgement: Judgement, position: int) -> str:
     lines = [f"**{H_QUESTION} {_question_number(extra.get('question_number'), position)}**: {judgement.question}"]
     lines += ["", f"**{H_SEGMENTS}**:"]
     segments = _segments(judgement.context)
-    for segment in segments:
-        lines += [*_segment_lines(segment), ""]
+    metrics = judgement.metrics or {}
+    relevance = _segment_relevance(metrics.get("context_relevance"))
+    for index, segment in enumerate(segments):
+        lines += [*_segment_lines(segment, relevance.get(index)), ""]
     if not segments:
         lines += [NO_CONTEXT, ""]
     lines += ["", f"**{H_ANSWER}**: {judgement.answer}", ""]
@@ -57,7 +63,14 @@ def _render_one(judgement: Judgement, position: int) -> str:
     manual = NOT_AVAILABLE if judgement.manual_label is None else str(judgement.manual_label)
     lines += [f"**{H_MANUAL}**: {manual}", ""]
     lines += [f"**{H_AR}**: {_answer_relevance(judgement)}", ""]
+    # The context metrics, when graded; the automated label below is then the verdict over them.
+    if "groundedness" in metrics:
+        lines += [f"**{H_GROUNDEDNESS}**: {_metric_line(metrics['groundedness'])}", ""]
+    if "context_relevance" in metrics:
+        lines += [f"**{H_CONTEXT_RELEVANCE}**: {_metric_line(metrics['context_relevance'])}", ""]
     lines += [f"**{H_AUTOMATED}**: {judgement.automated_label or NOT_AVAILABLE}", ""]
+    if "groundedness" in metrics and metrics["groundedness"].status is not MetricStatus.SKIPPED:
+        lines += [f"**{H_G_REASONING}**: {_metric_reasoning(metrics['groundedness'])}", ""]
     lines += [f"**{H_REASONING}**: {_reasoning(judgement)}", "", "", "---"]
     return "\n".join(lines) + "\n"
 
@@ -77,7 +90,40 @@ def _segments(context: str | list[Segment] | None) -> list[Segment]:
     return list(context or [])
 
 
-def _segment_lines(segment: Segment) -> list[str]:
+def _segment_relevance(result: MetricResult | None) -> dict[int, str]:
+    """Segment index → its context-relevance grade as the report shows it (normalised score, like AR)."""
+    if result is None or result.segments is None:
+        return {}
+    return {
+        s.index: f"{s.normalized_score:.2f}"
+        if s.normalized_score is not None
+        else f"{NOT_AVAILABLE} ({s.status.value})"
+        for s in result.segments
+    }
+
+
+def _metric_line(result: MetricResult) -> str:
+    """A metric's grade in the AR line's form: the normalised score, or n/a with the status (and why)."""
+    if result.normalized_score is None:
+        reason = f": {result.error}" if result.status is MetricStatus.SKIPPED and result.error else ""
+        return f"{NOT_AVAILABLE} ({result.status.value}{reason})"
+    line = f"{result.normalized_score:.2f}"
+    if result.segments is not None:
+        line += f" ({result.aggregate} of {len(result.segments)} segments)"
+    return line
+
+
+def _metric_reasoning(result: MetricResult) -> str:
+    if result.status is MetricStatus.OK:
+        parts = [f"Criteria: {result.criteria}"] if result.criteria else []
+        if result.supporting_evidence:
+            parts.append(f"Supporting Evidence: {result.supporting_evidence}")
+        parts.append(f"Score: {result.score}")
+        return " ".join(parts)
+    return result.raw_output or result.error or NOT_AVAILABLE
+
+
+def _segment_lines(segment: Segment, relevance: str | None = None) -> list[str]:
     extra = segment.model_extra or {}
     values: dict[str, object] = {field: getattr(segment, field, None) for field in _SEGMENT_FIELDS}
     values["url"] = extra.get("url")
@@ -88,6 +134,8 @@ def _segment_lines(segment: Segment) -> list[str]:
         for name, value in extra.items()
         if name != "url" and isinstance(value, str | int | float) and not isinstance(value, bool)
     ]
+    if relevance is not None:
+        lines.append(f"- *{SEGMENT_RELEVANCE_KEY}:* {relevance}")
     lines.append(f"- *{_FIELD_KEYS['text']}:* {segment.text}")
     return lines
 
