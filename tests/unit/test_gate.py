@@ -166,3 +166,15 @@ def test_juiz_check_bad_input_exits_2(tmp_path: Path, capsys: pytest.CaptureFixt
     assert main(["check", str(data), "--field-map", "ragas", "--min-mean", "0.5", "--base-url", "http://x/v1"]) == 2
     assert "field 'response'" in capsys.readouterr().err
     assert main(["check", str(data), "--max-share-below", "two", "--base-url", "http://x/v1"]) == 2
+
+
+def test_juiz_score_on_a_judge_server_records_the_back_end(tmp_path: Path, judge_server: str) -> None:
+    data = tmp_path / "eval.jsonl"
+    data.write_text(ragas_rows(1), encoding="utf-8")
+    out = tmp_path / "out.jsonl"
+    argv = ["score", str(data), "-o", str(out), "--field-map", "ragas", "--base-url", judge_server, "--model", "judge"]
+    assert main(argv) == 0
+    results = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()]
+    assert [r["score"] for r in results] == [3] * 9 + [0]
+    assert results[0]["provenance"]["engine"] == "openai" and results[0]["provenance"]["engine_host"] == "127.0.0.1"
+    assert results[0]["provenance"]["model"] == "judge"
