@@ -27,7 +27,7 @@ import logging
 import math
 import time
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -330,30 +330,7 @@ class Store:
             pipe.execute()
 
     def get_batch(self, batch_id: str) -> BatchRecord | None:
-        raw = self.redis.hgetall(self.batch_key(batch_id))
-        if not raw:
-            return None
-        data = {text(k): text(v) for k, v in raw.items()}
-        total = int(data["total"])
-
-        def stamp(name: str) -> float | None:
-            return float(data[name]) if data.get(name) else None
-
-        return BatchRecord(
-            id=data["id"],
-            tenant=data["tenant"],
-            status=BatchStatus(data["status"]),
-            options=BatchOptions.model_validate_json(data["options"]),
-            total=total,
-            chunk_size=int(data["chunk_size"]),
-            queue=data["queue"],
-            counts=BatchCounts(total=total, **{name: int(data.get(name, 0)) for name in COUNT_FIELDS}),
-            created_at=float(data["created_at"]),
-            started_at=stamp("started_at"),
-            finished_at=stamp("finished_at"),
-            cancelled_at=stamp("cancelled_at"),
-            updated_at=stamp("updated_at"),
-        )
+        return batch_from_hash(self.redis.hgetall(self.batch_key(batch_id)))
 
     def mark_running(self, batch_id: str) -> None:
         self._mark_running(keys=[self.batch_key(batch_id)], args=[repr(time.time())])
@@ -510,6 +487,33 @@ class Store:
 
     def pending_chunk_count(self, queue: str) -> int:
         return int(self.redis.zcard(self.pending_key(queue)))
+
+
+def batch_from_hash(raw: Mapping[Any, Any]) -> BatchRecord | None:
+    """A batch from its hash (HGETALL of batch:{id}), None for a missing one. Also used by the API's async reads."""
+    if not raw:
+        return None
+    data = {text(k): text(v) for k, v in raw.items()}
+    total = int(data["total"])
+
+    def stamp(name: str) -> float | None:
+        return float(data[name]) if data.get(name) else None
+
+    return BatchRecord(
+        id=data["id"],
+        tenant=data["tenant"],
+        status=BatchStatus(data["status"]),
+        options=BatchOptions.model_validate_json(data["options"]),
+        total=total,
+        chunk_size=int(data["chunk_size"]),
+        queue=data["queue"],
+        counts=BatchCounts(total=total, **{name: int(data.get(name, 0)) for name in COUNT_FIELDS}),
+        created_at=float(data["created_at"]),
+        started_at=stamp("started_at"),
+        finished_at=stamp("finished_at"),
+        cancelled_at=stamp("cancelled_at"),
+        updated_at=stamp("updated_at"),
+    )
 
 
 def text(value: Any) -> str:
