@@ -1,19 +1,31 @@
-"""BENCHMARK-ONLY worker on a FAKE engine: `python -m bench.fake_worker` (used by bench/api_only.py).
+"""BENCHMARK-ONLY worker on a FAKE engine: `python -m bench.fake_worker` (for bench/api_only.py and bench/scale_out.py).
 
-The same worker code as `juiz worker` (`workers.worker.run`: RQ, leases, coalescing, result cache, storage), with
-`juiz.engine.FakeEngine` in place of vLLM, so the API and the queue are measured without a model. Its model id
+The same worker code as `juiz worker` (`workers.worker.run`: RQ, chunk claims, coalescing, result cache, storage),
+with `juiz.engine.FakeEngine` in place of vLLM, so the API and the queue are measured without a model. Its model id
 says FAKE, and so does every result it stores. `juiz worker` itself never uses a fake.
+
+A call can be given a cost, to model a GPU's: `JUIZ_FAKE_CALL_S` seconds per call plus `JUIZ_FAKE_ITEM_S` per item
+(slept, honouring CallControl's deadline and cancel). With `JUIZ_FAKE_EVENTS=1` every call is recorded in Redis
+(`bench:calls`: JSON with the worker's pid, the item count and wall-clock start/end) so a benchmark can see calls
+start and end without polling the workers.
 """
 
 from __future__ import annotations
 
+import json
 import logging
+import os
+import time
+from collections.abc import Sequence
 
-from juiz.engine import Conversation, FakeEngine
+from redis import Redis
+
+from juiz.engine import CallControl, Completion, Conversation, FakeEngine, GenerationRequest, aborted
 from juiz.settings import Settings
 from workers.worker import load_prompts, run
 
 FAKE_MODEL_ID = "FAKE-engine (no model; benchmark of the API only)"
+CALLS_KEY = "bench:calls"
 
 
 def fake_reply(conversation: Conversation) -> str:
@@ -22,11 +34,45 @@ def fake_reply(conversation: Conversation) -> str:
     return f"Criteria: relevance\nSupporting Evidence: fake evidence, no model ran\nScore: {score}"
 
 
+class CostlyFakeEngine(FakeEngine):
+    """FAKE engine whose calls take call_s + item_s × items (a GPU's fixed and per-item costs, slept)."""
+
+    def __init__(self, call_s: float, item_s: float, events: Redis | None = None) -> None:
+        super().__init__(fake_reply, model_id=FAKE_MODEL_ID)
+        self.call_s, self.item_s, self.events = call_s, item_s, events
+
+    def generate(
+        self, conversations: Sequence[Conversation], request: GenerationRequest, control: CallControl | None = None
+    ) -> list[Completion]:
+        started = time.time()
+        if self.events is not None:
+            self.events.rpush(CALLS_KEY, json.dumps({"pid": os.getpid(), "n": len(conversations), "start": started}))
+        end = time.monotonic() + self.call_s + self.item_s * len(conversations)
+        abort: dict[int, str] = {}
+        while (now := time.monotonic()) < end:
+            if control is not None and control.deadline is not None and now >= control.deadline:
+                abort = dict.fromkeys(range(len(conversations)), "timed out")
+                break
+            if control is not None and control.cancelled is not None:
+                abort.update(dict.fromkeys(control.cancelled(), "cancelled"))
+            time.sleep(min(end - now, control.poll_s if control is not None else end - now))
+        completions = super().generate(conversations, request)
+        for i, reason in abort.items():
+            completions[i] = aborted(reason)
+        if self.events is not None:
+            record = {"pid": os.getpid(), "n": len(conversations), "start": started, "end": time.time()}
+            self.events.rpush(CALLS_KEY, json.dumps(record))
+        return completions
+
+
 def main() -> int:
     settings = Settings.from_env()
     logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     load_prompts()
-    run(settings, FakeEngine(fake_reply, model_id=FAKE_MODEL_ID))
+    call_s = float(os.environ.get("JUIZ_FAKE_CALL_S", "0"))
+    item_s = float(os.environ.get("JUIZ_FAKE_ITEM_S", "0"))
+    events = Redis.from_url(settings.redis_url) if os.environ.get("JUIZ_FAKE_EVENTS") == "1" else None
+    run(settings, CostlyFakeEngine(call_s, item_s, events))
     return 0
 
 

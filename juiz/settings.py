@@ -91,7 +91,16 @@ class Settings(BaseSettings):
         256, ge=1, description="Most items a worker grades in one engine call, pulling in other queued chunks."
     )
     gather_s: float = Field(
-        0.5, ge=0, description="How long a worker waits for more queued chunks when its call is not full (0: never)."
+        0.5,
+        ge=0,
+        description="How long after a small batch (one chunk) was submitted a worker waits for more chunks to fill its "
+        "call (0: never).",
+    )
+    gather_quiet_s: float = Field(
+        0.1,
+        ge=0,
+        description="Before claiming a fresh batch, a worker waits until no batch was submitted for this long (at most "
+        "gather_s), so batches submitted together are shared between workers as one backlog.",
     )
     grade_timeout_s: float = Field(60.0, gt=0, description="How long POST /v1/grade waits for its result before 202.")
     result_cache: bool = Field(
@@ -128,20 +137,40 @@ class Settings(BaseSettings):
     job_timeout_s: int = Field(
         900, ge=1, description="Longest one chunk job may run (it grades up to coalesce_max_items items in one call)."
     )
-    heartbeat_grace_s: int = Field(
-        60, ge=1, description="A started job whose worker is silent job_timeout_s + this long is taken as abandoned."
+    heartbeat_interval_s: float = Field(
+        5.0, gt=0, description="How often a busy worker sends its heartbeat (RQ's job/worker TTLs, its busy marker)."
     )
-    lease_s: int = Field(960, ge=1, description="How long a worker's claim on a chunk lasts; at least job_timeout_s.")
-    lease_poll_s: float = Field(
-        1.0, gt=0, description="Pause before a job whose chunk another worker holds puts itself back in the queue."
+    heartbeat_ttl_s: int = Field(
+        20,
+        ge=2,
+        description="A started job whose worker sent no heartbeat for this long is taken as dead and its chunks are "
+        "given back; recovery takes about this plus maintenance_interval_s, whatever the call length.",
+    )
+    redis_retry_s: float = Field(
+        120.0,
+        ge=0,
+        description="How long a busy worker keeps retrying (with backoff) to store its results while Redis is away.",
+    )
+    priority_burst: int = Field(
+        4,
+        ge=1,
+        description="Most /v1/grade jobs a worker takes in a row before one batch job, so batches can't starve.",
+    )
+    shared_result_cache: bool = Field(
+        False, description="Share the result cache between tenants (off: each tenant reuses only its own results)."
     )
     retry_backoff_s: str = Field(
         "10,60,300", description="Seconds between retries of a chunk after a transient fault; one retry per entry."
     )
     maintenance_interval_s: int = Field(
-        60, ge=1, description="How often a worker runs RQ's maintenance (requeues abandoned jobs)."
+        10,
+        ge=1,
+        description="How often RQ's maintenance runs (finds jobs of dead workers); busy workers run it from their "
+        "heartbeat thread too.",
     )
-    worker_ttl_s: int = Field(60, ge=20, description="RQ worker heartbeat TTL; an idle worker wakes every TTL-15 s.")
+    worker_ttl_s: int = Field(
+        25, ge=20, description="RQ worker heartbeat TTL; an idle worker wakes (and can run maintenance) every TTL-15 s."
+    )
     scheduler_interval_s: float = Field(
         5.0, gt=0, description="How often a worker moves due retries from RQ's schedule back to their queue."
     )
@@ -166,9 +195,12 @@ class Settings(BaseSettings):
         return self
 
     @model_validator(mode="after")
-    def _lease_outlives_job(self) -> Settings:
-        if self.lease_s < self.job_timeout_s:
-            raise ValueError(f"lease_s ({self.lease_s}) must be at least job_timeout_s ({self.job_timeout_s})")
+    def _consistent(self) -> Settings:
+        if self.heartbeat_ttl_s <= self.heartbeat_interval_s:
+            raise ValueError(
+                f"heartbeat_ttl_s ({self.heartbeat_ttl_s}) must exceed "
+                f"heartbeat_interval_s ({self.heartbeat_interval_s})"
+            )
         if self.priority_queue == self.queue:
             raise ValueError("priority_queue must differ from queue")
         return self

@@ -1,4 +1,4 @@
-"""The Redis data layer the API and the workers share: batches, items, results, leases, the result cache, metrics.
+"""The Redis data layer the API and the workers share: batches, items, results, chunk owners, the result cache, metrics.
 
 Keys (all under `juiz:`; a batch's keys share its id):
 
@@ -7,14 +7,27 @@ Keys (all under `juiz:`; a batch's keys share its id):
     batch:{id}:stored     hash    item index → 1, set with HSETNX: an item is stored exactly once
     batch:{id}:results    list    "index\\njudgement JSON", in completion order (cursor = offset into it)
     batch:{id}:jobs       set     the RQ job ids made for the batch, so a cancel can drop the queued ones
-    pending:{queue}       zset    "batch:chunk" of chunks not yet complete, oldest first: what workers coalesce
-    lease:{batch}:{chunk} string  the token of the worker grading that chunk now (SET NX EX lease_s)
+    batch:{id}:chunkjobs  hash    chunk no → the id of the RQ job queued for it (what a coalescing job takes out)
+    batch:{id}:owner      hash    chunk no → the id of the RQ job grading it now (its one owner)
+    last-batch:{queue}    string  when the newest batch of the queue was created (a worker waits for a burst to end)
+    pending:{queue}       zset    "batch:chunk" of chunks nobody is grading yet, oldest first: what workers coalesce
+    owned:{job id}        set     "batch:chunk" of the chunks a job took from other jobs (given back if it dies)
+    grading:{worker key}  string  the job a worker is grading (TTL renewed by its heartbeat): busy workers
     idem:{tenant}:{sha}   string  "batch_id fingerprint" for an Idempotency-Key
+    tenant:{t}:batches    zset    the tenant's batch ids by creation time (the web page's list, newest first)
     cache:{sha}           string  a reusable result for (question, answer, prompt, prompt sha, model, sampling)
     metrics, hist:*, rate:*       counters and histograms /metrics reads at scrape time
 
 Results are stored by one Lua script that checks the stored-marker, appends, counts and closes the batch in one
-step, so a worker that re-runs a chunk (after a crash, or a lease that ran out) can never store an item twice.
+step, so a worker that re-runs a chunk (after a crash, or a Redis outage) can never store an item twice.
+
+Every chunk has ONE owner at a time: the RQ job that claimed it (`claim`, one Lua script). A job claims its own chunk
+and, to fill its engine call, other pending chunks whose RQ jobs are still queued: it takes those jobs out of the RQ
+queue (LREM) in the same step, so no job ever finds its chunk held by another worker. A chunk whose job a worker has
+already dequeued is never taken. A job that can't finish (transient fault, dead engine, killed worker) gives its
+chunks back (`release`): back in `pending`, with a fresh RQ job each.
+
+These scripts name keys they build themselves (batch hashes, RQ job keys): fine on one Redis, not on Redis Cluster.
 
 RQ needs a connection that does not decode responses; this module decodes what it reads itself.
 """
@@ -29,9 +42,11 @@ import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 from redis import Redis
+from redis.exceptions import WatchError
 from rq import Callback, Queue, Retry
 from rq.job import Job
 from rq.registry import ScheduledJobRegistry
@@ -39,6 +54,7 @@ from rq.serializers import JSONSerializer
 
 from juiz.settings import Settings
 from schemas import BatchCounts, BatchOptions, BatchStatus, Judgement, Triple
+from schemas.triple import Label
 
 log = logging.getLogger(__name__)
 
@@ -56,12 +72,15 @@ RATE_WINDOW_S = 60
 _RETAIN = """
 local function retain(now, ttl)
   if tonumber(ttl) > 0 then
-    for _, key in ipairs({KEYS[1], KEYS[2], KEYS[3], KEYS[5], KEYS[6]}) do redis.call('EXPIRE', key, ttl) end
+    for _, key in ipairs({KEYS[1], KEYS[2], KEYS[3], KEYS[5], KEYS[6], KEYS[7], KEYS[8]}) do
+      redis.call('EXPIRE', key, ttl)
+    end
   end
 end
 """
 
-# KEYS: batch, stored, results, metrics, items, jobs. ARGV: now, retention_s, then (index, status, entry) triples.
+# KEYS: batch, stored, results, metrics, items, jobs, chunkjobs, owner.
+# ARGV: now, retention_s, then (index, status, entry) triples.
 # Returns the indices newly stored; -1 when the batch was cancelled, -2 when there is no such batch.
 _STORE_RESULTS = (
     _RETAIN
@@ -95,11 +114,149 @@ return stored
 """
 )
 
-# Delete a lease only if it still holds our token (it may have expired and been taken by another worker).
-_RELEASE_LEASE = """
-if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end
-return 0
+_TERMINAL_LUA = """
+local function terminal(status) return status == 'done' or status == 'failed' or status == 'cancelled' end
+local function split(member)
+  local id, no = string.match(member, '^(.*):(%d+)$')
+  return id, no
+end
 """
+
+# A job claims its own chunk and, to fill its engine call, other pending chunks whose RQ jobs are still queued.
+# KEYS: pending zset, RQ queue list, RQ workers-of-this-queue set, this job's owned set.
+# ARGV: own member ('' when only coalescing), job id, budget in items (-1: the fair share), coalesce_max_items,
+#       chunk_size, how many pending chunks to look at, worker key, busy-marker TTL, owned-set TTL, key prefix,
+#       RQ job key prefix.
+# Returns {0} when the own chunk is not this job's to grade, else {1, share, claimed member, ...}.
+_CLAIM = (
+    _TERMINAL_LUA
+    + """
+local P, job_id = ARGV[10], ARGV[2]
+local function bkey(id, part) return P .. ':batch:' .. id .. (part and (':' .. part) or '') end
+local function size(total, cs, no) return math.min(cs, total - tonumber(no) * cs) end
+local own_items = 0
+if ARGV[1] ~= '' then
+  local id, no = split(ARGV[1])
+  -- pending → nobody holds it; already ours → a re-run of this very job (its worker died before giving it back)
+  if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 and redis.call('HGET', bkey(id, 'owner'), no) ~= job_id then
+    return {0}
+  end
+  redis.call('HSET', bkey(id, 'owner'), no, job_id)
+  local b = redis.call('HMGET', bkey(id), 'total', 'chunk_size')
+  if b[1] then own_items = size(tonumber(b[1]), tonumber(b[2]), no) end
+end
+local budget = tonumber(ARGV[3])
+local share = budget
+if budget < 0 then
+  -- fair share: what is waiting, split between the workers not grading right now (this one included)
+  local free = 1
+  for _, w in ipairs(redis.call('SMEMBERS', KEYS[3])) do
+    if w ~= ARGV[7] and redis.call('EXISTS', w) == 1 and redis.call('EXISTS', P .. ':grading:' .. w) == 0 then
+      free = free + 1
+    end
+  end
+  local waiting = own_items + redis.call('ZCARD', KEYS[1]) * tonumber(ARGV[5])
+  share = math.min(tonumber(ARGV[4]), math.ceil(waiting / free))
+  budget = share - own_items
+end
+local claimed = {}
+if budget > 0 then
+  -- the oldest pending chunks, grouped by tenant and taken round-robin: one tenant's backlog can't fill every call
+  local batches, tenants, order = {}, {}, {}
+  for _, m in ipairs(redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[6]) - 1)) do
+    local id, no = split(m)
+    local b = batches[id]
+    if b == nil then
+      local h = redis.call('HMGET', bkey(id), 'status', 'total', 'chunk_size', 'tenant')
+      if not h[1] or terminal(h[1]) then b = false
+      else b = {total = tonumber(h[2]), cs = tonumber(h[3]), tenant = h[4]} end
+      batches[id] = b
+    end
+    if b == false then
+      redis.call('ZREM', KEYS[1], m)
+    elseif m ~= ARGV[1] then
+      local list = tenants[b.tenant]
+      if list == nil then list = {}; tenants[b.tenant] = list; order[#order + 1] = b.tenant end
+      list[#list + 1] = {m, id, no, size(b.total, b.cs, no)}
+    end
+  end
+  local next_of, progress = {}, true
+  while budget > 0 and progress do
+    progress = false
+    for _, tenant in ipairs(order) do
+      local list, i = tenants[tenant], next_of[tenant] or 1
+      while i <= #list do
+        local c = list[i]
+        i = i + 1
+        if c[4] <= budget then
+          local job = redis.call('HGET', bkey(c[2], 'chunkjobs'), c[3])
+          -- LREM fails when a worker has dequeued that job already: the chunk is its job's, never ours
+          if job and redis.call('LREM', KEYS[2], 1, job) == 1 then
+            redis.call('ZREM', KEYS[1], c[1])
+            redis.call('HSET', bkey(c[2], 'owner'), c[3], job_id)
+            redis.call('HDEL', bkey(c[2], 'chunkjobs'), c[3])
+            redis.call('SREM', bkey(c[2], 'jobs'), job)
+            redis.call('DEL', ARGV[11] .. job)
+            redis.call('SADD', KEYS[4], c[1])
+            budget = budget - c[4]
+            claimed[#claimed + 1] = c[1]
+            progress = true
+            break
+          end
+        end
+      end
+      next_of[tenant] = i
+      if budget <= 0 then break end
+    end
+  end
+end
+redis.call('SET', P .. ':grading:' .. ARGV[7], job_id, 'EX', ARGV[8])
+if #claimed > 0 then redis.call('EXPIRE', KEYS[4], ARGV[9]) end
+return {1, share, unpack(claimed)}
+"""
+)
+
+# Give chunks back: those this job still owns go back to `pending` (at their old place) unless their batch is over.
+# KEYS: pending zset, this job's owned set. ARGV: job id, key prefix, members. Returns the members given back.
+_RELEASE = (
+    _TERMINAL_LUA
+    + """
+local P, job_id = ARGV[2], ARGV[1]
+local released = {}
+for i = 3, #ARGV do
+  local m = ARGV[i]
+  local id, no = split(m)
+  local owner_key = P .. ':batch:' .. id .. ':owner'
+  local owner = redis.call('HGET', owner_key, no)
+  if owner == job_id or not owner then
+    redis.call('HDEL', owner_key, no)
+    local b = redis.call('HMGET', P .. ':batch:' .. id, 'status', 'created_at')
+    if b[1] and not terminal(b[1]) then
+      redis.call('ZADD', KEYS[1], tonumber(b[2]) + tonumber(no) * 1e-6, m)
+      released[#released + 1] = m
+    end
+  end
+  redis.call('SREM', KEYS[2], m)
+end
+return released
+"""
+)
+
+# A job is done with its chunks: drop its ownership, its owned set and its busy marker.
+# KEYS: owned set, busy marker. ARGV: job id, key prefix, members.
+_FINISH = (
+    _TERMINAL_LUA
+    + """
+for i = 3, #ARGV do
+  local id, no = split(ARGV[i])
+  local owner_key = ARGV[2] .. ':batch:' .. id .. ':owner'
+  if redis.call('HGET', owner_key, no) == ARGV[1] then redis.call('HDEL', owner_key, no) end
+end
+redis.call('DEL', KEYS[1])
+if redis.call('GET', KEYS[2]) == ARGV[1] then redis.call('DEL', KEYS[2]) end
+return 1
+"""
+)
 
 _MARK_RUNNING = """
 if redis.call('HGET', KEYS[1], 'status') == 'queued' then
@@ -124,6 +281,16 @@ return 0
 )
 
 
+# A manual-label change: replace one results entry if it is still what the caller read, and bump labels_version.
+# KEYS: batch, results. ARGV: position, entry read, new entry. Returns 1 when replaced, 0 when it had changed.
+_SET_LABEL = """
+if redis.call('LINDEX', KEYS[2], ARGV[1]) ~= ARGV[2] then return 0 end
+redis.call('LSET', KEYS[2], ARGV[1], ARGV[3])
+redis.call('HINCRBY', KEYS[1], 'labels_version', 1)
+return 1
+"""
+
+
 class IdempotencyConflict(Exception):
     """The Idempotency-Key was used before with a different request body."""
 
@@ -144,6 +311,14 @@ class ChunkRef(NamedTuple):
     def parse(cls, member: str) -> ChunkRef:
         batch_id, _, chunk = member.rpartition(":")
         return cls(batch_id, int(chunk))
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What a job may grade: the chunks it took from other jobs (its own is implied) and its fair share of items."""
+
+    share: int
+    chunks: list[ChunkRef]
 
 
 @dataclass(frozen=True)
@@ -182,9 +357,12 @@ class Store:
         self.redis = redis
         self.settings = settings
         self._store_results = redis.register_script(_STORE_RESULTS)
-        self._release_lease = redis.register_script(_RELEASE_LEASE)
+        self._claim = redis.register_script(_CLAIM)
+        self._release = redis.register_script(_RELEASE)
+        self._finish = redis.register_script(_FINISH)
         self._mark_running = redis.register_script(_MARK_RUNNING)
         self._cancel = redis.register_script(_CANCEL)
+        self._set_label = redis.register_script(_SET_LABEL)
 
     # --- keys -------------------------------------------------------------------------------------------------
 
@@ -197,11 +375,20 @@ class Store:
         return f"{PREFIX}:pending:{queue}"
 
     @staticmethod
-    def lease_key(chunk: ChunkRef) -> str:
-        return f"{PREFIX}:lease:{chunk.batch_id}:{chunk.chunk_no}"
+    def last_batch_key(queue: str) -> str:
+        return f"{PREFIX}:last-batch:{queue}"
+
+    @staticmethod
+    def owned_key(job_id: str) -> str:
+        return f"{PREFIX}:owned:{job_id}"
+
+    @staticmethod
+    def grading_key(worker_key: str) -> str:
+        return f"{PREFIX}:grading:{worker_key}"
 
     def _batch_keys(self, batch_id: str) -> list[str]:
-        """The keys the Lua scripts take, in their order: batch, stored, results, metrics, items, jobs."""
+        """The keys the Lua scripts take, in their order: batch, stored, results, metrics, items, jobs, chunkjobs,
+        owner."""
         return [
             self.batch_key(batch_id),
             self.batch_key(batch_id, "stored"),
@@ -209,6 +396,8 @@ class Store:
             f"{PREFIX}:metrics",
             self.batch_key(batch_id, "items"),
             self.batch_key(batch_id, "jobs"),
+            self.batch_key(batch_id, "chunkjobs"),
+            self.batch_key(batch_id, "owner"),
         ]
 
     # --- queues -----------------------------------------------------------------------------------------------
@@ -232,14 +421,93 @@ class Store:
             description=f"grade chunk {chunk_no} of batch {batch_id}",
         )
 
-    def enqueue_chunk(self, batch: BatchRecord, chunk_no: int) -> str:
-        """Put one more job for a chunk at the back of its queue (a job that found its chunk leased)."""
-        queue = self.rq_queue(batch.queue)
-        with self.redis.pipeline() as pipe:
-            (job,) = queue.enqueue_many([self._job_data(batch.id, chunk_no, queue)], pipeline=pipe)
-            pipe.sadd(self.batch_key(batch.id, "jobs"), job.id)
-            pipe.execute()
-        return str(job.id)
+    def _enqueue_chunks(self, queue_name: str, chunks: Sequence[ChunkRef], pipe: Any) -> None:
+        """Queue one RQ job per chunk (in `pipe`), remembering which job is each chunk's, for `claim`."""
+        queue = self.rq_queue(queue_name)
+        jobs = [self._job_data(c.batch_id, c.chunk_no, queue) for c in chunks]
+        for chunk, job in zip(chunks, jobs, strict=True):
+            pipe.hset(self.batch_key(chunk.batch_id, "chunkjobs"), str(chunk.chunk_no), job.job_id)
+            pipe.sadd(self.batch_key(chunk.batch_id, "jobs"), job.job_id)
+        queue.enqueue_many(jobs, pipeline=pipe)
+
+    # --- chunk ownership --------------------------------------------------------------------------------------
+
+    def claim(
+        self, queue: str, job_id: str, worker_key: str, *, own: ChunkRef | None, budget: int | None = None
+    ) -> Claim | None:
+        """Claim `own` (the job's own chunk) and other pending chunks of `queue` up to the fair share of items.
+
+        `budget=None`: the fair share, min(coalesce_max_items, ceil(waiting items / workers not grading)), so one
+        large batch is split between the idle workers and a backlog fills every call. Returns None when `own` is not
+        this job's to grade (done, cancelled, or given to a newer job after this one was taken as dead).
+        """
+        settings = self.settings
+        scan = max(16, 4 * settings.coalesce_max_items // max(1, settings.chunk_size) + 16)
+        reply = self._claim(
+            keys=[self.pending_key(queue), self.rq_queue(queue).key, f"rq:workers:{queue}", self.owned_key(job_id)],
+            args=[
+                own.member if own is not None else "",
+                job_id,
+                -1 if budget is None else budget,
+                settings.coalesce_max_items,
+                settings.chunk_size,
+                scan,
+                worker_key,
+                settings.heartbeat_ttl_s,
+                settings.job_timeout_s + 3600,
+                PREFIX,
+                Job.redis_job_namespace_prefix,
+            ],
+        )
+        if not reply or int(reply[0]) == 0:
+            return None
+        return Claim(share=int(reply[1]), chunks=[ChunkRef.parse(text(m)) for m in reply[2:]])
+
+    def last_batch_at(self, queue: str) -> float:
+        """When the newest batch of `queue` was created (0 if none)."""
+        value = self.redis.get(self.last_batch_key(queue))
+        return float(text(value)) if value is not None else 0.0
+
+    def owned(self, job_id: str) -> list[ChunkRef]:
+        """The chunks a job took from other jobs and has not finished (left behind when its worker died)."""
+        return [ChunkRef.parse(text(m)) for m in self.redis.smembers(self.owned_key(job_id))]
+
+    def release(self, queue: str, job_id: str, chunks: Sequence[ChunkRef], *, requeue: bool = True) -> list[ChunkRef]:
+        """Give chunks back: to `pending` and, with `requeue`, each with a fresh RQ job. Returns those given back.
+
+        `requeue=False` is for a job's own chunk when RQ itself will run that job again (a retry).
+        """
+        if not chunks:
+            return []
+        released = self._release(
+            keys=[self.pending_key(queue), self.owned_key(job_id)], args=[job_id, PREFIX, *(c.member for c in chunks)]
+        )
+        back = [ChunkRef.parse(text(m)) for m in released]
+        if back and requeue:
+            with self.redis.pipeline(transaction=True) as pipe:
+                self._enqueue_chunks(queue, back, pipe)
+                pipe.execute()
+        return back
+
+    def finish(self, job_id: str, worker_key: str, chunks: Sequence[ChunkRef]) -> None:
+        """The job is done with its chunks (stored, or nothing left to do)."""
+        self._finish(
+            keys=[self.owned_key(job_id), self.grading_key(worker_key)],
+            args=[job_id, PREFIX, *(c.member for c in chunks)],
+        )
+
+    def still_grading(self, worker_key: str, ttl_s: int) -> None:
+        """Heartbeat of a busy worker: keep it out of the idle count that fair shares are computed from."""
+        self.redis.expire(self.grading_key(worker_key), ttl_s)
+
+    def cancelled_batches(self, batch_ids: Iterable[str]) -> set[str]:
+        """Which of these batches are cancelled now (one round trip; polled during an engine call)."""
+        ids = list(batch_ids)
+        with self.redis.pipeline(transaction=False) as pipe:
+            for batch_id in ids:
+                pipe.hget(self.batch_key(batch_id), "status")
+            statuses = pipe.execute()
+        return {b for b, s in zip(ids, statuses, strict=True) if s is None or text(s) == BatchStatus.CANCELLED.value}
 
     # --- batches ----------------------------------------------------------------------------------------------
 
@@ -258,18 +526,10 @@ class Store:
         With an idempotency key: the first request creates the batch; a repeat with the same fingerprint gets the
         same batch back (created=False); a repeat with another fingerprint raises IdempotencyConflict.
         """
-        batch_id = uuid.uuid4().hex
-        idem_key = None
-        if idempotency_key is not None:
-            digest = hashlib.sha256(idempotency_key.encode()).hexdigest()
-            idem_key = f"{PREFIX}:idem:{tenant}:{digest}"
-            claimed = self.redis.set(idem_key, f"{batch_id} {fingerprint}", nx=True, ex=self.settings.idempotency_ttl_s)
-            if not claimed:
-                return self._replay(idem_key, fingerprint), False
         now = time.time()
         queue_name = self.settings.priority_queue if priority else self.settings.queue
         record = BatchRecord(
-            id=batch_id,
+            id=uuid.uuid4().hex,
             tenant=tenant,
             status=BatchStatus.QUEUED,
             options=options,
@@ -279,55 +539,69 @@ class Store:
             counts=BatchCounts(total=len(items)),
             created_at=now,
         )
-        try:
-            self._write_batch(record, items)
-        except BaseException:
-            if idem_key is not None:
-                self.redis.delete(idem_key)
-            raise
+        if idempotency_key is None:
+            with self.redis.pipeline(transaction=True) as pipe:
+                self._write_batch(record, items, pipe)
+                pipe.execute()
+        else:
+            digest = hashlib.sha256(idempotency_key.encode()).hexdigest()
+            existing = self._create_once(f"{PREFIX}:idem:{tenant}:{digest}", fingerprint, record, items)
+            if existing is not None:
+                return existing, False
         self.redis.hincrby(f"{PREFIX}:metrics", "batches_created", 1)
         return record, True
 
-    def _replay(self, idem_key: str, fingerprint: str) -> BatchRecord:
-        for _ in range(50):  # the first request may still be writing its batch
-            value = self.redis.get(idem_key)
-            if value is None:
-                break
-            batch_id, _, stored_fingerprint = text(value).partition(" ")
-            if stored_fingerprint != fingerprint:
-                raise IdempotencyConflict(batch_id)
-            record = self.get_batch(batch_id)
-            if record is not None:
-                return record
-            time.sleep(0.1)
-        raise IdempotencyConflict("(being created)")
+    def _create_once(
+        self, idem_key: str, fingerprint: str, record: BatchRecord, items: Sequence[Triple]
+    ) -> BatchRecord | None:
+        """Write the key and the batch in ONE transaction (WATCH/MULTI): a crash can't leave a key without its batch.
 
-    def _write_batch(self, record: BatchRecord, items: Sequence[Triple]) -> None:
-        queue = self.rq_queue(record.queue)
-        jobs = [self._job_data(record.id, n, queue) for n in range(record.n_chunks)]
-        with self.redis.pipeline(transaction=True) as pipe:
-            pipe.hset(
-                self.batch_key(record.id),
-                mapping={
-                    "id": record.id,
-                    "tenant": record.tenant,
-                    "status": record.status.value,
-                    "options": record.options.model_dump_json(),
-                    "total": record.total,
-                    "chunk_size": record.chunk_size,
-                    "queue": record.queue,
-                    "created_at": repr(record.created_at),
-                    **dict.fromkeys(COUNT_FIELDS, 0),
-                },
-            )
-            items_key = self.batch_key(record.id, "items")
-            for start in range(0, len(items), 1000):
-                pipe.rpush(items_key, *(t.model_dump_json() for t in items[start : start + 1000]))
-            pending = {ChunkRef(record.id, n).member: record.created_at + n * 1e-6 for n in range(record.n_chunks)}
-            pipe.zadd(self.pending_key(record.queue), pending)
-            pipe.sadd(self.batch_key(record.id, "jobs"), *(job.job_id for job in jobs))
-            queue.enqueue_many(jobs, pipeline=pipe)
-            pipe.execute()
+        Returns the batch the key already names (same fingerprint), or None once this request's batch is written.
+        """
+        while True:
+            with self.redis.pipeline(transaction=True) as pipe:
+                try:
+                    pipe.watch(idem_key)
+                    value = pipe.get(idem_key)
+                    if value is not None:
+                        batch_id, _, stored_fingerprint = text(value).partition(" ")
+                        if stored_fingerprint != fingerprint:
+                            raise IdempotencyConflict(batch_id)
+                        existing = self.get_batch(batch_id)
+                        if existing is not None:
+                            return existing
+                        # its batch expired (retention shorter than the key's TTL): the key is stale, reuse it
+                    pipe.multi()
+                    pipe.set(idem_key, f"{record.id} {fingerprint}", ex=self.settings.idempotency_ttl_s)
+                    self._write_batch(record, items, pipe)
+                    pipe.execute()
+                    return None
+                except WatchError:
+                    continue  # another request with this key wrote first: read what it wrote
+
+    def _write_batch(self, record: BatchRecord, items: Sequence[Triple], pipe: Any) -> None:
+        """Queue the batch's writes in `pipe` (a MULTI transaction the caller executes)."""
+        pipe.hset(
+            self.batch_key(record.id),
+            mapping={
+                "id": record.id,
+                "tenant": record.tenant,
+                "status": record.status.value,
+                "options": record.options.model_dump_json(),
+                "total": record.total,
+                "chunk_size": record.chunk_size,
+                "queue": record.queue,
+                "created_at": repr(record.created_at),
+                **dict.fromkeys(COUNT_FIELDS, 0),
+            },
+        )
+        items_key = self.batch_key(record.id, "items")
+        for start in range(0, len(items), 1000):
+            pipe.rpush(items_key, *(t.model_dump_json() for t in items[start : start + 1000]))
+        pending = {ChunkRef(record.id, n).member: record.created_at + n * 1e-6 for n in range(record.n_chunks)}
+        pipe.zadd(self.pending_key(record.queue), pending)
+        pipe.zadd(self.tenant_batches_key(record.tenant), {record.id: record.created_at})  # the web page's list
+        self._enqueue_chunks(record.queue, [ChunkRef(record.id, n) for n in range(record.n_chunks)], pipe)
 
     def get_batch(self, batch_id: str) -> BatchRecord | None:
         return batch_from_hash(self.redis.hgetall(self.batch_key(batch_id)))
@@ -355,7 +629,7 @@ class Store:
                 pipe.delete(Job.key_for(job_id))
             pipe.execute()
 
-    # --- chunks and leases ------------------------------------------------------------------------------------
+    # --- chunks ---------------------------------------------------------------------------------------------
 
     def chunk_items(self, batch: BatchRecord, chunk_no: int) -> list[tuple[int, Triple]]:
         """The chunk's items that have no stored result yet, with their index in the batch."""
@@ -379,12 +653,6 @@ class Store:
         members = [c.member for c in chunks]
         if members:
             self.redis.zrem(self.pending_key(queue), *members)
-
-    def take_lease(self, chunk: ChunkRef, token: str) -> bool:
-        return bool(self.redis.set(self.lease_key(chunk), token, nx=True, ex=self.settings.lease_s))
-
-    def release_lease(self, chunk: ChunkRef, token: str) -> None:
-        self._release_lease(keys=[self.lease_key(chunk)], args=[token])
 
     # --- results ----------------------------------------------------------------------------------------------
 
@@ -487,6 +755,86 @@ class Store:
 
     def pending_chunk_count(self, queue: str) -> int:
         return int(self.redis.zcard(self.pending_key(queue)))
+
+    # --- web page and item labels (issue 11) ------------------------------------------------------------------
+
+    @staticmethod
+    def tenant_batches_key(tenant: str) -> str:
+        """zset of the tenant's batch ids scored by creation time: what the web page lists, newest first."""
+        return f"{PREFIX}:tenant:{tenant}:batches"
+
+    def list_batches(self, tenant: str, offset: int, limit: int) -> tuple[list[BatchRecord], int]:
+        """One page of the tenant's batches, newest first, and how many the index holds. Batches whose keys have
+        expired (retention) are dropped from the index as they are met."""
+        key = self.tenant_batches_key(tenant)
+        ids = [text(i) for i in self.redis.zrevrange(key, offset, offset + limit - 1)]
+        records = [self.get_batch(batch_id) for batch_id in ids]
+        gone = [batch_id for batch_id, record in zip(ids, records, strict=True) if record is None]
+        if gone:
+            self.redis.zrem(key, *gone)
+        return [r for r in records if r is not None], int(self.redis.zcard(key)) - len(gone)
+
+    def result_entries(self, batch_id: str, offset: int, limit: int) -> list[tuple[int, int, str]]:
+        """(position in the results list, item index, judgement JSON) from `offset` on, in completion order."""
+        entries = self.redis.lrange(self.batch_key(batch_id, "results"), offset, offset + limit - 1)
+        out = []
+        for position, entry in enumerate(entries, start=offset):
+            index, _, raw = text(entry).partition("\n")
+            out.append((position, int(index), raw))
+        return out
+
+    def results_at(self, batch_id: str, positions: Sequence[int]) -> list[Judgement | None]:
+        """The judgements at these positions of the results list (one round trip): what one page of a table shows."""
+        with self.redis.pipeline(transaction=False) as pipe:
+            for position in positions:
+                pipe.lindex(self.batch_key(batch_id, "results"), position)
+            entries = pipe.execute()
+        return [
+            None if entry is None else Judgement.model_validate_json(text(entry).partition("\n")[2])
+            for entry in entries
+        ]
+
+    def item_at(self, batch_id: str, index: int) -> Triple | None:
+        raw = self.redis.lindex(self.batch_key(batch_id, "items"), index)
+        return None if raw is None else Triple.model_validate_json(raw)
+
+    def find_item_index(self, batch_id: str, item_id: str) -> int | None:
+        """Input index of the first item with this id (ids are the user's and may repeat). Scans the items list a
+        page at a time: for items not graded yet, whose place a results index can't tell."""
+        key, page = self.batch_key(batch_id, "items"), 1000
+        needle = json.dumps(item_id, ensure_ascii=False)
+        for start in range(0, int(self.redis.llen(key)), page):
+            for offset, raw in enumerate(self.redis.lrange(key, start, start + page - 1)):
+                if needle in text(raw) and Triple.model_validate_json(raw).id == item_id:
+                    return start + offset
+        return None
+
+    def labels_version(self, batch_id: str) -> int:
+        """Bumped by every manual-label change, so caches of rows and agreement know they are stale."""
+        return int(self.redis.hget(self.batch_key(batch_id), "labels_version") or 0)
+
+    def set_manual_label(self, batch_id: str, position: int, label: Label | None, by: str, at: float) -> Judgement:
+        """Set (or clear, with None) the manual label of the graded item at `position` of the results list, recording
+        who and when as `manual_label_by` / `manual_label_at`. Results, agreement, reports and exports all read it.
+
+        The entry is replaced by compare-and-set (one Lua step, retried when a concurrent change came first) and the
+        batch's labels_version is bumped. Raises KeyError when there is no result at `position`.
+        """
+        stamp = datetime.fromtimestamp(at, UTC).isoformat()
+        for _ in range(20):
+            raw_entry = self.redis.lindex(self.batch_key(batch_id, "results"), position)
+            if raw_entry is None:
+                raise KeyError(f"no result at {position} in batch {batch_id}")
+            old_entry = text(raw_entry)
+            index, _, raw_result = old_entry.partition("\n")
+            judgement = Judgement.model_validate_json(raw_result).model_copy(
+                update={"manual_label": label, "manual_label_by": by, "manual_label_at": stamp}
+            )
+            new_entry = f"{index}\n{judgement.model_dump_json()}"
+            keys = [self.batch_key(batch_id), self.batch_key(batch_id, "results")]
+            if self._set_label(keys=keys, args=[position, old_entry, new_entry]):
+                return judgement
+        raise RuntimeError(f"manual label at {position} in batch {batch_id}: too many concurrent changes")
 
 
 def batch_from_hash(raw: Mapping[Any, Any]) -> BatchRecord | None:

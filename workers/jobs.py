@@ -2,18 +2,33 @@
 
 A job carries only ids (`batch_id`, `chunk_no`, JSON-serialised); everything else is in Redis. It is thin:
 
-    lease the chunk → coalesce other pending chunks (leasing each) → drop items already stored or cached
-    → grade the rest in ONE `Judge.grade_many` call → store (exactly once per item) → release the leases
+    claim the chunk + a fair share of other pending chunks (Store.claim: one Lua step that also takes their RQ jobs
+    out of the queue) → drop items already stored or cached → grade the rest in ONE `Judge.grade_many` call
+    → store (exactly once per item) → finish
 
-Leases (`SET NX EX lease_s`) keep two workers from grading the same chunk at once; the store's stored-marker keeps
-a chunk that is graded twice anyway (a lease that ran out, a worker killed between grading and storing) from being
-stored twice. A job whose chunk is already complete does nothing; one whose chunk another worker holds puts a new
-job for it at the back of the queue after `lease_poll_s`, so the chunk is graded even if that worker dies.
+One owner per chunk: the job that claimed it. A coalescing job takes the other chunks' RQ jobs out of the queue in
+the same atomic step, so no job ever finds its chunk held by another worker and nothing sleeps or re-queues itself.
+The share is min(coalesce_max_items, ceil(waiting items / workers not grading)): one 256-item batch is split
+between 4 idle workers, a backlog fills every call, and other chunks are taken round-robin by tenant. When the call
+is below its share and its batch is small (one chunk), the job waits until `gather_s` after that batch was created
+for chunks still on their way, so small batches from many clients share a call. Before claiming, a fresh batch's
+job waits for a burst of submissions to end (`gather_quiet_s` without a new batch), so batches submitted together
+are shared as one backlog rather than split by whichever arrived first; a lone large batch never waits longer than
+that. /v1/grade never waits.
 
-Faults: `TransientEngineError` propagates, and RQ retries the job with backoff (`Retry` set at enqueue time). Any
-other failure is permanent: the items are stored as `failed` with the reason — retrying never re-rolls a grade.
-When RQ gives up on a job (retries exhausted, or abandoned by a killed worker with none left), `on_chunk_failure`
-stores its remaining items as `failed` so no item is left without a result.
+Faults:
+- A worker killed mid-call: its heartbeat stops, RQ's maintenance finds the job abandoned within about
+  heartbeat_ttl_s + maintenance_interval_s, and `on_chunk_failure` gives every chunk it held back (fresh RQ jobs).
+  The store's stored-marker keeps an item graded twice (a worker that was only slow) from being stored twice.
+- `TransientEngineError`: the chunks taken from other jobs go back to the queue, the job's own chunk stays for RQ's
+  retry (`Retry` with backoff, set at enqueue time).
+- `EngineDeadError`: store nothing, give every chunk back, and stop the worker (non-zero exit; see workers.worker).
+- Redis away while the engine runs: the results are stored once it is back (retried with backoff for up to
+  `redis_retry_s`); the stored-marker makes a repeat harmless.
+- Any other failure of the whole call is permanent: the items are stored as `failed` with the reason — retrying
+  never re-rolls a grade. When RQ gives up on a job, `on_chunk_failure` stores its remaining items as `failed`.
+- A batch cancelled during the call: `CallControl.cancelled` reports its items (one Redis round trip per poll) and
+  the engine aborts their requests; the call's deadline is the job's timeout, so RQ's own timeout is a backstop.
 
 The job reaches the worker process's one `Judge` through `bind()`, called by the worker at start-up.
 """
@@ -25,14 +40,24 @@ import json
 import logging
 import time
 import uuid
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
-from juiz.judge import Judge, failed_judgement, item_fields, request_for, select_prompt
-from juiz.labels import automated_label
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from rq import get_current_job
+from rq.exceptions import AbandonedJobError
+from tenacity import Retrying, before_sleep_log, retry_if_exception_type, stop_after_delay, wait_exponential
+
+from juiz.engine import CallControl
+from juiz.errors import EngineDeadError, TransientEngineError
+from juiz.judge import Judge, failed_judgement, item_fields, request_for_options, select_prompt
+from juiz.labels import label_for
 from juiz.settings import Settings
 from juiz.store import BatchRecord, ChunkRef, Store
-from schemas import BatchOptions, BatchStatus, Judgement, JudgementStatus, Triple
+from juiz.uncertainty import annotate
+from schemas import BatchOptions, Judgement, JudgementStatus, Triple
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +76,8 @@ CACHED_FIELDS = frozenset(
         "provenance",
     }
 )
+REDIS_ERRORS = (RedisConnectionError, RedisTimeoutError)
+T = TypeVar("T")
 
 
 @dataclass
@@ -61,6 +88,11 @@ class Binding:
     store: Store
     settings: Settings
     worker_name: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
+    engine_dead: EngineDeadError | None = None  # set by a job; the worker stops after it
+
+    @property
+    def worker_key(self) -> str:
+        return f"rq:worker:{self.worker_name}"
 
 
 _binding: Binding | None = None
@@ -91,96 +123,112 @@ class _Work:
 
 
 def grade_chunk(batch_id: str, chunk_no: int) -> dict[str, int]:
-    """Grade chunk `chunk_no` of batch `batch_id` (plus other pending chunks). Returns counts for RQ's logs."""
+    """Grade chunk `chunk_no` of batch `batch_id` (plus a fair share of other pending chunks). Returns counts for
+    RQ's logs."""
     b = bound()
     store = b.store
+    job = get_current_job()
+    job_id = job.id if job is not None else f"local-{uuid.uuid4().hex}"
     batch = store.get_batch(batch_id)
-    if batch is None or batch.status is BatchStatus.CANCELLED:
+    if batch is None or batch.terminal:
         return {"skipped": 1}
+    queue = batch.queue
+    # An earlier run of this same job whose worker died may still hold chunks it took from other jobs.
+    store.release(queue, job_id, store.owned(job_id))
+    if queue != b.settings.priority_queue:
+        _settle(b, batch)
+    claim = store.claim(queue, job_id, b.worker_key, own=ChunkRef(batch_id, chunk_no))
+    if claim is None:
+        return {"not_ours": 1}  # done, cancelled, or handed to a newer job while this one was taken as dead
     own = ChunkRef(batch_id, chunk_no)
-    token = f"{b.worker_name}:{uuid.uuid4().hex[:8]}"
-    if not store.take_lease(own, token):
-        if not store.chunk_items(batch, chunk_no):
-            return {"already_done": 1}
-        time.sleep(b.settings.lease_poll_s)
-        store.enqueue_chunk(batch, chunk_no)
-        log.info("chunk %s is being graded by another worker; queued it again", own.member)
-        return {"deferred": 1}
-    leased = [own]
+    taken = list(claim.chunks)
     try:
-        items = store.chunk_items(batch, chunk_no)
-        if not items:
-            store.drop_pending(batch.queue, [own])
-            return {"already_done": 1}
-        work = [_Work(batch, own, items)]
-        work += _coalesce(b, batch.queue, own, b.settings.coalesce_max_items - len(items), token, leased)
-        work += _gather(b, batch.queue, own, work, token, leased)
-        return _grade_and_store(b, work)
+        batches: dict[str, BatchRecord | None] = {batch_id: batch}
+        work = _load(store, [own, *taken], batches)
+        if queue != b.settings.priority_queue and batch.n_chunks == 1:
+            taken += _gather(b, job_id, work, claim.share, batch.created_at, batches)
+        return _grade_and_store(b, work, job)
+    except EngineDeadError as exc:
+        # Store nothing: every chunk goes back with a fresh job, and this worker stops after the job.
+        log.error("engine dead: giving back %d chunk(s) and stopping this worker: %s", len(taken) + 1, exc)
+        _retrying(b.settings, lambda: store.release(queue, job_id, [own, *taken]))
+        b.engine_dead = exc
+        return {"engine_dead": 1}
+    except BaseException:
+        # RQ retries this job (own chunk) or gives up on it (on_chunk_failure); the other chunks go back now.
+        store.release(queue, job_id, taken)
+        store.release(queue, job_id, [own], requeue=False)
+        raise
     finally:
-        for chunk in leased:
-            store.release_lease(chunk, token)
+        _retrying(b.settings, lambda: store.finish(job_id, b.worker_key, [own, *taken]))
+
+
+def _load(store: Store, chunks: Sequence[ChunkRef], batches: dict[str, BatchRecord | None]) -> list[_Work]:
+    work = []
+    for chunk in chunks:
+        if chunk.batch_id not in batches:
+            batches[chunk.batch_id] = store.get_batch(chunk.batch_id)
+        batch = batches[chunk.batch_id]
+        if batch is None or batch.terminal:
+            continue
+        items = store.chunk_items(batch, chunk.chunk_no)
+        if items:
+            work.append(_Work(batch, chunk, items))
+    return work
+
+
+def _settle(b: Binding, batch: BatchRecord) -> None:
+    """Before claiming a fresh batch, wait for a burst of submissions to end (no new batch for gather_quiet_s, and
+    at most until gather_s after this batch was created), so the fair share is computed on the whole burst: 8
+    batches submitted together are shared as one backlog, not split by whichever arrived first. A lone batch waits
+    gather_quiet_s after its creation at most (usually less: its job starts later than that)."""
+    settings = b.settings
+    deadline = batch.created_at + settings.gather_s
+    while (now := time.time()) < deadline:
+        quiet_at = b.store.last_batch_at(batch.queue) + settings.gather_quiet_s
+        if now >= quiet_at:
+            return
+        time.sleep(min(quiet_at, deadline) - now)
 
 
 def _gather(
-    b: Binding, queue: str, own: ChunkRef, work: list[_Work], token: str, leased: list[ChunkRef]
-) -> list[_Work]:
-    """Wait up to gather_s for chunks still on their way when the call is not full.
+    b: Binding,
+    job_id: str,
+    work: list[_Work],
+    share: int,
+    created_at: float,
+    batches: dict[str, BatchRecord | None],
+) -> list[ChunkRef]:
+    """For a small batch (one chunk): wait until gather_s after it was created for chunks still on their way, while
+    the call is below its share.
 
     Clients that submit small batches at about the same time would otherwise each get an engine call of their own
     (the first chunk starts before the others are queued); a fraction of a second buys one larger call, which on a
-    GPU costs about as much as a small one. /v1/grade never waits.
-    """
-    settings = b.settings
-    budget = settings.coalesce_max_items - sum(len(w.items) for w in work)
-    if queue == settings.priority_queue or settings.gather_s <= 0 or budget <= 0:
-        return []
-    extra: list[_Work] = []
-    deadline = time.monotonic() + settings.gather_s
-    while budget > 0 and (remaining := deadline - time.monotonic()) > 0:
-        time.sleep(min(0.05, remaining))
-        more = _coalesce(b, queue, own, budget, token, leased)
-        extra += more
-        budget -= sum(len(w.items) for w in more)
-    return extra
-
-
-def _coalesce(b: Binding, queue: str, own: ChunkRef, budget: int, token: str, leased: list[ChunkRef]) -> list[_Work]:
-    """Lease other pending chunks that fit in the call: /v1/grade's chunks first, then the oldest batches'.
-
-    A /v1/grade job takes only other /v1/grade chunks, so one triple never waits behind a large call.
+    GPU costs about as much as a small one. Counting from the batch's creation bounds the wait per batch: a batch
+    that has been queued that long (a backlog) starts at once; a batch of several chunks never waits here.
     """
     settings, store = b.settings, b.store
-    queues = [settings.priority_queue] if queue == settings.priority_queue else settings.queues
-    extra: list[_Work] = []
-    batches: dict[str, BatchRecord | None] = {}
-    for name in queues:
-        if budget <= 0:
-            break
-        for chunk in store.pending_chunks(name, limit=max(4, 2 * budget // settings.chunk_size + 4)):
-            if budget <= 0:
-                break
-            if chunk == own or chunk in leased:
-                continue
-            if chunk.batch_id not in batches:
-                batches[chunk.batch_id] = store.get_batch(chunk.batch_id)
-            batch = batches[chunk.batch_id]
-            if batch is None or batch.terminal:
-                store.drop_pending(name, [chunk])
-                continue
-            if len(batch.chunk_range(chunk.chunk_no)) > budget or not store.take_lease(chunk, token):
-                continue
-            leased.append(chunk)
-            items = store.chunk_items(batch, chunk.chunk_no)
-            if not items:
-                store.drop_pending(name, [chunk])
-                continue
-            extra.append(_Work(batch, chunk, items))
-            budget -= len(items)
-    return extra
+    taken: list[ChunkRef] = []
+    deadline = created_at + settings.gather_s
+    need = share - sum(len(w.items) for w in work)
+    while need > 0 and (remaining := deadline - time.time()) > 0:
+        time.sleep(min(0.05, remaining))
+        claim = store.claim(
+            work[0].batch.queue if work else settings.queue, job_id, b.worker_key, own=None, budget=need
+        )
+        if claim is None or not claim.chunks:
+            continue
+        taken += claim.chunks
+        more = _load(store, claim.chunks, batches)
+        work += more
+        need -= sum(len(w.items) for w in more)
+    return taken
 
 
-def _grade_and_store(b: Binding, work: list[_Work]) -> dict[str, int]:
+def _grade_and_store(b: Binding, work: list[_Work], job: Any) -> dict[str, int]:
     store, judge, settings = b.store, b.judge, b.settings
+    if not work:
+        return {"chunks": 0, "items": 0, "graded": 0, "stored": 0}
     for batch_id in {w.batch.id for w in work}:
         store.mark_running(batch_id)
     flat = [(w, index, triple) for w in work for index, triple in w.items]
@@ -188,7 +236,10 @@ def _grade_and_store(b: Binding, work: list[_Work]) -> dict[str, int]:
 
     keys: list[str | None] = [None] * len(flat)
     if settings.result_cache:
-        keys = [_cache_key_or_none(triple, w.batch.options, judge.engine.model_id) for w, _, triple in flat]
+        keys = [
+            _cache_key_or_none(triple, w.batch.options, judge.engine.model_id, _cache_scope(settings, w.batch))
+            for w, _, triple in flat
+        ]
         cached = store.cache_get([k for k in keys if k is not None])
         hits = iter(cached)
         for (w, index, triple), key in zip(flat, keys, strict=True):
@@ -201,12 +252,15 @@ def _grade_and_store(b: Binding, work: list[_Work]) -> dict[str, int]:
 
     to_grade = [(i, entry) for i, entry in enumerate(flat) if (entry[0].batch.id, entry[1]) not in results]
     if to_grade:
+        control = _call_control(store, [w.batch.id for _, (w, _, _) in to_grade], job)
         started = time.perf_counter()
         try:
-            graded = judge.grade_many([(triple, w.batch.options) for _, (w, _, triple) in to_grade])
+            graded = judge.grade_many([(triple, w.batch.options) for _, (w, _, triple) in to_grade], control)
+        except (TransientEngineError, EngineDeadError):
+            raise  # RQ retries the job with backoff / the worker stops
         except Exception as exc:
-            if _transient(exc):
-                raise  # RQ retries the job with backoff
+            if isinstance(exc, REDIS_ERRORS):
+                raise
             log.exception("grading failed permanently for %d item(s)", len(to_grade))
             reason = f"{type(exc).__name__}: {exc}"
             graded = [
@@ -214,7 +268,7 @@ def _grade_and_store(b: Binding, work: list[_Work]) -> dict[str, int]:
                 for _, (w, _, triple) in to_grade
             ]
         else:
-            store.record_engine_call(time.perf_counter() - started, len(to_grade))
+            _retrying(settings, lambda: store.record_engine_call(time.perf_counter() - started, len(to_grade)))
         fresh: dict[str, dict[str, Any]] = {}
         for (position, (w, index, _)), judgement in zip(to_grade, graded, strict=True):
             results[(w.batch.id, index)] = judgement
@@ -223,60 +277,114 @@ def _grade_and_store(b: Binding, work: list[_Work]) -> dict[str, int]:
             # reply with finish_reason=error), which a later call would not repeat.
             if key is not None and judgement.status is JudgementStatus.OK:
                 fresh[key] = judgement.model_dump(mode="json", include=set(CACHED_FIELDS))
-        store.cache_put(fresh)
+        _retrying(settings, lambda: store.cache_put(fresh))
 
     stored = 0
     for w in work:
-        stored += len(store.store_results(w.batch, [(index, results[(w.batch.id, index)]) for index, _ in w.items]))
-        store.drop_pending(w.batch.queue, [w.chunk])
+        chunk_results = [(index, results[(w.batch.id, index)]) for index, _ in w.items]
+        # A cancelled batch's results are refused by the store script (aborted requests are never stored).
+        stored += len(_retrying(settings, lambda w=w, r=chunk_results: store.store_results(w.batch, r)))  # type: ignore[misc]
     return {"chunks": len(work), "items": len(flat), "graded": len(to_grade), "stored": stored}
 
 
-def _transient(exc: BaseException) -> bool:
-    from redis.exceptions import ConnectionError as RedisConnectionError
-    from redis.exceptions import TimeoutError as RedisTimeoutError
+def _call_control(store: Store, batch_of_item: list[str], job: Any) -> CallControl:
+    """Cancel: items of batches cancelled since the call began (one pipelined HGET per poll). Deadline: the job's
+    timeout, less a margin to store the results, so RQ's own timeout (which interrupts the call) is a backstop."""
+    ids = sorted(set(batch_of_item))
 
-    from juiz.errors import TransientEngineError
+    def cancelled() -> Collection[int]:
+        try:
+            gone = store.cancelled_batches(ids)
+        except REDIS_ERRORS:
+            return ()  # Redis away: nothing is known to be cancelled; the call goes on
+        return [i for i, batch_id in enumerate(batch_of_item) if batch_id in gone] if gone else ()
 
-    return isinstance(exc, TransientEngineError | RedisConnectionError | RedisTimeoutError)
+    deadline = None
+    timeout = getattr(job, "timeout", None)
+    if isinstance(timeout, int | float) and timeout > 0:
+        started = getattr(job, "started_at", None)
+        elapsed = 0.0 if started is None else max(0.0, time.time() - started.timestamp())
+        deadline = time.monotonic() + max(1.0, 0.9 * timeout - elapsed)
+    return CallControl(deadline=deadline, cancelled=cancelled)
 
 
-def cache_key(triple: Triple, options: BatchOptions, model_id: str) -> str:
-    """sha256 of everything a grade depends on: the question, the answer, the prompt (id and file hash), the model
-    and the sampling settings. Context, ids and labels do not change the grade, so they are not in it."""
-    template = select_prompt(options, triple.question)
-    request = request_for(options.mode)
-    payload = [triple.question, triple.answer, template.id, template.sha256, model_id, request.describe(), options.mode]
+def _retrying(settings: Settings, write: Callable[[], T]) -> T:
+    """A Redis write retried with exponential backoff while Redis is away (a restart), for up to redis_retry_s."""
+    for attempt in Retrying(
+        retry=retry_if_exception_type(REDIS_ERRORS),
+        wait=wait_exponential(multiplier=0.2, max=5),
+        stop=stop_after_delay(settings.redis_retry_s),
+        before_sleep=before_sleep_log(log, logging.WARNING),
+        reraise=True,
+    ):
+        with attempt:
+            return write()
+    raise AssertionError("unreachable: tenacity re-raises the last error")
+
+
+def _cache_scope(settings: Settings, batch: BatchRecord) -> str | None:
+    """The tenant a cached result belongs to; None (shared by all tenants) only with shared_result_cache."""
+    return None if settings.shared_result_cache else batch.tenant
+
+
+def cache_key(triple: Triple, options: BatchOptions, model_id: str, tenant: str | None) -> str:
+    """sha256 of everything a grade depends on: the question, the answer, the context, the prompt (id and file hash),
+    the model and the sampling settings; and the tenant, so one tenant's cache never answers (or reveals) another's
+    request unless `shared_result_cache` is set (tenant=None). Ids and labels do not change the grade."""
+    # Every requested metric, in order, with its own prompt and sampling: a result graded for [answer_relevance]
+    # never answers a request for [answer_relevance, groundedness].
+    judges = []
+    for metric in options.metrics:
+        template = select_prompt(options, triple.question, metric)
+        judges.append([metric, template.id, template.sha256, request_for_options(options, metric).describe()])
+    context = (
+        [segment.model_dump(mode="json") for segment in triple.context]
+        if isinstance(triple.context, list)
+        else triple.context
+    )
+    payload = [triple.question, triple.answer, context, judges, model_id, options.mode, tenant]
     return hashlib.sha256(json.dumps(payload, ensure_ascii=False, sort_keys=True).encode()).hexdigest()
 
 
-def _cache_key_or_none(triple: Triple, options: BatchOptions, model_id: str) -> str | None:
+def _cache_key_or_none(triple: Triple, options: BatchOptions, model_id: str, tenant: str | None) -> str | None:
     try:
-        return cache_key(triple, options, model_id)
+        return cache_key(triple, options, model_id, tenant)
     except Exception:  # a prompt that can't be selected fails in grading, with its reason
         return None
 
 
 def _from_cache(cached: dict[str, Any], triple: Triple, options: BatchOptions) -> Judgement:
-    judgement = Judgement.model_validate({**item_fields(triple), **cached})
-    judgement.automated_label = automated_label(judgement.score, options.label_mapping)
-    return judgement
+    judgement = Judgement.model_validate({**item_fields(triple), **cached, "cached": True})
+    judgement.automated_label = label_for(judgement, options.label_mapping)
+    return annotate(judgement, options)  # this batch's calibration (or none), never the cached batch's
 
 
 def on_chunk_failure(job: Any, connection: Any, exc_type: Any = None, exc_value: Any = None, tb: Any = None) -> None:
-    """RQ's failure callback. Runs on every failure; acts only when RQ will not retry the job again."""
-    if job.should_retry:
-        return
+    """RQ's failure callback, also run by RQ's maintenance for a job whose worker died (AbandonedJobError).
+
+    Abandoned: every chunk the job held goes back to the queue with a fresh job, at once (RQ's own retry of the
+    job, if any, then finds its chunk taken and does nothing). Otherwise it acts only when RQ will not retry the
+    job again: the chunk's remaining items are stored as `failed` with the reason.
+    """
     if _binding is None:
-        log.error("job %s failed for good, but no judge is bound here to record it", job.id)
+        log.error("job %s failed, but no judge is bound here to record it", job.id)
         return
     batch_id, chunk_no = job.args
     store, model_id = _binding.store, _binding.judge.engine.model_id
     batch = store.get_batch(batch_id)
     if batch is None or batch.terminal:
         return
+    own = ChunkRef(batch_id, chunk_no)
+    if exc_type is not None and issubclass(exc_type, AbandonedJobError):
+        back = store.release(batch.queue, job.id, [own, *store.owned(job.id)])
+        log.warning("job %s was abandoned by its worker; %d chunk(s) queued again", job.id, len(back))
+        return
+    if job.should_retry:
+        return
     reason = f"gave up after retries: {exc_type.__name__ if exc_type else 'abandoned'}: {exc_value or ''}".rstrip(": ")
     items = store.chunk_items(batch, chunk_no)
     store.store_results(batch, [(i, failed_judgement(t, batch.options, model_id, reason)) for i, t in items])
-    store.drop_pending(batch.queue, [ChunkRef(batch_id, chunk_no)])
+    store.drop_pending(batch.queue, [own])  # RQ won't run it again: no longer waiting for anyone
+    store.release(batch.queue, job.id, store.owned(job.id))
+    store.finish(job.id, _binding.worker_key, [own])
     log.warning("chunk %s:%s failed for good (%s); %d item(s) marked failed", batch_id, chunk_no, reason, len(items))

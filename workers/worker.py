@@ -6,13 +6,22 @@ Why `SimpleWorker` (no fork per job): RQ's default `Worker` forks a work-horse p
 CUDA context initialised in its parent, and loading the model in every child would cost 20–120 s per job, so the
 job runs in the worker process itself, next to the engine it reaches through `workers.jobs.bind`.
 
-SimpleWorker's caveat: it sends no heartbeat while a job runs. RQ marks the job started with a TTL of
-`job_timeout_s + heartbeat_grace_s` (our `JuizWorker` makes RQ's fixed 60 s grace configurable); a job that runs
-past it looks abandoned and is handed to another worker. So a job must stay under `job_timeout_s` (RQ stops it
-there), and chunk_size and coalesce_max_items bound how long one engine call, hence one job, takes: size them so
-the largest call finishes well inside the timeout. A worker killed mid-chunk is recovered the same way: once its
-job's TTL has passed, the next RQ maintenance run (`maintenance_interval_s`, and at every worker's start) retries
-it; items already stored are skipped (see workers.jobs).
+SimpleWorker's caveat: it sends no heartbeat while a job runs, so RQ would have to wait for the longest possible
+call before taking a silent worker as dead. `JuizWorker` runs a heartbeat thread during each job instead (RQ's own
+`maintain_heartbeats`: worker key, execution and StartedJobRegistry entry, plus juiz's busy marker) every
+`heartbeat_interval_s`, with a short TTL (`heartbeat_ttl_s`). A worker SIGKILLed mid-call stops beating; RQ's
+maintenance (every `maintenance_interval_s`, run by idle workers and by busy workers' heartbeat threads) finds the
+job abandoned and `workers.jobs.on_chunk_failure` gives its chunks back: recovery in about heartbeat_ttl_s +
+maintenance_interval_s (≈ 30 s by default) whatever the call length. `job_timeout_s` only bounds one call (the
+engine aborts at 90 % of it; RQ's own timeout is a backstop).
+
+Faults the worker rides out or stops on:
+- Redis away (a restart): the job stores its results once Redis is back (workers.jobs retries with backoff); RQ's
+  own bookkeeping around the job (`execute_job`, heartbeats, maintenance) waits for Redis instead of quitting.
+- A dead engine (`EngineDeadError`): the job gives its chunks back and the worker stops, deregistered (so /ready
+  drops it), and the process exits non-zero (`ENGINE_DEAD_EXIT`) for a supervisor to restart it.
+
+Fairness: /v1/grade's priority queue is served first, but at most `priority_burst` jobs in a row before one batch job.
 
 RQ's scheduler (which moves a retry due after a backoff back to its queue) normally runs in a process forked from
 the worker; here it runs in a thread instead, for the same reason as above.
@@ -31,11 +40,14 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from redis import Redis
-from rq.defaults import DEFAULT_WORKER_TTL
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from rq.executions import Execution
 from rq.job import Job, JobStatus
 from rq.queue import Queue
 from rq.scheduler import RQScheduler
@@ -43,6 +55,7 @@ from rq.serializers import JSONSerializer
 from rq.worker import SimpleWorker
 
 from juiz.engine import JudgeEngine, VLLMEngine
+from juiz.errors import EngineDeadError
 from juiz.settings import Settings
 from juiz.store import Store
 from workers import jobs
@@ -53,23 +66,34 @@ if TYPE_CHECKING:  # imported where used: the in-process engine's workers never 
 log = logging.getLogger(__name__)
 
 MODEL_FIELD = "juiz_model"  # set in the RQ worker's own hash, so it lives and dies with the worker's heartbeat
+ENGINE_DEAD_EXIT = 3  # exit code of a worker whose engine died
 JOB_FUNCTIONS = frozenset({f"{jobs.__name__}.{jobs.grade_chunk.__name__}"})  # the one function a juiz job may name
+REDIS_ERRORS = (RedisConnectionError, RedisTimeoutError)
 
 
 class JuizWorker(SimpleWorker):
-    """RQ's SimpleWorker, with the abandonment grace taken from settings and the judge model announced."""
+    """RQ's SimpleWorker with a heartbeat thread during jobs, Redis outages ridden out, a bounded priority queue, the
+    judge model announced, and a stop (exit non-zero) when the engine dies."""
 
-    heartbeat_grace_s: int = 60
+    settings: Settings
     model_id: str = ""
+    priority_streak: int = 0
 
     def get_heartbeat_ttl(self, job: Job, working_time: float = 0.0) -> int:
-        if job.timeout == -1:
-            return DEFAULT_WORKER_TTL
-        return int(job.timeout or DEFAULT_WORKER_TTL) + self.heartbeat_grace_s
+        # Short: renewed every heartbeat_interval_s while the job runs, so silence means a dead worker.
+        return self.settings.heartbeat_ttl_s
 
     def register_birth(self) -> None:
         super().register_birth()
         self.connection.hset(self.key, MODEL_FIELD, self.model_id)
+
+    def perform_job(self, job: Job, queue: Queue, execution: Execution) -> bool:
+        beat = Heartbeat(self, job, execution)
+        beat.start()
+        try:
+            return bool(super().perform_job(job, queue, execution))
+        finally:
+            beat.stop()
 
     def execute_job(self, job: Job, queue: Queue) -> None:
         # RQ imports and calls whatever function a job's hash names, so write access to Redis would be code execution
@@ -79,7 +103,85 @@ class JuizWorker(SimpleWorker):
             queue.failed_job_registry.add(job, exc_string=f"refused: {job.func_name!r} is not a juiz job function")
             job.set_status(JobStatus.FAILED)
             return
-        super().execute_job(job, queue)
+        try:
+            super().execute_job(job, queue)
+        except REDIS_ERRORS:
+            # RQ's bookkeeping around the job failed (Redis restarting). The job's results are stored already (the
+            # job retries its own writes); its registry entry expires and maintenance tidies it. Don't quit.
+            self.log.exception("Redis went away around job %s; waiting for it", job.id)
+            self.wait_for_redis()
+        binding = jobs.bound()
+        if binding.engine_dead is not None:
+            self.log.error("engine dead; worker %s stops", self.name)
+            self._stop_requested = True
+
+    def heartbeat(self, timeout: int | None = None, pipeline: Any = None) -> None:
+        try:
+            super().heartbeat(timeout, pipeline)
+        except REDIS_ERRORS:
+            self.log.warning("heartbeat failed: Redis away")
+
+    def run_maintenance_tasks(self) -> None:
+        try:
+            super().run_maintenance_tasks()
+        except REDIS_ERRORS:
+            self.log.warning("maintenance skipped: Redis away")
+            self.wait_for_redis()
+
+    def check_for_suspension(self, burst: bool) -> None:
+        try:
+            super().check_for_suspension(burst)
+        except REDIS_ERRORS:
+            self.wait_for_redis()
+
+    def wait_for_redis(self) -> None:
+        """Ping with exponential backoff until Redis answers (up to redis_retry_s; then the error propagates)."""
+        deadline = time.monotonic() + self.settings.redis_retry_s
+        pause = 0.2
+        while True:
+            try:
+                self.connection.ping()
+                return
+            except REDIS_ERRORS:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(pause)
+                pause = min(pause * 2, 5.0)
+
+    def reorder_queues(self, reference_queue: Queue) -> None:
+        """Priority first, but after `priority_burst` priority jobs in a row the batch queue goes first once."""
+        priority = self.settings.priority_queue
+        self.priority_streak = self.priority_streak + 1 if reference_queue.name == priority else 0
+        batch_first = self.priority_streak >= self.settings.priority_burst
+        self._ordered_queues = sorted(self.queues, key=lambda q: (q.name == priority) == batch_first)
+
+
+class Heartbeat(threading.Thread):
+    """While a job runs: RQ's heartbeats (worker, execution, StartedJobRegistry TTL), juiz's busy marker, and RQ's
+    maintenance when due (the idle workers may all be busy: someone must still notice a dead one)."""
+
+    def __init__(self, worker: JuizWorker, job: Job, execution: Execution) -> None:
+        super().__init__(name=f"heartbeat-{job.id}", daemon=True)
+        self.worker, self.job, self.execution = worker, job, execution
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        worker, settings = self.worker, self.worker.settings
+        store = jobs.bound().store
+        while not self.stopping.wait(settings.heartbeat_interval_s):
+            try:
+                worker.maintain_heartbeats(self.job, self.execution)
+                store.still_grading(worker.key, settings.heartbeat_ttl_s)
+                if worker.should_run_maintenance_tasks:
+                    worker.clean_registries()
+            except REDIS_ERRORS:
+                log.warning("heartbeat failed: Redis away")
+            except Exception:  # never let a heartbeat problem end the thread: silence would look like death
+                log.exception("heartbeat failed")
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.join(timeout=5)
 
 
 class SchedulerThread(threading.Thread):
@@ -128,14 +230,17 @@ def build_worker(settings: Settings, redis: Redis, engine: JudgeEngine, name: st
         worker_ttl=settings.worker_ttl_s,
         maintenance_interval=settings.maintenance_interval_s,
     )
-    worker.heartbeat_grace_s = settings.heartbeat_grace_s
+    worker.settings = settings
     worker.model_id = engine.model_id
     jobs.bind(jobs.Binding(judge=Judge(engine), store=store, settings=settings, worker_name=worker.name))
     return worker
 
 
 def run(settings: Settings, engine: JudgeEngine, *, burst: bool = False, name: str | None = None) -> bool:
-    """Connect to Redis and work until stopped (or, with burst, until the queues are empty)."""
+    """Connect to Redis and work until stopped (or, with burst, until the queues are empty).
+
+    Raises EngineDeadError when the worker stopped because its engine died (its work is back in the queue).
+    """
     redis = Redis.from_url(settings.redis_url)
     redis.ping()
     worker = build_worker(settings, redis, engine, name=name)
@@ -145,7 +250,11 @@ def run(settings: Settings, engine: JudgeEngine, *, burst: bool = False, name: s
     log.info("worker %s ready: model %s, queues %s", worker.name, engine.model_id, ", ".join(settings.queues))
     try:
         # In burst mode RQ runs the scheduler once, in-process: due retries are queued before the queues drain.
-        return worker.work(burst=burst, with_scheduler=burst, logging_level=settings.log_level)
+        worked = worker.work(burst=burst, with_scheduler=burst, logging_level=settings.log_level)
+        dead = jobs.bound().engine_dead
+        if dead is not None:
+            raise dead
+        return worked
     finally:
         if scheduler is not None:
             scheduler.stop()
@@ -195,6 +304,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     engine = build_engine(settings)
     try:
         run(settings, engine, burst=args.burst)
+    except EngineDeadError as exc:
+        log.error("worker stopped: the engine died (%s); its work is back in the queue", exc)
+        return ENGINE_DEAD_EXIT
     finally:
         engine.close()
     return 0

@@ -3,6 +3,9 @@
 The real `juiz worker` never uses a fake. This one runs the same worker code (`workers.worker.run`) with
 `CountingFakeEngine`, which replies after `JUIZ_FAKE_ENGINE_DELAY_S` seconds and counts, in Redis, how many times
 each item was graded to completion — so a test can SIGKILL it mid-chunk and check that every item was graded once.
+While it waits it honours `CallControl` (cancelled items are aborted at once) and records the items of the running
+call under `fake-engine:running` so a test can act mid-call on an event, not after a sleep.
+`JUIZ_FAKE_ENGINE_DEAD=1` makes it raise EngineDeadError on every call (an engine whose process died).
 """
 
 from __future__ import annotations
@@ -16,11 +19,14 @@ from collections.abc import Sequence
 
 from redis import Redis
 
-from juiz.engine import Completion, Conversation, FakeEngine, GenerationRequest
+from juiz.engine import CallControl, Completion, Conversation, FakeEngine, GenerationRequest, aborted
+from juiz.errors import EngineDeadError
 from juiz.settings import Settings
 
 GRADED_KEY = "fake-engine:graded"  # hash: item marker → completed gradings
 STARTED_KEY = "fake-engine:started"  # counter: engine calls begun
+RUNNING_KEY = "fake-engine:running"  # list: the item markers of calls running now (one entry per call)
+ABORTED_KEY = "fake-engine:aborted"  # hash: item marker → requests aborted by CallControl
 ITEM_MARKER = re.compile(r"\[item-(\d+)\]")
 
 
@@ -35,10 +41,13 @@ def fake_reply(conversation: Conversation) -> str:
 class CountingFakeEngine:
     """FAKE engine: FakeEngine's replies after a delay; completed gradings counted per `[item-N]` marker in Redis."""
 
-    def __init__(self, redis: Redis, delay_s: float = 0.0, model_id: str = "fake-engine") -> None:
+    def __init__(
+        self, redis: Redis, delay_s: float = 0.0, model_id: str = "fake-engine", *, dead: bool = False
+    ) -> None:
         self._fake = FakeEngine(fake_reply, model_id=model_id)
         self._redis = redis
         self.delay_s = delay_s
+        self.dead = dead
 
     @property
     def model_id(self) -> str:
@@ -48,21 +57,55 @@ class CountingFakeEngine:
     def calls(self) -> list[int]:
         return self._fake.calls
 
-    def generate(self, conversations: Sequence[Conversation], request: GenerationRequest) -> list[Completion]:
+    def generate(
+        self, conversations: Sequence[Conversation], request: GenerationRequest, control: CallControl | None = None
+    ) -> list[Completion]:
         self._redis.incr(STARTED_KEY)
-        if self.delay_s:
-            time.sleep(self.delay_s)
+        if self.dead:
+            raise EngineDeadError("FAKE engine: its process is gone")
+        markers = [_marker(c) for c in conversations]
+        entry = ",".join(m or "-" for m in markers)
+        self._redis.rpush(RUNNING_KEY, entry)
+        try:
+            abort = self._wait(len(conversations), control)
+        finally:
+            self._redis.lrem(RUNNING_KEY, 1, entry)
         completions = self._fake.generate(conversations, request)
         with self._redis.pipeline() as pipe:
-            for conversation in conversations:
-                for marker in ITEM_MARKER.findall(conversation[-1]["content"])[:1]:
+            for n, marker in enumerate(markers):
+                if marker is None:
+                    continue
+                if n in abort:
+                    completions[n] = aborted(abort[n])
+                    pipe.hincrby(ABORTED_KEY, marker, 1)
+                else:
                     pipe.hincrby(GRADED_KEY, marker, 1)
             pipe.execute()
         return completions
 
+    def _wait(self, n: int, control: CallControl | None) -> dict[int, str]:
+        """Sleep out the delay; returns conversations aborted on the way (cancelled, or past the deadline)."""
+        end = time.monotonic() + self.delay_s
+        abort: dict[int, str] = {}
+        while (now := time.monotonic()) < end:
+            if control is not None and control.cancelled is not None:
+                abort.update(dict.fromkeys((i for i in control.cancelled() if i not in abort), "cancelled"))
+                if len(abort) == n:
+                    break
+            if control is not None and control.deadline is not None and now >= control.deadline:
+                abort.update({i: "timed out" for i in range(n) if i not in abort})
+                break
+            time.sleep(min(end - now, control.poll_s if control is not None else end - now, 0.05))
+        return abort
+
+
+def _marker(conversation: Conversation) -> str | None:
+    found = ITEM_MARKER.findall(conversation[-1]["content"])
+    return found[0] if found else None
+
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from workers.worker import run
+    from workers.worker import ENGINE_DEAD_EXIT, run
 
     parser = argparse.ArgumentParser(prog="fake-worker")
     parser.add_argument("--burst", action="store_true")
@@ -70,8 +113,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     settings = Settings.from_env()
     logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     delay = float(os.environ.get("JUIZ_FAKE_ENGINE_DELAY_S", "0"))
-    engine = CountingFakeEngine(Redis.from_url(settings.redis_url), delay_s=delay, model_id=settings.model)
-    run(settings, engine, burst=args.burst)
+    dead = os.environ.get("JUIZ_FAKE_ENGINE_DEAD") == "1"
+    engine = CountingFakeEngine(Redis.from_url(settings.redis_url), delay_s=delay, model_id=settings.model, dead=dead)
+    try:
+        run(settings, engine, burst=args.burst)
+    except EngineDeadError:
+        return ENGINE_DEAD_EXIT
     return 0
 
 

@@ -18,9 +18,7 @@ pytestmark = pytest.mark.engine
 def test_seeds_graded_through_the_api_by_a_real_engine(
     tiny_engine: Any, make_client: Any, redis_url: str, redis: Redis, run_worker: Any, seeds_dir: Path
 ) -> None:
-    settings = make_settings(
-        redis_url, model=TEST_MODEL, chunk_size=2, coalesce_max_items=8, job_timeout_s=600, lease_s=600
-    )
+    settings = make_settings(redis_url, model=TEST_MODEL, chunk_size=2, coalesce_max_items=8, job_timeout_s=600)
     client = make_client(settings)
     seeds = [
         t.model_dump(mode="json", exclude_none=True) for p in sorted(seeds_dir.glob("00*.txt")) for t in read_triples(p)

@@ -1,4 +1,5 @@
-"""Faults: a worker SIGKILLed mid-chunk, transient engine faults (retried), permanent ones (items failed), leases."""
+"""Faults: a worker SIGKILLed mid-call, a dead engine, a cancel mid-call, transient engine faults (retried),
+permanent ones (items failed). Real RQ workers on the FAKE engine; tests wait on events in Redis, never on sleeps."""
 
 from __future__ import annotations
 
@@ -7,28 +8,30 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+import pytest
 from litestar import Litestar
 from litestar.testing import TestClient
 from redis import Redis
-from rq.registry import StartedJobRegistry
-from rq.serializers import JSONSerializer
+from rq.worker_registration import get_keys
 
-from juiz.engine import Completion, Conversation, GenerationRequest
+from juiz.engine import CallControl, Completion, Conversation, GenerationRequest
 from juiz.errors import EngineError, TransientEngineError
 from juiz.settings import ENV_PREFIX, Settings
-from juiz.store import ChunkRef, Store
-from tests.integration.fake_worker import GRADED_KEY, STARTED_KEY, CountingFakeEngine
-from tests.integration.helpers import make_settings, triples
+from juiz.store import text
+from tests.integration.fake_worker import ABORTED_KEY, GRADED_KEY, RUNNING_KEY, STARTED_KEY, CountingFakeEngine
+from tests.integration.helpers import make_settings, queued_jobs, triples
 
 REPO = Path(__file__).resolve().parents[2]
 MakeClient = Callable[[Settings], TestClient[Litestar]]
+# Guards against a hang, not timing assertions: every wait below ends on an event long before these.
+WAIT_S = 120
 
 
-def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> None:
+def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = WAIT_S) -> None:
     deadline = time.monotonic() + timeout_s
     while not condition():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
@@ -36,69 +39,149 @@ def wait_until(condition: Callable[[], bool], timeout_s: float, what: str) -> No
 
 
 def settings_env(settings: Settings) -> dict[str, str]:
-    return {ENV_PREFIX + name.upper(): str(value) for name, value in settings.model_dump().items()}
+    env = {ENV_PREFIX + name.upper(): str(value) for name, value in settings.model_dump(mode="json").items()}
+    env[ENV_PREFIX + "API_KEYS"] = settings.api_keys.get_secret_value()
+    return env
 
 
 def graded_counts(redis: Redis) -> dict[str, int]:
-    return {k.decode(): int(v) for k, v in redis.hgetall(GRADED_KEY).items()}
+    return {text(k): int(v) for k, v in redis.hgetall(GRADED_KEY).items()}
 
 
-def test_worker_killed_mid_chunk_loses_nothing_and_grades_nothing_twice(
-    make_client: MakeClient, redis_url: str, redis: Redis, run_worker: Any
+class Workers:
+    """Worker subprocesses (`python -m tests.integration.fake_worker`), stopped at the end of the test."""
+
+    def __init__(self) -> None:
+        self.procs: list[subprocess.Popen[bytes]] = []
+
+    def start(self, settings: Settings, **env: str) -> subprocess.Popen[bytes]:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.integration.fake_worker"],
+            cwd=REPO,
+            env={**os.environ, **settings_env(settings), **env},
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        self.procs.append(proc)
+        return proc
+
+    def stop_all(self) -> None:
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for proc in self.procs:
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+@pytest.fixture
+def workers() -> Iterator[Workers]:
+    pool = Workers()
+    yield pool
+    pool.stop_all()
+
+
+def stored_ids(client: TestClient[Litestar], batch: dict[str, Any], **headers: str) -> list[str]:
+    page = client.get(batch["links"]["results"], params={"limit": 1000}, headers=headers).json()
+    return [r["id"] for r in page["items"]]
+
+
+def status(client: TestClient[Litestar], batch: dict[str, Any], key: str | None = None) -> dict[str, Any]:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    return dict(client.get(batch["links"]["self"], headers=headers).json())
+
+
+def test_a_worker_killed_mid_call_is_taken_over_and_every_item_is_stored_once(
+    make_client: MakeClient, redis_url: str, redis: Redis, workers: Workers
 ) -> None:
-    # Chunks of 2, calls of up to 4 items; a job may run 4 s, and is taken as abandoned 1 s after that.
+    # A long call (60 s) on the worker we kill; the survivor's calls are short. Silence for 3 s = dead.
     settings = make_settings(
-        redis_url, chunk_size=2, coalesce_max_items=4, job_timeout_s=4, lease_s=4, heartbeat_grace_s=1
+        redis_url, chunk_size=2, coalesce_max_items=4, heartbeat_interval_s=0.5, heartbeat_ttl_s=3, job_timeout_s=600
     )
     client = make_client(settings)
     batch = client.post("/v1/batches", json={"items": triples(8)}).json()
 
-    env = {**os.environ, **settings_env(settings), "JUIZ_FAKE_ENGINE_DELAY_S": "1.5"}
-    worker = subprocess.Popen(
-        [sys.executable, "-m", "tests.integration.fake_worker"],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        # The first call (chunks 0 and 1) finishes and is stored; kill the worker during the second call.
-        wait_until(lambda: int(redis.get(STARTED_KEY) or 0) >= 2, 30, "the worker's second engine call")
-        worker.send_signal(signal.SIGKILL)
-        worker.wait(timeout=10)
-    finally:
-        if worker.poll() is None:
-            worker.kill()
-            worker.wait()
-    assert graded_counts(redis) == {str(i): 1 for i in range(4)}
-    assert client.get(batch["links"]["self"]).json()["status"] == "running"
+    doomed = workers.start(settings, JUIZ_FAKE_ENGINE_DELAY_S="60")
+    wait_until(lambda: redis.llen(RUNNING_KEY) == 1, "the doomed worker's engine call")
+    survivor = workers.start(settings, JUIZ_FAKE_ENGINE_DELAY_S="0.1")
+    wait_until(lambda: graded_counts(redis) != {}, "the survivor to grade what was not taken")
+    held = redis.lindex(RUNNING_KEY, 0)
+    assert held is not None and redis.llen(RUNNING_KEY) == 1  # the doomed call still holds its chunks
+    doomed.send_signal(signal.SIGKILL)
+    doomed.wait(timeout=10)
 
-    started = StartedJobRegistry(settings.queue, connection=redis, serializer=JSONSerializer)
-    assert started.get_job_count(cleanup=False) == 1  # the killed job, still marked as running
-    wait_until(lambda: bool(started.get_expired_job_ids()), 15, "RQ to see the killed job as abandoned")
+    wait_until(lambda: status(client, batch)["status"] == "done", "the survivor to take over the killed call")
 
-    run_worker(settings)  # a fresh worker: RQ's maintenance requeues the abandoned job, the rest is graded
-
-    assert graded_counts(redis) == {str(i): 1 for i in range(8)}  # every item graded exactly once
-    done = client.get(batch["links"]["self"]).json()
-    assert done["status"] == "done" and done["counts"]["ok"] == 8
-    ids = [r["id"] for r in client.get(batch["links"]["results"], params={"limit": 100}).json()["items"]]
-    assert sorted(ids) == sorted(f"t{i}" for i in range(8))
-    assert started.get_job_count(cleanup=False) == 0
+    assert graded_counts(redis) == {str(i): 1 for i in range(8)}  # every item graded to completion once
+    assert sorted(stored_ids(client, batch)) == sorted(f"t{i}" for i in range(8))  # and stored once
+    assert status(client, batch)["counts"]["ok"] == 8
+    assert survivor.poll() is None
 
 
-def test_a_chunk_leased_by_another_worker_is_requeued_until_it_can_be_graded(
-    client: TestClient[Litestar], settings: Settings, redis: Redis, run_worker: Any
+def test_one_large_batch_is_shared_by_the_idle_workers(
+    make_client: MakeClient, redis_url: str, redis: Redis, workers: Workers
 ) -> None:
-    batch = client.post("/v1/batches", json={"items": triples(4)}).json()
-    store = Store(redis, settings)
-    redis.set(store.lease_key(ChunkRef(batch["id"], 0)), "a-worker-that-died", px=400)
+    # 4 chunks of 4 items, calls of up to 16: alone, one worker would take all 16 in one call.
+    settings = make_settings(redis_url, chunk_size=4, coalesce_max_items=16, gather_s=0)
+    client = make_client(settings)
+    for _ in range(2):
+        workers.start(settings, JUIZ_FAKE_ENGINE_DELAY_S="5")
+    wait_until(lambda: len(get_keys(connection=redis)) == 2, "both workers to register")
+    batch = client.post("/v1/batches", json={"items": triples(16)}).json()
+
+    wait_until(lambda: redis.llen(RUNNING_KEY) == 2, "both workers to be grading")
+    calls = [text(entry).split(",") for entry in redis.lrange(RUNNING_KEY, 0, -1)]
+    assert sorted(len(c) for c in calls) == [8, 8]  # a fair share each
+    assert sorted(m for c in calls for m in c) == sorted(str(i) for i in range(16))  # nothing graded twice
+    wait_until(lambda: status(client, batch)["status"] == "done", "the batch")
+    assert graded_counts(redis) == {str(i): 1 for i in range(16)}
+    assert queued_jobs(redis, settings) == 0  # the coalesced chunks' jobs were taken out of the queue, not re-run
+
+
+def test_a_dead_engine_stops_its_worker_and_another_one_does_the_work(
+    make_client: MakeClient, redis_url: str, redis: Redis, workers: Workers, run_worker: Any
+) -> None:
+    settings = make_settings(redis_url, chunk_size=2, coalesce_max_items=4)
+    client = make_client(settings)
+    batch = client.post("/v1/batches", json={"items": triples(6)}).json()
+
+    dead = workers.start(settings, JUIZ_FAKE_ENGINE_DEAD="1")
+    assert dead.wait(timeout=WAIT_S) == 3  # ENGINE_DEAD_EXIT
+    assert int(redis.get(STARTED_KEY) or 0) == 1 and graded_counts(redis) == {}
+    assert get_keys(connection=redis) == set()  # deregistered: /ready no longer counts it
+    assert status(client, batch)["counts"]["done"] == 0  # nothing stored
 
     run_worker(settings)
 
-    assert graded_counts(redis) == {str(i): 1 for i in range(4)}
-    assert client.get(batch["links"]["self"]).json()["status"] == "done"
-    assert redis.scard(store.batch_key(batch["id"], "jobs")) > 1  # the job put itself back while the lease held
+    assert graded_counts(redis) == {str(i): 1 for i in range(6)}
+    assert status(client, batch)["status"] == "done"
+
+
+def test_a_batch_cancelled_mid_call_is_aborted_in_the_engine_and_the_other_tenant_goes_on(
+    make_client: MakeClient, redis_url: str, redis: Redis, workers: Workers
+) -> None:
+    settings = make_settings(redis_url, api_keys="alice:key-a,bob:key-b", chunk_size=2, coalesce_max_items=8)
+    client = make_client(settings)
+    alice = client.post("/v1/batches", json={"items": triples(4)}, headers={"Authorization": "Bearer key-a"}).json()
+    bob = client.post(
+        "/v1/batches", json={"items": triples(4, start=4)}, headers={"Authorization": "Bearer key-b"}
+    ).json()
+
+    workers.start(settings, JUIZ_FAKE_ENGINE_DELAY_S="5")
+    wait_until(lambda: redis.llen(RUNNING_KEY) == 1, "the shared engine call")
+    call = text(redis.lindex(RUNNING_KEY, 0) or b"").split(",")
+    assert sorted(call) == [str(i) for i in range(8)]  # both tenants' items in one call
+    assert client.delete(alice["links"]["self"], headers={"Authorization": "Bearer key-a"}).status_code in (200, 202)
+
+    wait_until(lambda: status(client, bob, "key-b")["status"] == "done", "bob's batch")
+    aborted = {text(k): int(v) for k, v in redis.hgetall(ABORTED_KEY).items()}
+    assert aborted == {str(i): 1 for i in range(4)}  # alice's requests aborted, nothing else
+    assert graded_counts(redis) == {str(i): 1 for i in range(4, 8)}
+    view = status(client, alice, "key-a")
+    assert view["status"] == "cancelled" and view["counts"]["done"] == 0
 
 
 class FlakyEngine(CountingFakeEngine):
@@ -110,11 +193,13 @@ class FlakyEngine(CountingFakeEngine):
         self.failures = failures
         self.attempts = 0
 
-    def generate(self, conversations: Sequence[Conversation], request: GenerationRequest) -> list[Completion]:
+    def generate(
+        self, conversations: Sequence[Conversation], request: GenerationRequest, control: CallControl | None = None
+    ) -> list[Completion]:
         self.attempts += 1
         if self.attempts <= self.failures:
             raise self.error
-        return super().generate(conversations, request)
+        return super().generate(conversations, request, control)
 
 
 def test_a_transient_fault_is_retried(
@@ -140,6 +225,7 @@ def test_transient_faults_past_the_retries_fail_the_items_with_the_reason(
     assert {r["status"] for r in results} == {"failed"}
     assert all("TransientEngineError: connection refused" in r["error"] for r in results)
     assert all(r["provenance"]["model"] == "fake-engine" for r in results)
+    assert redis.zcard(f"juiz:pending:{settings.queue}") == 0
 
 
 def test_a_permanent_fault_fails_the_items_without_retrying(

@@ -17,8 +17,8 @@ def test_settings_read_juiz_variables_and_name_a_bad_one() -> None:
     with pytest.raises(InputError) as error:
         Settings.from_env({"JUIZ_CHUNK_SIZE": "zero"})
     assert error.value.source == "JUIZ_CHUNK_SIZE"
-    with pytest.raises(InputError, match="lease_s"):
-        Settings.from_env({"JUIZ_LEASE_S": "5", "JUIZ_JOB_TIMEOUT_S": "10"})
+    with pytest.raises(InputError, match="heartbeat_ttl_s"):
+        Settings.from_env({"JUIZ_HEARTBEAT_TTL_S": "5", "JUIZ_HEARTBEAT_INTERVAL_S": "10"})
 
 
 def test_api_keys_map_to_tenants_and_stay_out_of_repr() -> None:
