@@ -42,6 +42,7 @@ class GenerationRequest:
     choice: tuple[str, ...] | None = None  # or: the reply is exactly one of these
     logprobs: int = 20  # top-k log-probabilities per generated token
     temperature: float = 0.0
+    n: int = 1  # replies drawn per conversation (vLLM's SamplingParams.n); replies 2..n in Completion.alternatives
 
     def describe(self) -> dict[str, Any]:
         """What goes into each result's provenance."""
@@ -50,6 +51,7 @@ class GenerationRequest:
             "max_tokens": self.max_tokens,
             "structured_output": "regex" if self.regex else ("choice" if self.choice else None),
             "logprobs": self.logprobs,
+            **({"n": self.n} if self.n > 1 else {}),  # absent for one reply: older provenance and cache keys hold
         }
 
 
@@ -63,6 +65,7 @@ class Completion:
     prompt_tokens: int = 0
     cached_prompt_tokens: int = 0
     error: str | None = None  # set when this one conversation could not be generated
+    alternatives: list[Completion] = field(default_factory=list)  # replies 2..n when GenerationRequest.n > 1
 
 
 ProgressCallback = Callable[[int], None]
@@ -211,6 +214,11 @@ class VLLMEngine:
         return int(self._llm.llm_engine.model_config.max_model_len)
 
     @property
+    def in_flight(self) -> int:
+        """Requests in the engine now, any caller's; 0 between calls (tests check nothing was left behind)."""
+        return int(self._llm.llm_engine.get_num_unfinished_requests())
+
+    @property
     def engine_pids(self) -> list[int]:
         """The engine's processes (tests check they die with this one)."""
         import psutil
@@ -235,6 +243,7 @@ class VLLMEngine:
             structured = StructuredOutputsParams(choice=list(request.choice))
         return SamplingParams(
             temperature=request.temperature,
+            n=request.n,
             max_tokens=request.max_tokens,
             logprobs=request.logprobs or None,
             structured_outputs=structured,
@@ -293,17 +302,11 @@ class VLLMEngine:
             raise
         except Exception as exc:
             log.warning("conversation %d could not be rendered: %s", index, exc)
-            return Completion(text="", error=f"the prompt could not be rendered: {type(exc).__name__}: {exc}")
+            return Completion(text="", error=self._render_error(exc, request))
         prompt_tokens = len(engine_input.get("prompt_token_ids") or [])  # type: ignore[arg-type]
-        context = self.max_model_len
-        if prompt_tokens + request.max_tokens > context:
+        if prompt_tokens + request.max_tokens > self.max_model_len:
             return Completion(
-                text="",
-                prompt_tokens=prompt_tokens,
-                error=(
-                    f"prompt is {prompt_tokens} tokens, the model's context is {context} "
-                    f"({request.max_tokens} of them kept for the reply): shorten the item"
-                ),
+                text="", prompt_tokens=prompt_tokens, error=self._too_long(f"{prompt_tokens} tokens", request)
             )
         running[request_id] = index
         try:
@@ -316,6 +319,22 @@ class VLLMEngine:
             log.warning("the engine rejected conversation %d: %s", index, exc)
             return Completion(text="", error=f"the engine rejected the item: {type(exc).__name__}: {exc}")
         return None
+
+    def _too_long(self, size: str, request: GenerationRequest) -> str:
+        return (
+            f"prompt is {size}, the model's context is {self.max_model_len} tokens "
+            f"({request.max_tokens} of them kept for the reply): shorten the item"
+        )
+
+    def _render_error(self, exc: Exception, request: GenerationRequest) -> str:
+        """The reason an item could not be rendered. vLLM stops tokenising a prompt once it is over the context (so a
+        5 MB answer costs little) and says how far it got: "at least N tokens" or, before tokenising, "N characters"."""
+        parameter, value = getattr(exc, "parameter", None), getattr(exc, "value", None)
+        if parameter == "input_tokens" and value is not None:
+            return self._too_long(f"at least {value} tokens", request)
+        if parameter == "input_text" and value is not None:
+            return self._too_long(f"{value} characters", request)
+        return f"the prompt could not be rendered: {type(exc).__name__}: {exc}"
 
     def _run(
         self,
@@ -416,7 +435,14 @@ def _engine_death_as_ours() -> Iterator[None]:
 
 
 def _completion_from_vllm(out: Any) -> Completion:
-    gen = out.outputs[0]
+    """The first reply, with replies 2..n (GenerationRequest.n > 1: one request, the prompt's KV cache shared) as
+    its alternatives."""
+    first = _reply_from_vllm(out, out.outputs[0])
+    first.alternatives = [_reply_from_vllm(out, gen) for gen in out.outputs[1:]]
+    return first
+
+
+def _reply_from_vllm(out: Any, gen: Any) -> Completion:
     tokens: list[str] = []
     top: list[dict[str, float]] = []
     for position in gen.logprobs or []:
@@ -480,8 +506,14 @@ class FakeEngine:
             if control is not None and control.cancelled is not None and now >= next_poll:
                 cancelled = set(control.cancelled())
                 next_poll = now + control.poll_s
-            completions.append(aborted(CANCELLED) if index in cancelled else self._complete(conversation))
+            completions.append(aborted(CANCELLED) if index in cancelled else self._sampled(conversation, request.n))
         return completions
+
+    def _sampled(self, conversation: Conversation, n: int) -> Completion:
+        """n replies (GenerationRequest.n): `reply` is asked n times, so a test's reply function can vary them."""
+        first = self._complete(conversation)
+        first.alternatives = [self._complete(conversation) for _ in range(n - 1)]
+        return first
 
     def _complete(self, conversation: Conversation) -> Completion:
         text = self._reply(conversation)

@@ -57,11 +57,19 @@ class Reaper:
             self._process = subprocess.Popen(
                 [sys.executable, "-m", "juiz.reaper", str(owner), *map(str, sorted(self._existing))],
                 stdin=read_end,
+                stdout=subprocess.PIPE,
                 close_fds=True,
             )
         finally:
             os.close(read_end)
         self._closed = False
+        # Wait until it watches (signals ignored, owner's pidfd open) before any engine process exists.
+        assert self._process.stdout is not None
+        with self._process.stdout:
+            if self._process.stdout.readline().strip() != b"watching":
+                self._process.wait()
+                os.close(self._write_end)
+                raise RuntimeError(f"the engine reaper did not start (exit code {self._process.returncode})")
 
     @property
     def pid(self) -> int:
@@ -126,6 +134,7 @@ def watch(owner: int, excluded: set[int], fd: int = 0) -> None:
         owner_exit = os.pidfd_open(owner)  # readable once the owner has exited, however it dies (Linux ≥ 5.3)
     except ProcessLookupError:
         return  # the owner died before its engine started: nothing recorded, nothing to kill
+    print("watching", flush=True)
     recorded: set[Tag] = set()
     final = False
     buffer = b""

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import pytest
 
 from juiz.engine import CallControl, Completion, Conversation, FakeEngine, GenerationRequest, JudgeEngine
-from juiz.errors import EngineError
+from juiz.errors import EngineDeadError, EngineError, TransientEngineError
 from juiz.judge import Judge
 from juiz.parsing import COT_REPLY_REGEX, SEGMENT_REPLY_REGEX
 from schemas import BatchOptions, JudgementStatus, Triple
@@ -163,3 +163,67 @@ def test_user_fields_named_like_result_fields_are_kept_apart() -> None:
     (result,) = Judge(FakeEngine(reply_by_answer)).grade([triple])
     assert result.status == JudgementStatus.OK and result.expected_score != 0.2
     assert result.model_extra == {"input_expected_score": 0.2, "input_status": "draft", "team": "x"}
+
+
+class VLLMValidationError(Exception):
+    """Stands in for vLLM's (VLLMError(Exception)), which the judge must isolate though it is no EngineError."""
+
+
+class FailsOn:
+    """A FAKE engine that raises `error` for a whole call when any conversation holds `marker`."""
+
+    model_id = "fake-failing"
+
+    def __init__(self, marker: str, error: BaseException) -> None:
+        self.marker, self.error = marker, error
+        self.inner = FakeEngine(reply_by_answer)
+
+    def generate(
+        self, conversations: Sequence[Conversation], request: GenerationRequest, control: CallControl | None = None
+    ) -> list[Completion]:
+        if any(self.marker in c[-1]["content"] for c in conversations):
+            raise self.error
+        return self.inner.generate(conversations, request, control)
+
+
+def test_any_engine_exception_fails_only_its_item_and_its_text_stays_there() -> None:
+    secret = "tenant A's prompt (length 9000) is longer than the maximum model length"
+    items = [
+        (Triple(id=f"b-{i}", question="Q?", answer="TOO-LONG" if i == 2 else "fine"), BatchOptions()) for i in range(6)
+    ]
+    results = Judge(FailsOn("TOO-LONG", VLLMValidationError(secret))).grade_many(items)
+    assert results[2].status == JudgementStatus.FAILED and secret in (results[2].error or "")
+    others = [r for i, r in enumerate(results) if i != 2]
+    assert all(r.status == JudgementStatus.OK and r.error is None for r in others)
+    assert not any(secret in r.model_dump_json() for r in others)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [EngineDeadError("the engine core died"), TransientEngineError("server unavailable")],
+    ids=["dead", "transient"],
+)
+def test_call_level_errors_are_never_isolated(error: EngineError) -> None:
+    engine = FailsOn("", error)  # every call fails
+    with pytest.raises(type(error)):
+        Judge(engine).grade(triples())
+    assert engine.inner.calls == []  # raised at once: no splitting, no retries of halves
+
+
+def test_a_job_timeout_is_never_isolated() -> None:
+    from rq.timeouts import JobTimeoutException
+
+    engine = FailsOn("", JobTimeoutException("Task exceeded maximum timeout value (1 seconds)"))
+    with pytest.raises(JobTimeoutException):
+        Judge(engine).grade(triples())
+    assert engine.inner.calls == []
+
+
+def test_grade_many_passes_the_control_to_the_engine() -> None:
+    items = [(t, BatchOptions()) for t in triples()]
+    control = CallControl(cancelled=lambda: [1])  # item b
+    results = Judge(FakeEngine(reply_by_answer)).grade_many(items, control)
+    assert results[1].status == JudgementStatus.FAILED and results[1].error == "cancelled"
+    assert results[0].status == JudgementStatus.OK
+    expired = Judge(FakeEngine(reply_by_answer)).grade_many(items, CallControl(deadline=0.0))
+    assert all(r.status == JudgementStatus.FAILED and "timed out" in (r.error or "") for r in expired)

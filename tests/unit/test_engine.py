@@ -1,0 +1,55 @@
+"""CallControl on the FAKE engine (which the workers' fault tests use): deadline and cancel, as the real one does."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Collection
+
+from juiz.engine import CallControl, Conversation, FakeEngine, GenerationRequest
+
+REQUEST = GenerationRequest(max_tokens=8)
+
+
+def conversations(n: int) -> list[Conversation]:
+    return [[{"role": "user", "content": f"item {i}"}] for i in range(n)]
+
+
+def test_without_control_everything_completes() -> None:
+    results = FakeEngine(lambda c: "Score: 3").generate(conversations(3), REQUEST)
+    assert [r.error for r in results] == [None, None, None]
+
+
+def test_a_cancelled_subset_is_aborted_and_the_rest_completes() -> None:
+    results = FakeEngine(lambda c: "Score: 3").generate(
+        conversations(4), REQUEST, CallControl(cancelled=lambda: {1, 3})
+    )
+    assert [r.error for r in results] == [None, "cancelled", None, "cancelled"]
+    assert [r.finish_reason for r in results] == ["stop", "abort", "stop", "abort"]
+    assert results[1].text == ""
+
+
+def test_a_deadline_reached_mid_call_times_out_the_rest() -> None:
+    control = CallControl()
+    served: list[str] = []
+
+    def reply(conversation: Conversation) -> str:
+        served.append(conversation[-1]["content"])
+        if len(served) == 2:
+            control.deadline = time.monotonic()  # the deadline passes while the second item is generated
+        return "Score: 3"
+
+    results = FakeEngine(reply).generate(conversations(4), REQUEST, control)
+    assert [r.error is None for r in results] == [True, True, False, False]
+    assert results[2].error is not None and results[2].error.startswith("timed out after")
+    assert results[3].finish_reason == "abort"
+
+
+def test_cancel_is_polled_at_most_every_poll_s() -> None:
+    polls: list[float] = []
+
+    def cancelled() -> Collection[int]:
+        polls.append(time.monotonic())
+        return ()
+
+    FakeEngine(lambda c: "Score: 3").generate(conversations(50), REQUEST, CallControl(cancelled=cancelled, poll_s=3600))
+    assert len(polls) == 1
