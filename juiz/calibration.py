@@ -17,8 +17,6 @@ says why, and callers keep the raw labels.
 
 from __future__ import annotations
 
-import hashlib
-import json
 import time
 import uuid
 from collections.abc import Sequence
@@ -28,6 +26,20 @@ from typing import Any
 import numpy as np
 from sklearn.linear_model import LogisticRegression
 from sklearn.model_selection import StratifiedKFold
+from sklearn.pipeline import Pipeline, make_pipeline
+from sklearn.preprocessing import StandardScaler
+
+from schemas.agreement import CalibratedAgreement
+from schemas.calibration import (
+    CalibratedGrade,
+    CalibrationFigures,
+    CalibrationRef,
+    CalibrationSpec,
+    ReliabilityBin,
+    calibration_sha256,
+)
+from schemas.judgement import METRICS, Judgement, MetricStatus
+from schemas.labels import LabelMapping
 
 MIN_ITEMS = 12  # below this, k folds of a few items each say nothing
 MIN_PER_CLASS = 2  # a class needs an item in at least two folds to be learnt out of fold
@@ -91,13 +103,24 @@ def _check_fittable(labels: np.ndarray, n_classes: int, folds: int) -> int:
     return int(min(folds, present.min()))
 
 
-def _model(seed: int) -> LogisticRegression:
-    # Mild regularisation: a few hundred labels and a handful of features; the default C=1 overfits tiny sets less
-    # than an unregularised fit and keeps probabilities away from 0 and 1.
-    return LogisticRegression(C=1.0, max_iter=1000, random_state=seed)
+def _model(seed: int) -> Pipeline:
+    # Standardised features, then mild L2 regularisation (C=1): expected scores of different classes often sit a
+    # few tenths apart on 0–1, and C=1 on the raw scale would shrink those slopes until P was never predicted;
+    # on the standardised scale it only keeps a few hundred labels from overfitting and probabilities from 0 and 1.
+    return make_pipeline(StandardScaler(), LogisticRegression(C=1.0, max_iter=1000, random_state=seed))
 
 
-def _proba_all_classes(model: LogisticRegression, features: np.ndarray, n_classes: int) -> np.ndarray:
+def _raw_scale_coefficients(model: Pipeline) -> tuple[np.ndarray, np.ndarray]:
+    """The pipeline as one linear model on the unscaled features, so a calibration file needs no scaler:
+    w·(x − μ)/σ + b = (w/σ)·x + (b − Σ w·μ/σ)."""
+    scaler: StandardScaler = model[0]
+    regression: LogisticRegression = model[-1]
+    coef = regression.coef_ / scaler.scale_
+    intercept = regression.intercept_ - (regression.coef_ * scaler.mean_ / scaler.scale_).sum(axis=1)
+    return coef, intercept
+
+
+def _proba_all_classes(model: Any, features: np.ndarray, n_classes: int) -> np.ndarray:
     """predict_proba with a column for every class, also those absent from the model's training folds (p = 0)."""
     raw = model.predict_proba(features)
     full = np.zeros((len(features), n_classes))
@@ -134,8 +157,7 @@ class Calibration:
     @property
     def sha256(self) -> str:
         """Hash of what decides a prediction (classes, features, coefficients): two files that predict alike match."""
-        payload = json.dumps([self.classes, self.features, self.coef, self.intercept, self.fitted_classes])
-        return hashlib.sha256(payload.encode()).hexdigest()
+        return calibration_sha256(self.classes, self.features, self.coef, self.intercept, self.fitted_classes)
 
     def predict_proba(self, features: np.ndarray) -> np.ndarray:
         logits = np.asarray(features, dtype=float) @ np.asarray(self.coef).T + np.asarray(self.intercept)
@@ -184,10 +206,18 @@ class Calibration:
             raise ValueError("calibration file was altered: its sha256 does not match its content")
         return calibration
 
+    @classmethod
+    def from_spec(cls, spec: CalibrationSpec) -> Calibration:
+        """From `options.calibration` (already validated, hash included)."""
+        return cls.from_json(spec.model_dump())
+
+    def spec(self) -> CalibrationSpec:
+        return CalibrationSpec.model_validate(self.to_json())
+
 
 def fit_calibration(
     features: np.ndarray,
-    labels: Sequence[int],
+    labels: Sequence[int] | np.ndarray,
     classes: Sequence[str],
     feature_names: Sequence[str],
     *,
@@ -199,11 +229,12 @@ def fit_calibration(
     y = np.asarray(labels, dtype=int)
     held_out = cross_fitted_probabilities(x, y, len(classes), folds=folds, seed=seed)
     model = _model(seed).fit(x, y)
+    coef, intercept = _raw_scale_coefficients(model)
     return Calibration(
         classes=list(classes),
         features=list(feature_names),
-        coef=model.coef_.tolist(),
-        intercept=model.intercept_.tolist(),
+        coef=coef.tolist(),
+        intercept=intercept.tolist(),
         fitted_classes=[int(c) for c in model.classes_],
         cross_fitted={
             "n": len(y),
@@ -215,3 +246,248 @@ def fit_calibration(
             "predicted": held_out.argmax(axis=1).tolist(),
         },
     )
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Wiring: judgements → features, labelled results → a calibration and its held-out agreement, a calibration → results.
+
+FEATURE_SIGNAL = "expected_score"
+
+
+def feature_names(judgements: Sequence[Judgement]) -> list[str]:
+    """One feature per metric graded `ok` somewhere in these results, in juiz's fixed metric order (METRICS):
+    `<metric>.expected_score`. The order is recorded in the calibration and never re-derived when applying it."""
+    graded = {name for j in judgements for name, m in (j.metrics or {}).items() if m.status is MetricStatus.OK}
+    if not judgements or any(j.metrics is None for j in judgements):  # results written before `metrics` existed
+        graded.add("answer_relevance")
+    return [f"{metric}.{FEATURE_SIGNAL}" for metric in METRICS if metric in graded]
+
+
+def feature_vector(judgement: Judgement, names: Sequence[str]) -> tuple[list[float] | None, str | None]:
+    """The result's features in `names` order, or (None, why) when one is missing: never a made-up value.
+
+    Each feature is the metric's expected score (0–1); where the digit's probabilities were not available (expected
+    score null) its discrete score / 3 stands in, the same scale with a coarser grain."""
+    from juiz.labels import metric_of
+
+    values: list[float] = []
+    for name in names:
+        metric = name.split(".", 1)[0]
+        result = metric_of(judgement, metric)
+        if result is None:
+            return None, f"{metric} was not graded"
+        if result.status is not MetricStatus.OK:
+            return None, f"{metric} has no grade ({result.status.value})"
+        if result.expected_score is not None:
+            values.append(float(result.expected_score))
+        elif result.score is not None:
+            values.append(result.score / 3.0)
+        else:
+            return None, f"{metric} has neither an expected nor a discrete score"
+    return values, None
+
+
+@dataclass
+class _Labelled:
+    judgements: list[Judgement]
+    features: np.ndarray
+    labels: np.ndarray
+    names: list[str]
+    n_missing: int
+
+
+def _labelled(judgements: Sequence[Judgement], mapping: LabelMapping) -> _Labelled:
+    """Items with a manual label and every feature; their class indices under the mapping."""
+    from juiz.errors import InputError
+    from juiz.labels import class_of_label, resolve_numeric_scale
+
+    labelled = [j for j in judgements if j.manual_label is not None]
+    names = feature_names(labelled)
+    scale = resolve_numeric_scale([j.manual_label for j in labelled], mapping)
+    kept, rows, labels = [], [], []
+    for j in labelled:
+        vector, _ = feature_vector(j, names)
+        if vector is None:
+            continue
+        assert j.manual_label is not None
+        try:
+            labels.append(class_of_label(j.manual_label, mapping, scale))
+        except InputError as error:
+            raise InputError(f"item {j.id!r}: {error.message}", field="manual_label") from error
+        kept.append(j)
+        rows.append(vector)
+    return _Labelled(
+        judgements=kept,
+        features=np.asarray(rows, dtype=float).reshape(len(rows), len(names)),
+        labels=np.asarray(labels, dtype=int),
+        names=names,
+        n_missing=len(labelled) - len(kept),
+    )
+
+
+def fit_from_results(
+    judgements: Sequence[Judgement], mapping: LabelMapping, *, folds: int = DEFAULT_FOLDS, seed: int = 0
+) -> Calibration:
+    """`juiz calibrate`: fit on every labelled result that has all features. CalibrationUnavailable when it can't."""
+    data = _labelled(judgements, mapping)
+    if not data.names:
+        raise CalibrationUnavailable("no metric graded ok in these results: nothing to calibrate from")
+    calibration = fit_calibration(
+        data.features, data.labels, [c.name for c in mapping.classes], data.names, folds=folds, seed=seed
+    )
+    calibration.cross_fitted["n_missing_features"] = data.n_missing
+    return calibration
+
+
+def figures(probabilities: np.ndarray, labels: np.ndarray) -> CalibrationFigures:
+    return CalibrationFigures(
+        brier=round(brier_score(probabilities, labels), 6),
+        ece=round(expected_calibration_error(probabilities, labels), 6),
+        reliability=[ReliabilityBin.model_validate(row) for row in reliability_table(probabilities, labels)],
+    )
+
+
+def _class_values(mapping: LabelMapping) -> np.ndarray:
+    """Each class on 0–1 (the mean of its scores / 3), for the calibrated MAE."""
+    return np.asarray([sum(c.scores) / len(c.scores) / 3.0 for c in mapping.classes])
+
+
+def compute_calibrated_agreement(
+    judgements: Sequence[Judgement],
+    mapping: LabelMapping,
+    *,
+    resamples: int = 1000,
+    seed: int = 0,
+    folds: int = DEFAULT_FOLDS,
+) -> CalibratedAgreement:
+    """Raw vs calibrated agreement on the same items, the calibrated side cross-fitted (held-out).
+
+    The raw side is the judge's own automated class (the mapping's verdict rule if it has one, else the main
+    metric's score). The calibrated class is the most probable one; rank statistics use Σ p(k)·k, and MAE uses the
+    probability-weighted class value. Degenerate label sets give `unavailable` with the reason and the raw side only.
+    """
+    from juiz.agreement import compute_agreement, top_level_signal, verdict_signal
+
+    data = _labelled(judgements, mapping)
+    raw_signal = verdict_signal(mapping) if mapping.verdict is not None else None
+    common: dict[str, Any] = {"features": data.names, "n": len(data.labels), "n_missing_features": data.n_missing}
+    raw = compute_agreement(data.judgements, mapping, resamples=resamples, seed=seed, signal=raw_signal)
+    if not data.names:
+        return CalibratedAgreement(
+            **common, seed=seed, unavailable="no metric graded ok: nothing to calibrate", raw=raw
+        )
+    try:
+        k = _check_fittable(data.labels, len(mapping.classes), folds)
+        held_out = cross_fitted_probabilities(data.features, data.labels, len(mapping.classes), folds=folds, seed=seed)
+    except CalibrationUnavailable as why:
+        return CalibratedAgreement(**common, seed=seed, unavailable=str(why), raw=raw)
+
+    values = _class_values(mapping)
+    by_item = {
+        id(j): (int(p.argmax()), float(p @ np.arange(len(p))), float(p @ values))
+        for j, p in zip(data.judgements, held_out, strict=True)
+    }
+    calibrated = compute_agreement(
+        data.judgements, mapping, resamples=resamples, seed=seed, signal=lambda j: by_item.get(id(j))
+    )
+    # The raw label taken as certain: probability 1 on its class, for Brier and ECE beside the calibrated ones.
+    onehot = np.zeros((len(data.labels), len(mapping.classes)))
+    raw_read = raw_signal or top_level_signal(mapping)
+    kept = []
+    for row, j in enumerate(data.judgements):
+        value = raw_read(j)
+        if value is not None:
+            onehot[row, value[0]] = 1.0
+            kept.append(row)
+    return CalibratedAgreement(
+        **common,
+        folds=k,
+        seed=seed,
+        raw=raw,
+        calibrated=calibrated,
+        raw_figures=figures(onehot[kept], data.labels[kept]) if kept else None,
+        calibrated_figures=figures(held_out, data.labels),
+    )
+
+
+# Parsed calibrations by sha256: a worker applies the same one to every chunk of a batch.
+_PARSED: dict[str, Calibration] = {}
+
+
+def _parsed(spec: CalibrationSpec) -> Calibration:
+    calibration = _PARSED.get(spec.sha256)
+    if calibration is None or calibration.id != spec.id:
+        if len(_PARSED) > 64:
+            _PARSED.clear()
+        calibration = _PARSED[spec.sha256] = Calibration.from_spec(spec)
+    return calibration
+
+
+def apply_calibration(judgement: Judgement, spec: CalibrationSpec | None) -> None:
+    """Set (or, without a calibration, clear) the result's `calibrated` grade and `provenance.calibration`.
+
+    A result missing one of the calibration's features gets `calibrated.error` naming it and no label."""
+    if spec is None:
+        judgement.calibrated = None
+        judgement.provenance = judgement.provenance.model_copy(update={"calibration": None})
+        return
+    calibration = _parsed(spec)
+    judgement.provenance = judgement.provenance.model_copy(
+        update={"calibration": CalibrationRef(id=calibration.id, sha256=calibration.sha256)}
+    )
+    vector, missing = feature_vector(judgement, calibration.features)
+    if vector is None:
+        judgement.calibrated = CalibratedGrade(error=f"not calibrated: {missing}")
+        return
+    probabilities = calibration.predict_proba(np.asarray([vector]))[0]
+    judgement.calibrated = CalibratedGrade(
+        label=calibration.classes[int(probabilities.argmax())],
+        probabilities={name: round(float(p), 6) for name, p in zip(calibration.classes, probabilities, strict=True)},
+    )
+
+
+def format_calibrated_agreement(report: CalibratedAgreement) -> str:
+    """Raw and calibrated side by side (point value and 95% CI), then Brier, ECE and the reliability table."""
+    from juiz.agreement import _TITLES
+
+    head = f"calibration on {report.n} labelled items, features: {', '.join(report.features) or 'none'}"
+    if report.n_missing_features:
+        head += f" ({report.n_missing_features} left out: a feature missing)"
+    lines = [head]
+    if report.calibrated is None or report.raw is None:
+        lines.append(f"no calibrated figures: {report.unavailable}; the raw labels stand")
+        return "\n".join(lines)
+    lines.append(f"calibrated: cross-fitted, {report.folds} folds (seed {report.seed}); every item predicted held-out")
+    rows = [["statistic", "raw", "raw 95% CI", "calibrated", "calibrated 95% CI"]]
+    for name, title in _TITLES.items():
+        cells = [title]
+        for side in (report.raw, report.calibrated):
+            stat = getattr(side, name)
+            if stat.value is None:
+                cells += ["n/a", f"({stat.reason})"]
+            else:
+                ci = "n/a" if stat.ci95 is None else f"[{stat.ci95.low:.3f}, {stat.ci95.high:.3f}]"
+                cells += [f"{stat.value:.3f}", ci]
+        rows.append(cells)
+    for label, attribute in (("Brier score", "brier"), ("ECE", "ece")):
+        raw_value = getattr(report.raw_figures, attribute) if report.raw_figures else None
+        cal_value = getattr(report.calibrated_figures, attribute) if report.calibrated_figures else None
+        rows.append(
+            [
+                label,
+                "n/a" if raw_value is None else f"{raw_value:.3f}",
+                "",
+                "n/a" if cal_value is None else f"{cal_value:.3f}",
+                "",
+            ]
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines += ["  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows]
+    if report.calibrated_figures is not None:
+        lines += ["", "reliability (calibrated, held-out): confidence bin, items, mean confidence, accuracy"]
+        for b in report.calibrated_figures.reliability:
+            lines.append(
+                f"  ({b.low:.1f}, {b.high:.1f}]  n={b.n:<4} confidence {b.confidence:.3f}  accuracy {b.accuracy:.3f}"
+            )
+    lines.append("raw Brier/ECE: the raw label taken as certain (probability 1)")
+    return "\n".join(lines)

@@ -36,6 +36,7 @@ from juiz.parsing import (
     expected_score,
     parse_reply,
 )
+from juiz.uncertainty import annotate, combine_samples
 from schemas import BatchOptions, Judgement, JudgementStatus, Provenance, Segment, Triple
 from schemas.judgement import NEEDS_CONTEXT, MetricResult, MetricStatus, SegmentGrade
 
@@ -90,6 +91,15 @@ def request_for(mode: str, metric: str = "answer_relevance") -> GenerationReques
     if mode != "cot":
         return FAST_REQUEST
     return SEGMENT_COT_REQUEST if metric == "context_relevance" else COT_REQUEST
+
+
+def request_for_options(options: BatchOptions, metric: str) -> GenerationRequest:
+    """The sampling one metric of a batch gets: `request_for`, with options.samples replies at the batch's
+    temperature (context relevance, graded once per segment, keeps one greedy reply)."""
+    request = request_for(options.mode, metric)
+    if metric == "context_relevance" or (options.samples == 1 and options.sampling_temperature == 0):
+        return request
+    return replace(request, n=options.samples, temperature=options.sampling_temperature)
 
 
 def context_segments(context: str | list[Segment] | None) -> list[str]:
@@ -171,7 +181,7 @@ class Judge:
             segments = context_segments(triple.context)
             for metric in options.metrics:
                 template = select_prompt(options, triple.question, metric)
-                request = request_for(options.mode, metric)
+                request = request_for_options(options, metric)
                 if metric in NEEDS_CONTEXT and not segments:
                     skipped.setdefault(i, {})[metric] = MetricResult(
                         status=MetricStatus.SKIPPED,
@@ -315,9 +325,17 @@ def _parsed_fields(completion: Completion, request: GenerationRequest) -> dict[s
     }
 
 
+def _sampled_fields(completion: Completion, request: GenerationRequest) -> dict[str, Any]:
+    """`_parsed_fields`, or with several replies (request.n > 1) their majority and spread (juiz.uncertainty)."""
+    if request.n == 1:
+        return _parsed_fields(completion, request)
+    replies = [completion, *completion.alternatives]
+    return combine_samples([_parsed_fields(c, request) for c in replies], request.temperature)
+
+
 def _metric_result(task: _Task, reply: _Reply, model: str) -> MetricResult:
     return MetricResult(
-        **_parsed_fields(reply.completion, task.request),
+        **_sampled_fields(reply.completion, task.request),
         latency_s=round(reply.latency_s, 4),
         provenance=_provenance(model, task.template, task.request, task.mode),
     )
@@ -386,8 +404,10 @@ def _judgement(triple: Triple, options: BatchOptions, metrics: dict[str, MetricR
         provenance=main.provenance,
         error=main.error,
         metrics=metrics,
+        samples=main.samples,
     )
     judgement.automated_label = label_for(judgement, options.label_mapping)
+    annotate(judgement, options)  # options.calibration, then `uncertain`
     return judgement
 
 
@@ -439,7 +459,7 @@ def failed_judgement(triple: Triple, options: BatchOptions, model: str, reason: 
     """A `failed` result for an item that could not be graded at all, with the reason and the judge meant for it."""
     metrics: dict[str, MetricResult] = {}
     for metric in options.metrics:
-        request = request_for(options.mode, metric)
+        request = request_for_options(options, metric)
         try:
             template = select_prompt(options, triple.question, metric)
             provenance = _provenance(model, template, request, options.mode)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field, model_validator
 
+from schemas.calibration import CalibrationFigures
+
 
 class Interval(BaseModel):
     """A closed interval, e.g. a 95% bootstrap confidence interval."""
@@ -56,3 +58,31 @@ class AgreementReport(BaseModel):
     mae: Statistic = Field(description="Mean |manual − judge| on the 0–1 scale.")
     confusion_matrix: list[list[int]] = Field(description="Rows: manual class; columns: judge class.")
     bootstrap: Bootstrap
+    calibration: CalibratedAgreement | None = Field(
+        default=None,
+        description="Raw vs calibrated (cross-fitted, held-out) agreement on the items a calibration can read; "
+        "null when not asked for.",
+    )
+
+
+class CalibratedAgreement(BaseModel):
+    """A calibration fitted on these labels, judged honestly: each item's calibrated label comes from a model fit on
+    the other folds only. `raw` and `calibrated` compare the same items (those with every feature)."""
+
+    features: list[str] = Field(description="The judge signals fitted, in the model's order.")
+    n: int = Field(ge=0, description="Labelled items with every feature.")
+    n_missing_features: int = Field(default=0, ge=0, description="Labelled items left out: a feature was missing.")
+    folds: int | None = None
+    seed: int = 0
+    unavailable: str | None = Field(
+        default=None, description="Why there is no calibrated figure (too few labels, one class...): raw only."
+    )
+    raw: AgreementReport | None = Field(default=None, description="The judge's own labels on the same items.")
+    calibrated: AgreementReport | None = None
+    raw_figures: CalibrationFigures | None = Field(
+        default=None, description="Brier/ECE of the raw label taken as certain (probability 1 on its class)."
+    )
+    calibrated_figures: CalibrationFigures | None = None
+
+
+AgreementReport.model_rebuild()

@@ -5,8 +5,9 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from schemas.calibration import CalibrationSpec
 from schemas.judgement import MetricName
 from schemas.labels import LabelMapping
 from schemas.triple import Triple
@@ -42,6 +43,21 @@ class BatchOptions(BaseModel):
         description="cot: the judge writes Criteria / Supporting Evidence / Score; fast: one forward pass, score only.",
     )
     label_mapping: LabelMapping = Field(default_factory=LabelMapping)
+    samples: int = Field(
+        default=1,
+        ge=1,
+        le=8,
+        description="CoT replies drawn per item and metric in the same engine call (n > 1: each result gets the mean "
+        "and majority score and their spread; the score is the majority's). Context relevance draws one.",
+    )
+    temperature: float | None = Field(
+        default=None, ge=0, le=2, description="Sampling temperature; default 0 for one sample, 0.7 for several."
+    )
+    calibration: CalibrationSpec | None = Field(
+        default=None,
+        description="A calibration from `juiz calibrate` (the JSON object): each result gets calibrated class "
+        "probabilities and label, and provenance.calibration {id, sha256}.",
+    )
 
     @field_validator("metrics")
     @classmethod
@@ -49,6 +65,25 @@ class BatchOptions(BaseModel):
         if len(set(value)) != len(value):
             raise ValueError("each metric may be named once")
         return value
+
+    @model_validator(mode="after")
+    def _sampling_and_calibration(self) -> BatchOptions:
+        if self.samples > 1 and self.mode != "cot":
+            raise ValueError("samples > 1 needs mode cot (fast mode's expected score already is the distribution)")
+        if self.samples > 1 and self.temperature == 0:
+            raise ValueError("samples > 1 needs a temperature above 0 (at 0 every sample is the same)")
+        if self.calibration is not None:
+            missing = [m for m in self.calibration.metrics() if m not in self.metrics]
+            if missing:
+                raise ValueError(f"calibration reads {', '.join(missing)}: add it to metrics")
+        return self
+
+    @property
+    def sampling_temperature(self) -> float:
+        """The temperature used: the requested one, else 0 for one sample and 0.7 for several."""
+        if self.temperature is not None:
+            return self.temperature
+        return 0.7 if self.samples > 1 else 0.0
 
     def prompt_ids(self) -> list[str]:
         """The requested prompt ids as a list (`prompt` may be one id or several)."""

@@ -7,7 +7,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from schemas.calibration import CalibratedGrade, CalibrationRef
 from schemas.triple import Label, Segment
+from schemas.uncertainty import SampleSummary, Uncertainty
 
 
 class JudgementStatus(StrEnum):
@@ -42,6 +44,9 @@ class Provenance(BaseModel):
         default=None, description="Judge back end when not in process: openai (an OpenAI-compatible server)."
     )
     engine_host: str | None = Field(default=None, description="Host of the judge server's base URL (never the key).")
+    calibration: CalibrationRef | None = Field(
+        default=None, description="The calibration that made `calibrated` (options.calibration), by id and sha256."
+    )
 
 
 class SegmentGrade(BaseModel):
@@ -81,6 +86,9 @@ class MetricResult(BaseModel):
     mean_score: float | None = Field(
         default=None, ge=0, le=1, description="context_relevance only: mean normalised segment score (precision)."
     )
+    samples: SampleSummary | None = Field(
+        default=None, description="With options.samples > 1: the sampled replies' scores and their spread."
+    )
 
 
 class Judgement(BaseModel):
@@ -109,3 +117,13 @@ class Judgement(BaseModel):
         description="Every requested metric by name. The top-level score fields repeat answer_relevance when it was "
         "requested, otherwise the first requested metric (provenance.prompt names which).",
     )
+    samples: SampleSummary | None = Field(
+        default=None, description="With options.samples > 1: the main metric's sampled scores and their spread."
+    )
+    calibrated: CalibratedGrade | None = Field(
+        default=None, description="With options.calibration: calibrated class probabilities and label."
+    )
+    uncertain: bool | None = Field(
+        default=None, description="Worth a human look: samples disagree, calibrated label unsure, or near a cut point."
+    )
+    uncertainty: Uncertainty | None = None

@@ -21,7 +21,7 @@ from juiz.store import Store
 from service.auth import provide_tenant
 from service.controllers import BatchController, GradeController, HealthController
 from service.errors import EXCEPTION_HANDLERS
-from service.metrics import registry_for
+from service.metrics import HTTP_METRICS, registry_for
 from service.openapi import assets_router, forbid_extra_fields, openapi_config
 from service.ratelimit import enforce_rate_limit
 
@@ -61,6 +61,7 @@ def create_app(settings: Settings | None = None, redis: Redis | None = None) -> 
         },
         exception_handlers=EXCEPTION_HANDLERS,
         before_request=enforce_rate_limit,
+        middleware=[HTTP_METRICS.middleware],
         on_startup=[forbid_extra_fields],
         lifespan=[redis_connection],
         state=State({"settings": settings, "tenants_by_key": settings.tenants_by_key}),

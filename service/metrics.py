@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
+from litestar.plugins.prometheus import PrometheusConfig
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 from rq import Worker
@@ -16,6 +17,11 @@ from juiz.store import ENGINE_CALL_BUCKETS, ITEM_BUCKETS, Store, text
 from schemas import WorkerView
 
 STATUSES = ("ok", "parse_error", "failed")
+
+# Litestar's Prometheus middleware: requests, durations and in-flight requests of this API process, per route
+# template (group_path: a batch id never becomes a label), in prometheus_client's default registry, which /metrics
+# serves after the cluster-wide figures read from Redis.
+HTTP_METRICS = PrometheusConfig(app_name="juiz", prefix="juiz_http", group_path=True, exclude=["/metrics", "/schema"])
 
 
 def live_workers(store: Store) -> list[WorkerView]:

@@ -6,7 +6,7 @@ from litestar import Controller, Response, get
 from litestar.datastructures import State
 from litestar.di import NamedDependency
 from litestar.openapi import ResponseSpec
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, generate_latest
 from redis.exceptions import RedisError
 
 from juiz import __version__
@@ -59,5 +59,6 @@ class HealthController(Controller):
         media_type=CONTENT_TYPE_LATEST,
     )
     def metrics(self, state: State) -> bytes:
-        """Queue depth, items graded by status, judgements/s, latency histograms and workers, read from Redis now."""
-        return generate_latest(state.metrics_registry)
+        """Queue depth, items graded by status, judgements/s, latency histograms and workers, read from Redis now;
+        then this API process's own: HTTP requests and durations per route (juiz_http_*), CPU, memory."""
+        return generate_latest(state.metrics_registry) + generate_latest(REGISTRY)

@@ -207,3 +207,12 @@ def test_workers_run_only_juiz_job_functions(redis: Redis, settings: Settings, r
     run_worker(settings)
     assert not marker.exists()
     assert job.get_status(refresh=True) == JobStatus.FAILED and job.id in queue.failed_job_registry
+
+
+def test_metrics_add_per_route_http_figures_without_batch_ids(client: TestClient[Litestar]) -> None:
+    client.get(f"/v1/batches/{'0' * 32}")
+    metrics = client.get("/metrics").text
+    assert "juiz_queue_jobs" in metrics  # the cluster-wide figures from Redis stay
+    route = 'path="/v1/batches/{batch_id}",status_code="404"'
+    assert any(line.startswith("juiz_http_requests_total") and route in line for line in metrics.splitlines())
+    assert "0" * 32 not in metrics

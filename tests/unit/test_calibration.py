@@ -2,20 +2,32 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
+from pydantic import ValidationError
 from sklearn.linear_model import LogisticRegression
+from sklearn.pipeline import make_pipeline
+from sklearn.preprocessing import StandardScaler
 
 from juiz import calibration
 from juiz.calibration import (
     Calibration,
     CalibrationUnavailable,
     brier_score,
+    compute_calibrated_agreement,
     cross_fitted_probabilities,
     expected_calibration_error,
+    feature_names,
+    feature_vector,
     fit_calibration,
+    fit_from_results,
+    format_calibrated_agreement,
     reliability_table,
 )
+from schemas import BatchOptions, Judgement, LabelMapping, Provenance, Triple
+from schemas.judgement import JudgementStatus, MetricStatus
 
 
 def test_brier_score_by_hand() -> None:
@@ -85,7 +97,8 @@ def test_an_items_own_label_does_not_move_its_held_out_prediction() -> None:
 def test_calibration_reproduces_scikit_learn_and_survives_json() -> None:
     features, labels = _separable()
     fitted = fit_calibration(features, labels, ["I", "P", "C"], ["expected_score"])
-    reference = LogisticRegression(C=1.0, max_iter=1000, random_state=0).fit(features, labels)
+    reference = make_pipeline(StandardScaler(), LogisticRegression(C=1.0, max_iter=1000, random_state=0))
+    reference.fit(features, labels)
     np.testing.assert_allclose(fitted.predict_proba(features), reference.predict_proba(features), atol=1e-9)
     again = Calibration.from_json(fitted.to_json())
     assert again.sha256 == fitted.sha256 and again.id == fitted.id
@@ -102,7 +115,8 @@ def test_binary_labels_give_two_column_probabilities() -> None:
     labels = np.repeat([0, 1], 10)
     features = np.column_stack([labels + rng.normal(0, 0.2, 20)])
     fitted = fit_calibration(features, labels, ["N", "Y"], ["expected_score"])
-    reference = LogisticRegression(C=1.0, max_iter=1000, random_state=0).fit(features, labels)
+    reference = make_pipeline(StandardScaler(), LogisticRegression(C=1.0, max_iter=1000, random_state=0))
+    reference.fit(features, labels)
     np.testing.assert_allclose(fitted.predict_proba(features), reference.predict_proba(features), atol=1e-9)
 
 
@@ -126,3 +140,136 @@ def test_degenerate_labels_say_why(labels: list[int], reason: str) -> None:
     features = np.linspace(0, 1, len(labels)).reshape(-1, 1)
     with pytest.raises(CalibrationUnavailable, match=reason):
         fit_calibration(features, labels, ["I", "P", "C"], ["expected_score"])
+
+
+# --- wiring: results → features → a calibration → results ----------------------------------------------------------
+
+
+def _judgement(i: int, label: str | None, expected: float | None, score: int | None = 3, **extra: object) -> Judgement:
+    from schemas.judgement import MetricResult
+
+    provenance = Provenance(
+        model="fake", prompt="answer_relevance@juiz-1.en", prompt_sha256="", sampling={}, juiz_version="0"
+    )
+    metrics: dict[str, Any] = {
+        "answer_relevance": MetricResult(
+            status=MetricStatus.OK, score=score, expected_score=expected, provenance=provenance
+        ),
+        **extra,  # type: ignore[dict-item]
+    }
+    return Judgement(
+        id=f"i{i}",
+        status=JudgementStatus.OK,
+        score=score,
+        expected_score=expected,
+        question="q",
+        answer="a",
+        manual_label=label,
+        provenance=provenance,
+        metrics=metrics,
+    )
+
+
+def _labelled_results(n_per_class: int = 8) -> list[Judgement]:
+    """An overconfident judge: score 3 everywhere, while its expected score ranks I < P < C."""
+    rng = np.random.default_rng(0)
+    out: list[Judgement] = []
+    for label, centre in (("I", 0.3), ("P", 0.55), ("C", 0.85)):
+        for _ in range(n_per_class):
+            out.append(_judgement(len(out), label, float(np.clip(centre + rng.normal(0, 0.05), 0, 1))))
+    return out
+
+
+def test_features_are_expected_scores_in_a_fixed_order_with_the_discrete_score_as_fallback() -> None:
+    from schemas.judgement import MetricResult
+
+    grounded = MetricResult(status=MetricStatus.OK, score=1, expected_score=None)
+    j = _judgement(0, "C", 0.9, groundedness=grounded)
+    names = feature_names([j])
+    assert names == ["answer_relevance.expected_score", "groundedness.expected_score"]
+    assert feature_vector(j, names) == ([0.9, pytest.approx(1 / 3)], None)
+    skipped = _judgement(1, "C", 0.9, groundedness=MetricResult(status=MetricStatus.SKIPPED, error="no context"))
+    assert feature_vector(skipped, names) == (None, "groundedness has no grade (skipped)")
+
+
+def test_calibrated_agreement_is_held_out_and_beats_an_overconfident_raw_judge() -> None:
+    results = _labelled_results()
+    report = compute_calibrated_agreement(results, LabelMapping(), resamples=50)
+    assert report.unavailable is None and report.n == 24 and report.folds == 5
+    assert report.raw is not None and report.calibrated is not None
+    assert report.raw.accuracy.value == pytest.approx(8 / 24)  # everything called C
+    assert report.calibrated.accuracy.value is not None and report.calibrated.accuracy.value > 0.8
+    assert report.calibrated_figures is not None and report.raw_figures is not None
+    # raw labels taken as certain: Brier = 2 × error rate; ECE = |accuracy − 1|
+    assert report.raw_figures.brier == pytest.approx(2 * 16 / 24, abs=1e-6)
+    assert report.raw_figures.ece == pytest.approx(16 / 24, abs=1e-6)
+    assert sum(b.n for b in report.calibrated_figures.reliability) == 24
+    text = format_calibrated_agreement(report)
+    assert "raw" in text and "calibrated" in text and "Brier" in text
+
+
+def test_degenerate_labels_fall_back_to_raw_and_say_why() -> None:
+    results = _labelled_results(n_per_class=3)  # 9 labelled items
+    report = compute_calibrated_agreement(results, LabelMapping(), resamples=10)
+    assert report.calibrated is None and report.raw is not None
+    assert report.unavailable is not None and "at least 12" in report.unavailable
+    with pytest.raises(CalibrationUnavailable):
+        fit_from_results(results, LabelMapping())
+
+
+def test_a_calibration_applied_to_new_results_records_itself_and_names_missing_features() -> None:
+    from juiz.calibration import apply_calibration
+
+    fitted = fit_from_results(_labelled_results(), LabelMapping())
+    spec = fitted.spec()
+    assert spec.sha256 == fitted.sha256 and spec.metrics() == ["answer_relevance"]
+    fresh = _judgement(100, None, 0.3)
+    apply_calibration(fresh, spec)
+    assert fresh.calibrated is not None and fresh.calibrated.label == "I"
+    assert fresh.calibrated.probabilities is not None and sum(fresh.calibrated.probabilities.values()) == pytest.approx(
+        1
+    )
+    assert fresh.provenance.calibration is not None and fresh.provenance.calibration.id == fitted.id
+    failed = _judgement(101, None, None, score=None)
+    assert failed.metrics is not None
+    failed.metrics["answer_relevance"].status = MetricStatus.FAILED
+    apply_calibration(failed, spec)
+    assert failed.calibrated is not None and failed.calibrated.label is None
+    assert failed.calibrated.error == "not calibrated: answer_relevance has no grade (failed)"
+    apply_calibration(fresh, None)  # a cached result served to a batch without a calibration
+    assert fresh.calibrated is None and fresh.provenance.calibration is None
+
+
+def test_options_take_a_calibration_and_refuse_an_altered_or_unreadable_one() -> None:
+    spec = fit_from_results(_labelled_results(), LabelMapping()).to_json()
+    options = BatchOptions.model_validate({"calibration": spec})
+    assert options.calibration is not None and options.calibration.id == spec["id"]
+    altered = {**spec, "model": {**spec["model"], "intercept": [0.0, 0.0, 0.0]}}
+    with pytest.raises(ValidationError, match="altered"):
+        BatchOptions.model_validate({"calibration": altered})
+    with pytest.raises(ValidationError, match="add it to metrics"):
+        BatchOptions.model_validate(
+            {"calibration": {**spec, **_renamed(spec, "groundedness.expected_score")}, "metrics": ["answer_relevance"]}
+        )
+
+
+def _renamed(spec: dict, feature: str) -> dict:  # type: ignore[type-arg]
+    from schemas.calibration import calibration_sha256
+
+    model = spec["model"]
+    sha = calibration_sha256(spec["classes"], [feature], model["coef"], model["intercept"], model["fitted_classes"])
+    return {"features": [feature], "sha256": sha}
+
+
+def test_judge_applies_the_batchs_calibration_to_every_result() -> None:
+    from juiz.engine import FakeEngine
+    from juiz.judge import Judge
+
+    fitted = fit_from_results(_labelled_results(), LabelMapping())
+    engine = FakeEngine(lambda c: "Criteria: c\nSupporting Evidence: e\nScore: 0")
+    items = [Triple(id="a", question="q?", answer="no idea")]
+    (judgement,) = Judge(engine).grade(items, BatchOptions(calibration=fitted.spec()))
+    assert judgement.calibrated is not None and judgement.calibrated.label == "I"
+    assert judgement.provenance.calibration is not None
+    assert judgement.provenance.calibration.sha256 == fitted.sha256
+    assert judgement.uncertainty is not None and judgement.uncertainty.calibrated_doubt is not None

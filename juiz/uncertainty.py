@@ -1,0 +1,148 @@
+"""How sure a result is, and which results a person should look at first.
+
+Several sampled replies (`options.samples: n`, drawn in the same engine call) give each result a spread: the mean and
+majority score, their standard deviation and the share of replies agreeing with the majority. The result's score is
+then the majority's (ties go to the lower score: a judge that hesitates between 2 and 3 does not get the 3), its
+criteria and evidence come from a reply that gave that score, and its expected score is the mean of the replies'
+expected scores.
+
+A result is `uncertain` (worth a human label) when any of these holds — the rule the README documents:
+- dispersion: fewer than 2/3 of its sampled replies agree with the majority score (n > 1 only);
+- calibration: the calibrated probability of its calibrated label is below 0.6 (with `options.calibration`);
+- boundary: without a calibration, 3 × its expected score lies within 0.25 of one of the label mapping's cut points
+  (0.5 and 2.5 by default: between I and P, and between P and C).
+`uncertainty.score` (0–1) is the largest component, so results can be listed most uncertain first.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from collections.abc import Sequence
+from typing import Any
+
+from schemas.batch import BatchOptions
+from schemas.judgement import Judgement, MetricStatus
+from schemas.labels import LabelMapping
+from schemas.uncertainty import SampleSummary, Uncertainty
+
+MIN_MAJORITY_SHARE = 2 / 3  # below: the replies disagree
+MIN_CALIBRATED_PROBABILITY = 0.6  # below: the calibration is unsure of its label
+BOUNDARY_MARGIN = 0.25  # on the 0–3 scale: this close to a cut point, the label could go either way
+
+
+def combine_samples(samples: Sequence[dict[str, Any]], temperature: float) -> dict[str, Any]:
+    """One metric result's fields from n parsed replies (each the fields one reply gives; see judge._parsed_fields)."""
+    scores: list[int | None] = [s.get("score") if s["status"] is MetricStatus.OK else None for s in samples]
+    parsed = [score for score in scores if score is not None]
+    if not parsed:  # no reply parsed: the first reply's failure stands, with the spread for the record
+        return {
+            **samples[0],
+            "samples": SampleSummary(n=len(samples), temperature=temperature, scores=scores, majority_share=0.0),
+        }
+    counts = Counter(parsed)
+    top = max(counts.values())
+    majority = min(score for score, count in counts.items() if count == top)
+    chosen = next(s for s, score in zip(samples, scores, strict=True) if score == majority)
+    expected = [
+        s["expected_score"] for s in samples if s["status"] is MetricStatus.OK and s.get("expected_score") is not None
+    ]
+    summary = SampleSummary(
+        n=len(samples),
+        temperature=temperature,
+        scores=scores,
+        mean=round(statistics.fmean(parsed), 6),
+        majority=majority,
+        std=round(statistics.pstdev(parsed), 6),
+        majority_share=round(top / len(samples), 6),
+    )
+    return {
+        **chosen,
+        "score": majority,
+        "normalized_score": round(majority / 3, 6),
+        "expected_score": round(statistics.fmean(expected), 6) if expected else None,
+        "samples": summary,
+    }
+
+
+def assess(judgement: Judgement, mapping: LabelMapping) -> Uncertainty | None:
+    """The uncertainty of one result (see the module docstring); None for a result without a grade."""
+    if judgement.score is None and judgement.calibrated is None:
+        return None
+    reasons: list[str] = []
+    dispersion = calibrated_doubt = boundary = None
+    if judgement.samples is not None and judgement.samples.n > 1:
+        dispersion = round(1 - judgement.samples.majority_share, 6)
+        if judgement.samples.majority_share < MIN_MAJORITY_SHARE:
+            reasons.append(
+                f"samples disagree: {judgement.samples.majority_share:.0%} gave the majority score "
+                f"(under {MIN_MAJORITY_SHARE:.0%})"
+            )
+    calibrated = judgement.calibrated
+    if calibrated is not None and calibrated.probabilities is not None and calibrated.label is not None:
+        top = calibrated.probabilities[calibrated.label]
+        calibrated_doubt = round(1 - top, 6)
+        if top < MIN_CALIBRATED_PROBABILITY:
+            reasons.append(
+                f"calibrated label {calibrated.label} has p = {top:.2f} (under {MIN_CALIBRATED_PROBABILITY})"
+            )
+    elif judgement.expected_score is not None and mapping.verdict is None:
+        value = 3 * judgement.expected_score
+        cut = min(mapping.cut_points(), key=lambda c: abs(value - c))
+        distance = abs(value - cut)
+        boundary = round(max(0.0, 1 - distance / (2 * BOUNDARY_MARGIN)), 6)
+        if distance < BOUNDARY_MARGIN:
+            reasons.append(f"3 × expected score {value:.2f} is within {BOUNDARY_MARGIN} of the cut point {cut:g}")
+    components = [c for c in (dispersion, calibrated_doubt, boundary) if c is not None]
+    return Uncertainty(
+        score=max(components, default=0.0),
+        reasons=reasons,
+        dispersion=dispersion,
+        calibrated_doubt=calibrated_doubt,
+        boundary=boundary,
+    )
+
+
+def annotate(judgement: Judgement, options: BatchOptions) -> Judgement:
+    """After grading (or reading a cached grade): apply the batch's calibration, then say how uncertain it is."""
+    from juiz.calibration import apply_calibration
+
+    apply_calibration(judgement, options.calibration)
+    judgement.uncertainty = assess(judgement, options.label_mapping)
+    judgement.uncertain = None if judgement.uncertainty is None else bool(judgement.uncertainty.reasons)
+    return judgement
+
+
+def uncertain_first(judgements: Sequence[Judgement]) -> list[Judgement]:
+    """Most uncertain first (flagged before unflagged, then by score); results without a grade last; stable."""
+
+    def key(j: Judgement) -> tuple[int, float]:
+        if j.uncertainty is None:
+            return (2, 0.0)
+        return (0 if j.uncertain else 1, -j.uncertainty.score)
+
+    return sorted(judgements, key=key)
+
+
+def format_uncertain(judgements: Sequence[Judgement], mapping: LabelMapping, limit: int = 20) -> str:
+    """The `limit` most uncertain results, one line each: id, score, labels, and why it is flagged."""
+    judgements = [_assessed(j, mapping) if j.uncertainty is None else j for j in judgements]  # older results
+    ranked = [j for j in uncertain_first(judgements) if j.uncertainty is not None][:limit]
+    flagged = sum(1 for j in judgements if j.uncertain)
+    lines = [f"most uncertain first ({flagged} of {len(judgements)} flagged uncertain; showing {len(ranked)})"]
+    for j in ranked:
+        assert j.uncertainty is not None
+        calibrated = f" calibrated {j.calibrated.label}" if j.calibrated and j.calibrated.label else ""
+        why = "; ".join(j.uncertainty.reasons) or "not flagged"
+        lines.append(
+            f"  {j.id}: uncertainty {j.uncertainty.score:.2f}, score {j.score}, judge {j.automated_label}{calibrated}, "
+            f"manual {j.manual_label if j.manual_label is not None else '-'} ({why})"
+        )
+    return "\n".join(lines)
+
+
+def _assessed(judgement: Judgement, mapping: LabelMapping) -> Judgement:
+    copy = judgement.model_copy()
+    copy.uncertainty = assess(copy, mapping)
+    copy.uncertain = None if copy.uncertainty is None else bool(copy.uncertainty.reasons)
+    return copy
