@@ -27,10 +27,12 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 
 install: $(STAMP)
 
-# System packages: redis-server for the service and its tests; tcmalloc, which vLLM's CPU back end preloads.
+# System packages: redis-server for the service and its tests; tcmalloc, which vLLM's CPU back end preloads;
+# chromium and its driver for the web page's browser tests (tests/browser).
 system-deps:
-	@command -v redis-server >/dev/null && [ -e /usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4 ] || \
-	  { apt-get update -qq && apt-get install -y -qq redis-server libtcmalloc-minimal4 >/dev/null; }
+	@command -v redis-server >/dev/null && [ -e /usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4 ] && \
+	  command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
+	  { apt-get update -qq && apt-get install -y -qq redis-server libtcmalloc-minimal4 chromium chromium-driver >/dev/null; }
 
 models: install
 	$(BIN)/juiz models pull
@@ -45,7 +47,7 @@ test: install system-deps
 	$(BIN)/python -m pytest -q
 
 test-fast: install
-	$(BIN)/python -m pytest -q -m "not engine and not integration"
+	$(BIN)/python -m pytest -q -m "not engine and not integration and not browser"
 
 lint: install
 	$(BIN)/ruff check .

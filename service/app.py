@@ -20,10 +20,12 @@ from juiz.settings import Settings
 from juiz.store import Store
 from service.auth import provide_tenant
 from service.controllers import BatchController, GradeController, HealthController
+from service.controllers.items import ItemController
 from service.errors import EXCEPTION_HANDLERS
 from service.metrics import HTTP_METRICS, registry_for
 from service.openapi import assets_router, forbid_extra_fields, openapi_config
 from service.ratelimit import enforce_rate_limit
+from service.ui import ui_router
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +56,14 @@ def create_app(settings: Settings | None = None, redis: Redis | None = None) -> 
                 client.close()
 
     return Litestar(
-        route_handlers=[BatchController, GradeController, HealthController, assets_router()],
+        route_handlers=[
+            BatchController,
+            GradeController,
+            HealthController,
+            ItemController,  # manual labels (issue 11)
+            assets_router(),
+            ui_router(),  # the web page under /ui (issue 11)
+        ],
         dependencies={
             "store": Provide(provide_store, sync_to_thread=False),
             "tenant": Provide(provide_tenant, sync_to_thread=False),

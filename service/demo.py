@@ -10,6 +10,7 @@ shared Redis (and any worker already listening on it) is left alone.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
 import sys
@@ -102,6 +103,7 @@ def run_demo(seeds_dir: Path = SEEDS, out: TextIO = sys.stdout) -> int:
         worker = stack.enter_context(child("worker", [*juiz, "-v", "worker"], env, workdir / "worker.log"))
         client = stack.enter_context(JuizClient(f"http://127.0.0.1:{port}", api_key=key, timeout_s=600))
         print(f"API: http://127.0.0.1:{port} (OpenAPI UI at /schema); worker loading {settings.model} …", file=out)
+        print(f"web page: http://127.0.0.1:{port}/ui — sign in with the demo key {key}", file=out)
         print(f"logs: {workdir}", file=out)
 
         def ready() -> bool:
@@ -127,4 +129,10 @@ def run_demo(seeds_dir: Path = SEEDS, out: TextIO = sys.stdout) -> int:
             f"{time.perf_counter() - started:.1f}s end to end, start-up included",
             file=out,
         )
+        if sys.stdin.isatty():  # someone is watching: keep the stack up for the web page until Ctrl-C
+            print(f"\nweb page: http://127.0.0.1:{port}/ui (key {key}); Ctrl-C stops everything", file=out, flush=True)
+            with contextlib.suppress(KeyboardInterrupt):
+                while True:
+                    api.check()
+                    time.sleep(1)
     return 0 if final.status.value == "done" else 1

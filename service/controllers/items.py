@@ -1,0 +1,115 @@
+"""/v1/batches/{id}/items/{item_id}: manual labels set where the grades are read (the web page uses the same path
+through the store)."""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import datetime
+from typing import Any
+
+from litestar import Controller, Request, patch
+from litestar.datastructures import State
+from litestar.di import NamedDependency
+from litestar.exceptions import HTTPException, NotFoundException
+from litestar.params import FromPath, RawBody
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from juiz.errors import InputError
+from juiz.store import Store
+from schemas.triple import Label
+from service.controllers.batches import BatchId, owned_batch
+from service.openapi import responses
+from service.ui.labels import LabelRejected, check_label, invalidate_agreement
+from service.ui.pages import row_cache
+
+
+class LabelChange(BaseModel):
+    """PATCH body: the new manual label (a class name or alias of the batch's mapping, or a number); null clears it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    manual_label: Label | None = Field(description='e.g. "C", "P", "I", 2, 0.5; null removes the label')
+
+
+class ItemLabelView(BaseModel):
+    batch_id: str
+    item_id: str
+    index: int = Field(description="0-based position of the item in the batch as submitted")
+    manual_label: Label | None
+    manual_label_by: str = Field(description="the tenant that set it")
+    manual_label_at: datetime
+    automated_label: str | None
+
+
+class ConflictException(HTTPException):
+    status_code = 409
+
+
+class ItemController(Controller):
+    path = "/v1/batches/{batch_id:str}/items"
+    tags = ["batches"]  # noqa: RUF012 - Litestar reads it as a class attribute
+
+    @patch(
+        "/{item_id:str}",
+        operation_id="setManualLabel",
+        sync_to_thread=True,
+        responses=responses(401, 404, 409, 415, 422, 429, 503),  # every status it answers (schemathesis checks)
+        summary="Set a manual label",
+    )
+    def set_manual_label(
+        self,
+        request: Request[Any, Any, Any],
+        state: State,
+        store: NamedDependency[Store],
+        tenant: NamedDependency[str],
+        batch_id: BatchId,
+        item_id: FromPath[str],
+        body: RawBody,
+    ) -> ItemLabelView:
+        """Set or change (or, with null, clear) the manual label of a graded item, recording which tenant set it and
+        when. Results, exports, the report and agreement read the new label. 404 for an unknown batch or item, 409
+        for an item not graded yet, 422 for a body or label the batch's label mapping does not accept. With
+        repeated item ids, the first item graded with that id is changed."""
+        record = owned_batch(store, tenant, batch_id)
+        change = _read_change(body)
+        try:
+            check_label(change.manual_label, record.options.label_mapping)
+        except LabelRejected as exc:
+            raise InputError(str(exc), source="body", field="manual_label") from None
+        cache = row_cache(state, store)
+        row = cache.index(record).by_id.get(item_id)
+        if row is None:
+            if store.find_item_index(batch_id, item_id) is not None:
+                raise ConflictException(
+                    detail=f"item {item_id} is not graded yet; set its label once it is", extra={"field": "item_id"}
+                )
+            raise NotFoundException(detail=f"no item {item_id} in batch {batch_id}", extra={"field": "item_id"})
+        judgement = store.set_manual_label(batch_id, row.position, change.manual_label, tenant, time.time())
+        invalidate_agreement(store, batch_id)
+        cache.updated(record, row.position, judgement)
+        extra = judgement.model_extra or {}
+        return ItemLabelView(
+            batch_id=batch_id,
+            item_id=item_id,
+            index=row.index,
+            manual_label=judgement.manual_label,
+            manual_label_by=extra["manual_label_by"],
+            manual_label_at=extra["manual_label_at"],
+            automated_label=judgement.automated_label,
+        )
+
+
+def _read_change(body: bytes) -> LabelChange:
+    try:
+        data = json.loads(body or b"null")
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(f"malformed JSON: {exc}", source="body") from None
+    if not isinstance(data, dict):
+        raise InputError('expected a JSON object, e.g. {"manual_label": "C"}', source="body")
+    try:
+        return LabelChange.model_validate(data)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        field = ".".join(str(p) for p in error["loc"] if not str(p).startswith(("str", "int", "float"))) or None
+        raise InputError(str(error["msg"]), source="body", field=field) from None

@@ -1,0 +1,501 @@
+"""/ui: the web page for the people who read the grades (issue 11). Server-rendered HTML, one small static script.
+
+Pages: sign-in; batches (list, live progress, upload with options, cancel); one batch (histograms per metric,
+confusion heat map, agreement with CIs, the items table filtered, sorted and paged on the server); one item (segments,
+answer, each metric's reasoning, labels, a form to set the manual label); exports (JSONL, CSV, the seeds' report).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import tempfile
+import time
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Annotated, Any
+from urllib.parse import urlencode
+
+import anyio
+from litestar import Controller, Request, Response, get, post
+from litestar.datastructures import State, UploadFile
+from litestar.di import NamedDependency
+from litestar.exceptions import NotFoundException
+from litestar.params import FromPath, QueryParameter
+from litestar.response import Redirect, Stream
+
+from juiz.errors import InputError, PromptError
+from juiz.readers import JSONL_SUFFIXES, REPORT_SUFFIXES, read_triples
+from juiz.report import render_report
+from juiz.store import BatchRecord, Store
+from schemas import Judgement
+from schemas.judgement import METRICS
+from service.auth import tenant_for
+from service.controllers.batches import owned_batch
+from service.errors import LimitExceeded
+from service.intake import read_submission
+from service.ui import charts, session
+from service.ui.labels import LabelRejected, check_label, invalidate_agreement
+from service.ui.render import html
+from service.ui.rows import (
+    SORT_KEYS,
+    Query,
+    RowCache,
+    agreement_of,
+    expected_bins,
+    metrics_present,
+    page_of,
+    score_counts,
+)
+from service.views import batch_view
+
+PER_PAGE = 50
+BATCHES_PER_PAGE = 25
+UPLOAD_SUFFIXES = (*JSONL_SUFFIXES, ".json", ".csv", *REPORT_SUFFIXES)
+EXPORT_PAGE = 1000
+CSV_FIELDS = (
+    "index", "id", "status", "score", "normalized_score", "expected_score", "manual_label", "automated_label",
+    "manual_label_by", "manual_label_at", "question", "answer", "criteria", "supporting_evidence", "error", "prompt",
+    "model",
+)  # fmt: skip
+
+
+def row_cache(state: State, store: Store) -> RowCache:
+    cache: RowCache | None = getattr(state, "ui_rows", None)
+    if cache is None or cache.store is not store:
+        cache = RowCache(store)
+        state.ui_rows = cache
+    return cache
+
+
+def _stamp(value: float | None) -> str:
+    return "" if value is None else datetime.fromtimestamp(value, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _int(value: str | None) -> int | None:
+    return int(value) if value not in (None, "") and str(value).lstrip("-").isdigit() else None
+
+
+def _float(value: str | None) -> float | None:
+    try:
+        return None if value in (None, "") else float(str(value))
+    except ValueError:
+        return None
+
+
+def batch_base(batch_id: str) -> str:
+    return f"/ui/batches/{batch_id}"
+
+
+class UIController(Controller):
+    path = "/"
+    include_in_schema = False
+
+    @get("/", sync_to_thread=False)
+    def home(self) -> Redirect:
+        return Redirect("/ui/batches")
+
+    # --- sign-in ------------------------------------------------------------------------------------------------
+
+    @get("/signin", sync_to_thread=False)
+    def signin_form(self, request: Request[Any, Any, Any]) -> Response[Any]:
+        if session.open_api(request):
+            return Redirect("/ui/batches")
+        return html("signin.html", error=None)
+
+    @post("/signin", status_code=303)
+    async def signin(self, request: Request[Any, Any, Any], store: NamedDependency[Store]) -> Response[Any]:
+        """Exchange the API key for a session cookie. The key is read from the form body and never kept."""
+        session.check_origin(request)
+        form = await request.form()
+        key = str(form.get("api_key") or "").strip()
+        tenant = tenant_for(key, request.app.state.tenants_by_key) if key else None
+        if tenant is None:
+            return html("signin.html", error="That API key is not known.", status_code=401)
+        new = await anyio.to_thread.run_sync(session.create, store, tenant)
+        response = Redirect("/ui/batches", status_code=303)
+        response.set_cookie(session.cookie_for(new, request))
+        return response
+
+    @post("/signout", status_code=303)
+    async def signout(self, request: Request[Any, Any, Any], store: NamedDependency[Store]) -> Response[Any]:
+        form = await request.form()
+        current = await anyio.to_thread.run_sync(session.require, store, request)
+        session.check_csrf(current, request, form.get("csrf"))
+        await anyio.to_thread.run_sync(session.delete, store, current)
+        response = Redirect("/ui/signin", status_code=303)
+        response.set_cookie(session.expired_cookie())
+        return response
+
+    # --- batches ------------------------------------------------------------------------------------------------
+
+    @get("/batches", sync_to_thread=True)
+    def batches(
+        self,
+        request: Request[Any, Any, Any],
+        store: NamedDependency[Store],
+        page: Annotated[int, QueryParameter(ge=1)] = 1,
+    ) -> Response[Any]:
+        current = session.require(store, request)
+        return session.with_cookie(request, self._batches_page(request, store, current, page))
+
+    def _batches_page(
+        self,
+        request: Request[Any, Any, Any],
+        store: Store,
+        current: session.Session,
+        page: int = 1,
+        error: str | None = None,
+        form: dict[str, Any] | None = None,
+        status_code: int = 200,
+    ) -> Response[Any]:
+        records, total = store.list_batches(current.tenant, (page - 1) * BATCHES_PER_PAGE, BATCHES_PER_PAGE)
+        pages = max(1, -(-total // BATCHES_PER_PAGE))
+        return html(
+            "batches.html",
+            status_code=status_code,
+            session=current,
+            signed_in=not session.open_api(request),
+            batches=[(r, batch_view(r)) for r in records],
+            stamp=_stamp,
+            page=page,
+            pages=pages,
+            total=total,
+            metrics=METRICS,
+            error=error,
+            form=form
+            or {"metrics": ["answer_relevance"], "mode": "cot", "lang": "auto", "prompt": "", "label_mapping": ""},
+            max_items=store.settings.max_items,
+        )
+
+    @post("/batches", status_code=303, request_max_body_size=None)
+    async def upload(self, request: Request[Any, Any, Any], store: NamedDependency[Store]) -> Response[Any]:
+        """A new batch from an uploaded file (JSONL, JSON, CSV or a seeds-format report) and the form's options;
+        every item is validated as POST /v1/batches validates it."""
+        current = await anyio.to_thread.run_sync(session.require, store, request)
+        form = await request.form()
+        session.check_csrf(current, request, form.get("csrf"))
+        values = {
+            "metrics": [str(m) for m in form.getall("metrics", [])] or ["answer_relevance"],
+            "prompt": str(form.get("prompt") or "").strip(),
+            "mode": str(form.get("mode") or "cot"),
+            "lang": str(form.get("lang") or "auto"),
+            "label_mapping": str(form.get("label_mapping") or "").strip(),
+        }
+        upload = form.get("file")
+        try:
+            if not isinstance(upload, UploadFile) or not upload.filename:
+                raise InputError("choose a file to upload", field="file")
+            content = await upload.read()
+            record = await anyio.to_thread.run_sync(
+                self._create, store, current.tenant, upload.filename, content, values
+            )
+        except (InputError, PromptError, LimitExceeded) as exc:
+            problem = str(exc)
+            response = await anyio.to_thread.run_sync(
+                lambda: self._batches_page(request, store, current, 1, problem, values, 422)
+            )
+            return session.with_cookie(request, response)
+        return session.with_cookie(request, Redirect(batch_base(record.id), status_code=303))
+
+    @staticmethod
+    def _create(store: Store, tenant: str, filename: str, content: bytes, values: dict[str, Any]) -> BatchRecord:
+        suffix = Path(filename).suffix.lower()
+        if suffix not in UPLOAD_SUFFIXES:
+            raise InputError(f"unknown file type '{suffix or '(none)'}'; expected one of {', '.join(UPLOAD_SUFFIXES)}")
+        with tempfile.TemporaryDirectory(prefix="juiz-upload-") as folder:
+            path = Path(folder) / f"upload{suffix}"
+            path.write_bytes(content)
+            try:
+                triples = read_triples(path)
+            except InputError as exc:
+                raise InputError(exc.message, source=Path(filename).name, line=exc.line, field=exc.field) from None
+        options: dict[str, Any] = {"metrics": values["metrics"], "mode": values["mode"], "lang": values["lang"]}
+        if values["prompt"]:
+            prompts = [p.strip() for p in values["prompt"].split(",") if p.strip()]
+            options["prompt"] = prompts[0] if len(prompts) == 1 else prompts
+        if values["label_mapping"]:
+            try:
+                options["label_mapping"] = json.loads(values["label_mapping"])
+            except json.JSONDecodeError as exc:
+                raise InputError(f"not JSON: {exc.msg}", field="options.label_mapping") from None
+        # The API's own intake: the same limits, lengths, depth and option checks as POST /v1/batches.
+        body = json.dumps({"items": [t.model_dump(mode="json") for t in triples], "options": options}).encode()
+        submission = read_submission(body, "application/json", {}, store.settings)
+        record, _ = store.create_batch(tenant, submission.options, submission.items)
+        return record
+
+    @get("/batches/{batch_id:str}/progress", sync_to_thread=True)
+    def progress(
+        self, request: Request[Any, Any, Any], store: NamedDependency[Store], batch_id: FromPath[str]
+    ) -> dict[str, Any]:
+        """What the page's script polls while a batch runs."""
+        current = session.require(store, request)
+        view = batch_view(owned_batch(store, current.tenant, batch_id))
+        return {
+            "status": view.status.value,
+            "terminal": view.status.value in {"done", "failed", "cancelled"},
+            **view.counts.model_dump(),
+            "judgements_per_s": view.judgements_per_s,
+            "eta_s": view.eta_s,
+        }
+
+    @post("/batches/{batch_id:str}/cancel", status_code=303)
+    async def cancel(
+        self, request: Request[Any, Any, Any], store: NamedDependency[Store], batch_id: FromPath[str]
+    ) -> Response[Any]:
+        current = await anyio.to_thread.run_sync(session.require, store, request)
+        form = await request.form()
+        session.check_csrf(current, request, form.get("csrf"))
+        record = await anyio.to_thread.run_sync(owned_batch, store, current.tenant, batch_id)
+        await anyio.to_thread.run_sync(store.cancel_batch, record)
+        back = str(form.get("next") or "")
+        # Only back to a page of ours: never an open redirect.
+        target = back if back.startswith("/ui/") and "//" not in back and "\\" not in back else batch_base(batch_id)
+        return Redirect(target, status_code=303)
+
+    # --- one batch ----------------------------------------------------------------------------------------------
+
+    @get("/batches/{batch_id:str}", sync_to_thread=True)
+    def batch(
+        self,
+        request: Request[Any, Any, Any],
+        state: State,
+        store: NamedDependency[Store],
+        batch_id: FromPath[str],
+    ) -> Response[Any]:
+        current = session.require(store, request)
+        record = owned_batch(store, current.tenant, batch_id)
+        index = row_cache(state, store).index(record)
+        params = request.query_params
+        mapping = record.options.label_mapping
+        metrics = metrics_present(index.rows) or list(record.options.metrics)
+        query = Query(
+            status=params.get("status", ""),
+            metric=params.get("metric", "") if params.get("metric", "") in METRICS else "",
+            score=_int(params.get("score")),
+            label=params.get("label", ""),
+            disagreement=params.get("disagreement", ""),
+            min_uncertainty=_float(params.get("min_uncertainty")),
+            sort=params.get("sort", "disagreement") if params.get("sort") in SORT_KEYS else "disagreement",
+            descending=params.get("dir", "desc") != "asc",
+        )
+        query.metric = (
+            query.metric or mapping.metric or ("answer_relevance" if "answer_relevance" in metrics else metrics[0])
+        )
+        page = page_of(index, query, _int(params.get("page")) or 1, PER_PAGE)
+        agreement = agreement_of(index, store.settings.agreement_max_work, final=record.terminal)
+        histograms = [
+            (
+                m,
+                charts.score_histogram(score_counts(index.rows, m), m),
+                charts.expected_histogram(expected_bins(index.rows, m), m),
+            )
+            for m in metrics
+        ]
+        page_base = urlencode([(k, v) for k, v in params.items() if k != "page"])
+        sort_base = urlencode([(k, v) for k, v in params.items() if k not in ("page", "sort", "dir")])
+        return session.with_cookie(
+            request,
+            html(
+                "batch.html",
+                session=current,
+                signed_in=not session.open_api(request),
+                record=record,
+                view=batch_view(record),
+                stamp=_stamp,
+                histograms=histograms,
+                agreement=agreement,
+                heat_map=charts.heat_map(agreement.confusion_matrix, agreement.classes),
+                page=page,
+                query=query,
+                metrics=metrics,
+                classes=[c.name for c in mapping.classes],
+                page_base=page_base,
+                sort_base=sort_base,
+                sort_keys=SORT_KEYS,
+                graded=index.covered,
+            ),
+        )
+
+    # --- one item -----------------------------------------------------------------------------------------------
+
+    @get("/batches/{batch_id:str}/items/{item_index:int}", sync_to_thread=True)
+    def item(
+        self,
+        request: Request[Any, Any, Any],
+        state: State,
+        store: NamedDependency[Store],
+        batch_id: FromPath[str],
+        item_index: FromPath[int],
+    ) -> Response[Any]:
+        current = session.require(store, request)
+        record = owned_batch(store, current.tenant, batch_id)
+        index = row_cache(state, store).index(record)
+        row = index.by_index.get(item_index)
+        judgement: Judgement | None = None
+        if row is not None:
+            judgement = store.results_at(batch_id, [row.position])[0]
+        triple = None if judgement is not None else store.item_at(batch_id, item_index)
+        if judgement is None and triple is None:
+            raise NotFoundException(detail=f"no item {item_index} in batch {batch_id}")
+        source = judgement if judgement is not None else triple
+        assert source is not None
+        context = source.context
+        if isinstance(context, str):
+            segments = [{"text": context, "source": None, "start": None, "end": None, "score": None}] if context else []
+        else:
+            segments = [s.model_dump() for s in context or []]
+        metric_results = (judgement.metrics or {}) if judgement is not None else {}
+        segment_grades = {}
+        relevance = metric_results.get("context_relevance")
+        if relevance is not None and relevance.segments:
+            segment_grades = {g.index: g for g in relevance.segments}
+        extra = (judgement.model_extra if judgement is not None else triple.model_extra if triple else None) or {}
+        return session.with_cookie(
+            request,
+            html(
+                "item.html",
+                session=current,
+                signed_in=not session.open_api(request),
+                record=record,
+                item_index=item_index,
+                judgement=judgement,
+                item=source,
+                segments=segments,
+                segment_grades=segment_grades,
+                metric_results=metric_results,
+                classes=[c.name for c in record.options.label_mapping.classes],
+                label_by=extra.get("manual_label_by"),
+                label_at=extra.get("manual_label_at"),
+                back=request.query_params.get("back", ""),
+                message=request.query_params.get("saved"),
+            ),
+        )
+
+    @post("/batches/{batch_id:str}/items/{item_index:int}/label", status_code=303)
+    async def set_label(
+        self,
+        request: Request[Any, Any, Any],
+        state: State,
+        store: NamedDependency[Store],
+        batch_id: FromPath[str],
+        item_index: FromPath[int],
+    ) -> Response[Any]:
+        current = await anyio.to_thread.run_sync(session.require, store, request)
+        form = await request.form()
+        session.check_csrf(current, request, form.get("csrf"))
+        raw = str(form.get("manual_label") or "").strip()
+        label = None if raw in ("", "(none)") else raw
+        await anyio.to_thread.run_sync(self._set_label, state, store, current.tenant, batch_id, item_index, label)
+        target = f"{batch_base(batch_id)}/items/{item_index}?saved=1"
+        return session.with_cookie(request, Redirect(target + "#labels", status_code=303))
+
+    @staticmethod
+    def _set_label(state: State, store: Store, tenant: str, batch_id: str, item_index: int, label: str | None) -> None:
+        record = owned_batch(store, tenant, batch_id)
+        cache = row_cache(state, store)
+        row = cache.index(record).by_index.get(item_index)
+        if row is None:
+            raise NotFoundException(detail=f"item {item_index} of batch {batch_id} is not graded yet")
+        try:
+            check_label(label, record.options.label_mapping)
+        except LabelRejected as exc:
+            raise InputError(str(exc), field="manual_label") from None
+        judgement = store.set_manual_label(batch_id, row.position, label, tenant, time.time())
+        invalidate_agreement(store, batch_id)
+        cache.updated(record, row.position, judgement)
+
+    # --- exports ------------------------------------------------------------------------------------------------
+
+    @get("/batches/{batch_id:str}/results.jsonl", sync_to_thread=True)
+    def export_jsonl(
+        self, request: Request[Any, Any, Any], store: NamedDependency[Store], batch_id: FromPath[str]
+    ) -> Stream:
+        current = session.require(store, request)
+        owned_batch(store, current.tenant, batch_id)
+        return Stream(
+            _jsonl(store, batch_id),
+            media_type="application/x-ndjson",
+            headers={"Content-Disposition": f'attachment; filename="juiz-{batch_id}.jsonl"'},
+        )
+
+    @get("/batches/{batch_id:str}/results.csv", sync_to_thread=True)
+    def export_csv(
+        self, request: Request[Any, Any, Any], store: NamedDependency[Store], batch_id: FromPath[str]
+    ) -> Stream:
+        current = session.require(store, request)
+        owned_batch(store, current.tenant, batch_id)
+        return Stream(
+            _csv(store, batch_id),
+            media_type="text/csv; charset=utf-8",
+            headers={"Content-Disposition": f'attachment; filename="juiz-{batch_id}.csv"'},
+        )
+
+    @get("/batches/{batch_id:str}/report.md", sync_to_thread=True)
+    def export_report(
+        self, request: Request[Any, Any, Any], store: NamedDependency[Store], batch_id: FromPath[str]
+    ) -> Response[str]:
+        current = session.require(store, request)
+        owned_batch(store, current.tenant, batch_id)
+        return Response(
+            render_report(store.results_in_input_order(batch_id)),
+            media_type="text/markdown; charset=utf-8",
+            headers={"Content-Disposition": f'attachment; filename="juiz-{batch_id}-report.md"'},
+        )
+
+
+def _jsonl(store: Store, batch_id: str) -> Iterator[str]:
+    """Results in completion order, a page at a time (never the whole batch in memory)."""
+    offset = 0
+    while True:
+        raw = store.read_results_raw(batch_id, offset, EXPORT_PAGE)
+        if not raw:
+            return
+        offset += len(raw)
+        yield "".join(line + "\n" for line in raw)
+
+
+def _cell(value: Any) -> Any:
+    """CSV-injection guard (OWASP): text a spreadsheet would run as a formula gets a leading apostrophe."""
+    if isinstance(value, str) and value[:1] in ("=", "+", "-", "@", "\t", "\r") and _float(value) is None:
+        return "'" + value
+    return value
+
+
+def _csv(store: Store, batch_id: str) -> Iterator[str]:
+    """One row per result (completion order) with the main metric's fields, then each metric's score."""
+    metric_columns = [f"{m}_{part}" for m in METRICS for part in ("status", "score", "expected_score")]
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    writer.writerow([*CSV_FIELDS, *metric_columns])
+    offset = 0
+    while True:
+        entries = store.result_entries(batch_id, offset, EXPORT_PAGE)
+        for _, index, raw in entries:
+            j = Judgement.model_validate_json(raw)
+            extra = j.model_extra or {}
+            values: dict[str, Any] = {
+                **j.model_dump(include=set(CSV_FIELDS)),
+                "index": index,
+                "manual_label_by": extra.get("manual_label_by"),
+                "manual_label_at": extra.get("manual_label_at"),
+                "prompt": j.provenance.prompt,
+                "model": j.provenance.model,
+            }
+            metric_values: list[Any] = []
+            for m in METRICS:
+                result = (j.metrics or {}).get(m)
+                metric_values += (
+                    [None, None, None] if result is None else [result.status.value, result.score, result.expected_score]
+                )
+            writer.writerow([_cell(values.get(name)) for name in CSV_FIELDS] + metric_values)
+        if buffer.tell():
+            yield buffer.getvalue()
+            buffer.seek(0)
+            buffer.truncate()
+        if len(entries) < EXPORT_PAGE:
+            return
+        offset += len(entries)

@@ -1,0 +1,341 @@
+"""A compact per-batch index of graded items, so the web page can filter, sort and page 10,000 results without
+reading them all for every page.
+
+The index holds one small `Row` per stored result (scores, labels, where the full result sits in the results list).
+It is built once per batch and API process, then extended with the results stored since (results are append-only),
+and rebuilt when the batch's `labels_version` moved (a manual label changed elsewhere). A page of the items table
+reads only its own rows' full results. Agreement and the charts are derived from the rows and cached per
+(results count, labels version), so a finished batch computes them once.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from juiz.agreement import compute_agreement
+from juiz.errors import InputError
+from juiz.labels import class_of_label, label_for, metric_of, resolve_numeric_scale
+from juiz.store import BatchRecord, Store
+from schemas import AgreementReport, Judgement
+from schemas.judgement import METRICS, JudgementStatus, MetricStatus
+from schemas.labels import LabelMapping
+from schemas.triple import Label
+from service.agreement import capped_resamples
+
+READ_PAGE = 2000
+QUESTION_CHARS = 160
+CACHED_BATCHES = 8
+# The page's bootstrap: enough for a 95% interval to two decimals, and a page drawn in about a second on 2 cores
+# (compute_agreement costs ~10 ms per resample). None while the batch runs: the figures move anyway.
+PAGE_RESAMPLES = 200
+
+SortKey = Literal["disagreement", "index", "score", "expected", "uncertainty", "status", "id"]
+SORT_KEYS: tuple[str, ...] = ("disagreement", "index", "score", "expected", "uncertainty", "status", "id")
+
+
+@dataclass(frozen=True, slots=True)
+class MetricCell:
+    status: str
+    score: int | None
+    expected: float | None
+
+    @property
+    def uncertainty(self) -> float | None:
+        """How far the judge's expected score (Σ p(k)·k) sits from the score it wrote, on 0–3: 0 when all the
+        probability was on that score, up to ~1.5 when it was split between far-apart scores."""
+        if self.score is None or self.expected is None:
+            return None
+        return abs(3 * self.expected - self.score)
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    position: int  # in the batch's results list
+    index: int  # in the batch's input order
+    id: str
+    status: str
+    score: int | None  # the top-level (primary metric) score the agreement compares
+    normalized_score: float | None
+    manual_label: Label | None
+    judge_label: str | None
+    judge_class: int | None
+    question: str
+    metrics: dict[str, MetricCell]
+
+
+@dataclass(frozen=True, slots=True)
+class ViewRow:
+    """A row as the table shows it under one metric, with its disagreement."""
+
+    row: Row
+    cell: MetricCell | None
+    manual_class: int | None
+    disagreement: int | None  # |manual class − judge class|; None when either is missing
+
+
+@dataclass
+class Query:
+    status: str = ""
+    metric: str = ""
+    score: int | None = None
+    label: str = ""  # a manual class name, "none" for unlabelled, "" for any
+    disagreement: str = ""  # "yes", "no" or ""
+    min_uncertainty: float | None = None
+    sort: str = "disagreement"
+    descending: bool = True
+
+
+@dataclass
+class Page:
+    rows: list[ViewRow]
+    total: int  # rows matching the filters
+    page: int
+    pages: int
+
+
+@dataclass
+class BatchIndex:
+    batch_id: str
+    mapping: LabelMapping
+    labels_version: int = -1
+    rows: list[Row] = field(default_factory=list)
+    by_index: dict[int, Row] = field(default_factory=dict)
+    by_id: dict[str, Row] = field(default_factory=dict)
+    agreement: tuple[tuple[int, int, bool], AgreementReport] | None = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def covered(self) -> int:
+        return len(self.rows)
+
+    def add(self, row: Row) -> None:
+        self.rows.append(row)
+        self.by_index[row.index] = row
+        self.by_id.setdefault(row.id, row)  # ids may repeat: the first graded keeps it
+
+    def replace(self, row: Row) -> None:
+        self.rows[row.position] = row
+        self.by_index[row.index] = row
+        if self.by_id.get(row.id, row).position == row.position:
+            self.by_id[row.id] = row
+
+
+def row_of(position: int, index: int, judgement: Judgement, mapping: LabelMapping) -> Row:
+    metrics: dict[str, MetricCell] = {}
+    for name in METRICS:
+        result = metric_of(judgement, name)
+        if result is not None:
+            metrics[name] = MetricCell(result.status.value, result.score, result.expected_score)
+    judge_label = label_for(judgement, mapping)
+    judge_class = None if judge_label is None else [c.name for c in mapping.classes].index(judge_label)
+    question = (
+        judgement.question if len(judgement.question) <= QUESTION_CHARS else judgement.question[:QUESTION_CHARS] + "…"
+    )
+    return Row(
+        position=position,
+        index=index,
+        id=judgement.id,
+        status=judgement.status.value,
+        score=judgement.score,
+        normalized_score=judgement.normalized_score,
+        manual_label=judgement.manual_label,
+        judge_label=judge_label,
+        judge_class=judge_class,
+        question=question,
+        metrics=metrics,
+    )
+
+
+class RowCache:
+    """Per-process cache of BatchIndex objects, least recently used dropped first."""
+
+    def __init__(self, store: Store, size: int = CACHED_BATCHES) -> None:
+        self.store = store
+        self.size = size
+        self._indexes: OrderedDict[str, BatchIndex] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def index(self, batch: BatchRecord) -> BatchIndex:
+        """The batch's index, brought up to date with the store (new results; labels changed elsewhere)."""
+        with self._lock:
+            index = self._indexes.get(batch.id)
+            if index is None:
+                index = BatchIndex(batch.id, batch.options.label_mapping)
+                self._indexes[batch.id] = index
+            self._indexes.move_to_end(batch.id)
+            while len(self._indexes) > self.size:
+                self._indexes.popitem(last=False)
+        with index.lock:
+            version = self.store.labels_version(batch.id)
+            if version != index.labels_version:
+                index.rows.clear()
+                index.by_index.clear()
+                index.by_id.clear()
+                index.labels_version = version
+            while True:
+                entries = self.store.result_entries(batch.id, index.covered, READ_PAGE)
+                for position, item_index, raw in entries:
+                    index.add(row_of(position, item_index, Judgement.model_validate_json(raw), index.mapping))
+                if len(entries) < READ_PAGE:
+                    break
+        return index
+
+    def updated(self, batch: BatchRecord, position: int, judgement: Judgement) -> None:
+        """This process changed a label: patch its row instead of rebuilding the index."""
+        index = self.index(batch)
+        with index.lock:
+            old = index.rows[position]
+            index.replace(row_of(position, old.index, judgement, index.mapping))
+            index.labels_version = self.store.labels_version(batch.id)
+            index.agreement = None
+
+    def forget(self, batch_id: str) -> None:
+        with self._lock:
+            self._indexes.pop(batch_id, None)
+
+
+def manual_classes(rows: Sequence[Row], mapping: LabelMapping) -> list[int | None]:
+    """Each row's manual class (None: unlabelled, or a label the mapping doesn't know)."""
+    scale = resolve_numeric_scale([r.manual_label for r in rows], mapping)
+    classes: list[int | None] = []
+    for row in rows:
+        if row.manual_label is None:
+            classes.append(None)
+            continue
+        try:
+            classes.append(class_of_label(row.manual_label, mapping, scale))
+        except InputError:
+            classes.append(None)
+    return classes
+
+
+def view_rows(index: BatchIndex, metric: str) -> list[ViewRow]:
+    rows = index.rows
+    out = []
+    for row, manual in zip(rows, manual_classes(rows, index.mapping), strict=True):
+        disagreement = None if manual is None or row.judge_class is None else abs(manual - row.judge_class)
+        out.append(ViewRow(row, row.metrics.get(metric), manual, disagreement))
+    return out
+
+
+def _matches(view: ViewRow, query: Query, mapping: LabelMapping) -> bool:
+    row, cell = view.row, view.cell
+    if query.status and row.status != query.status:
+        return False
+    if query.score is not None and (cell is None or cell.score != query.score):
+        return False
+    if query.label == "none" and row.manual_label is not None:
+        return False
+    if query.label and query.label != "none":
+        names = [c.name for c in mapping.classes]
+        if query.label not in names or view.manual_class != names.index(query.label):
+            return False
+    if query.disagreement == "yes" and not view.disagreement:
+        return False
+    if query.disagreement == "no" and view.disagreement != 0:
+        return False
+    if query.min_uncertainty is not None:
+        uncertainty = None if cell is None else cell.uncertainty
+        if uncertainty is None or uncertainty < query.min_uncertainty:
+            return False
+    return True
+
+
+def _sort_value(view: ViewRow, key: str) -> tuple[int, float | str]:
+    """(present?, value): missing values sort last in either direction."""
+    cell = view.cell
+    value: float | str | None
+    if key == "disagreement":
+        value = view.disagreement
+    elif key == "score":
+        value = None if cell is None else cell.score
+    elif key == "expected":
+        value = None if cell is None else cell.expected
+    elif key == "uncertainty":
+        value = None if cell is None else cell.uncertainty
+    elif key == "status":
+        value = view.row.status
+    elif key == "id":
+        value = view.row.id
+    else:
+        value = view.row.index
+    return (0, 0.0) if value is None else (1, value)
+
+
+def page_of(index: BatchIndex, query: Query, page: int, per_page: int) -> Page:
+    """Filter, sort (ties: input order; disagreements first then the most uncertain by default) and page."""
+    metric = query.metric or index.mapping.metric or "answer_relevance"
+    matching = [v for v in view_rows(index, metric) if _matches(v, query, index.mapping)]
+    matching.sort(key=lambda v: v.row.index)
+    if query.sort == "disagreement":
+        # Stable sorts: uncertainty breaks ties among equal disagreements.
+        matching.sort(key=lambda v: _sort_value(v, "uncertainty"), reverse=query.descending)
+    matching.sort(key=lambda v: _sort_value(v, query.sort), reverse=query.descending)
+    if query.descending:
+        # reverse=True put missing values first; move them back to the end, keeping their order.
+        present = [v for v in matching if _sort_value(v, query.sort)[0]]
+        matching = present + [v for v in matching if not _sort_value(v, query.sort)[0]]
+    pages = max(1, -(-len(matching) // per_page))
+    page = min(max(page, 1), pages)
+    start = (page - 1) * per_page
+    return Page(matching[start : start + per_page], len(matching), page, pages)
+
+
+def agreement_of(index: BatchIndex, max_work: int, *, final: bool) -> AgreementReport:
+    """compute_agreement over the rows (only the fields it reads), cached until results or labels change.
+    Confidence intervals once the batch is `final`, with resamples capped by `max_work` / items as the API's
+    /agreement caps them."""
+    key = (index.covered, index.labels_version, final)
+    with index.lock:
+        if index.agreement is not None and index.agreement[0] == key:
+            return index.agreement[1]
+        judgements = [
+            Judgement.model_construct(
+                id=r.id,
+                status=JudgementStatus(r.status),
+                score=r.score,
+                normalized_score=r.normalized_score,
+                manual_label=r.manual_label,
+            )
+            for r in index.rows
+        ]
+    resamples = capped_resamples(PAGE_RESAMPLES, len(judgements), max_work) if final else 0
+    report = compute_agreement(judgements, index.mapping, resamples=resamples)
+    with index.lock:
+        index.agreement = (key, report)
+    return report
+
+
+def score_counts(rows: Iterable[Row], metric: str) -> dict[str, int]:
+    """How many items got each 0–3 score under `metric`, and how many have no score (by why)."""
+    counts = {str(k): 0 for k in range(4)}
+    for row in rows:
+        cell = row.metrics.get(metric)
+        if cell is None:
+            continue
+        if cell.status == MetricStatus.OK.value and cell.score is not None:
+            counts[str(cell.score)] += 1
+        else:
+            counts[cell.status] = counts.get(cell.status, 0) + 1
+    return counts
+
+
+def expected_bins(rows: Iterable[Row], metric: str, bins: int = 10) -> list[int]:
+    """Histogram of the expected score (0–1) under `metric`, in `bins` equal bins."""
+    counts = [0] * bins
+    for row in rows:
+        cell = row.metrics.get(metric)
+        if cell is not None and cell.expected is not None:
+            counts[min(int(cell.expected * bins), bins - 1)] += 1
+    return counts
+
+
+def metrics_present(rows: Iterable[Row]) -> list[str]:
+    seen: set[str] = set()
+    for row in rows:
+        seen.update(row.metrics)
+    return [m for m in METRICS if m in seen]

@@ -1,0 +1,129 @@
+"""Web page sessions: the tenant's API key is exchanged once for an opaque session id in an HttpOnly cookie.
+
+The key itself is never stored, put in a URL or logged: sign-in posts it in a form body, it is checked like an API
+key (`service.auth.tenant_for`) and a random id is handed back. Redis holds only sha256(id) → tenant and the
+session's CSRF token, expiring after SESSION_TTL_S; sign-out deletes it.
+
+CSRF: the cookie is SameSite=Strict (a cross-site request doesn't carry it) AND every state-changing form carries
+the session's token in a hidden field, compared in constant time; a request whose Origin names another host is
+refused too. With an open API (no keys configured) a session without a key is created on the first visit, so the
+same token check covers every POST.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from litestar import Request, Response
+from litestar.datastructures import Cookie
+
+from juiz.store import PREFIX, Store, text
+from service.auth import OPEN_TENANT
+
+COOKIE = "juiz_session"
+SESSION_TTL_S = 8 * 3600
+UI_PATH = "/ui"
+
+
+class SignInRequired(Exception):
+    """No valid session: the page answers with a redirect to the sign-in form."""
+
+
+class CsrfRejected(Exception):
+    """A state-changing request without the session's token, or from another origin."""
+
+
+@dataclass(frozen=True)
+class Session:
+    id: str
+    tenant: str
+    csrf: str
+
+
+def _key(session_id: str) -> str:
+    return f"{PREFIX}:ui:session:{hashlib.sha256(session_id.encode()).hexdigest()}"
+
+
+def open_api(request: Request[Any, Any, Any]) -> bool:
+    return not request.app.state.tenants_by_key
+
+
+def create(store: Store, tenant: str) -> Session:
+    session = Session(secrets.token_urlsafe(32), tenant, secrets.token_urlsafe(32))
+    store.redis.hset(_key(session.id), mapping={"tenant": tenant, "csrf": session.csrf})
+    store.redis.expire(_key(session.id), SESSION_TTL_S)
+    return session
+
+
+def load(store: Store, request: Request[Any, Any, Any]) -> Session | None:
+    session_id = request.cookies.get(COOKIE)
+    if not session_id:
+        return None
+    raw = store.redis.hgetall(_key(session_id))
+    if not raw:
+        return None
+    data = {text(k): text(v) for k, v in raw.items()}
+    tenant = data["tenant"]
+    tenants = request.app.state.tenants_by_key
+    # A session outlives neither its key (keys removed from JUIZ_API_KEYS) nor a switch between open and keyed.
+    if (tenants and tenant not in tenants.values()) or (not tenants and tenant != OPEN_TENANT):
+        return None
+    return Session(session_id, tenant, data["csrf"])
+
+
+def delete(store: Store, session: Session) -> None:
+    store.redis.delete(_key(session.id))
+
+
+def cookie_for(session: Session, request: Request[Any, Any, Any]) -> Cookie:
+    return Cookie(
+        key=COOKIE,
+        value=session.id,
+        path=UI_PATH,
+        httponly=True,
+        samesite="strict",
+        secure=request.url.scheme == "https",
+        max_age=SESSION_TTL_S,
+    )
+
+
+def expired_cookie() -> Cookie:
+    return Cookie(key=COOKIE, value="", path=UI_PATH, httponly=True, samesite="strict", max_age=0)
+
+
+def require(store: Store, request: Request[Any, Any, Any]) -> Session:
+    """The caller's session; with an open API one is made on the spot (its cookie is set by `with_cookie`)."""
+    session = load(store, request)
+    if session is not None:
+        return session
+    if open_api(request):
+        session = create(store, OPEN_TENANT)
+        request.state.new_session = session
+        return session
+    raise SignInRequired
+
+
+def with_cookie(request: Request[Any, Any, Any], response: Response[Any]) -> Response[Any]:
+    """Attach the cookie of a session `require` created during this request."""
+    session = getattr(request.state, "new_session", None)
+    if session is not None:
+        response.set_cookie(cookie_for(session, request))
+    return response
+
+
+def check_origin(request: Request[Any, Any, Any]) -> None:
+    """Refuse a POST whose Origin names another host. ("null", sent by privacy settings, is left to the token.)"""
+    origin = request.headers.get("origin")
+    if origin and origin != "null" and urlsplit(origin).netloc != request.headers.get("host", ""):
+        raise CsrfRejected("cross-origin request")
+
+
+def check_csrf(session: Session, request: Request[Any, Any, Any], token: str | None) -> None:
+    check_origin(request)
+    if not token or not hmac.compare_digest(token.encode(), session.csrf.encode()):
+        raise CsrfRejected("missing or wrong CSRF token")

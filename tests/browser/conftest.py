@@ -1,0 +1,119 @@
+"""Browser tests: headless Chromium (Debian's `chromium` + `chromium-driver`, driven by Selenium) against a real
+stack — a private redis-server, the API under uvicorn on a free port (`juiz serve`) and the FAKE worker
+(tests/integration/fake_worker.py) — each started as a child process and stopped at the end of the session.
+
+They skip, saying why, only when Chromium or its driver is not installed (`make system-deps` installs both).
+Screenshots go to $JUIZ_SCREENSHOTS_DIR when set (docs/screenshots is what README shows), else to a temp folder.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+import pytest
+
+from juiz.processes import child, free_port, private_redis, wait_until
+
+REPO = Path(__file__).resolve().parents[2]
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+CHROMEDRIVER = shutil.which("chromedriver")
+CHROMIUM_FLAGS = (
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--disable-dev-shm-usage",
+)
+FAKE_DELAY_S = "0.4"  # per engine call, so a batch of several calls is seen running before it is done
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.browser)
+
+
+@dataclass(frozen=True)
+class Stack:
+    url: str
+    key: str
+    tenant: str
+
+
+@pytest.fixture(scope="session")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    if shutil.which("redis-server") is None:
+        pytest.skip("redis-server is not installed (make system-deps)")
+    workdir = tmp_path_factory.mktemp("ui-stack")
+    key, port, queue = secrets.token_urlsafe(16), free_port(), f"juiz-ui-{secrets.token_hex(3)}"
+    with private_redis(workdir, dict(os.environ)) as (redis_url, _):
+        env = {
+            **os.environ,
+            "JUIZ_REDIS_URL": redis_url,
+            "JUIZ_QUEUE": queue,
+            "JUIZ_PRIORITY_QUEUE": f"{queue}-priority",
+            "JUIZ_API_KEYS": f"demo:{key}",
+            "JUIZ_MODEL": "fake-engine",
+            "JUIZ_CHUNK_SIZE": "4",
+            "JUIZ_COALESCE_MAX_ITEMS": "4",
+            "JUIZ_FAKE_ENGINE_DELAY_S": FAKE_DELAY_S,
+            "JUIZ_LOG_LEVEL": "WARNING",
+            "PYTHONPATH": str(REPO),
+        }
+        api_cmd = [sys.executable, "-m", "juiz.cli", "serve", "--port", str(port)]
+        worker_cmd = [sys.executable, "-m", "tests.integration.fake_worker"]
+        with (
+            child("API", api_cmd, env, workdir / "api.log") as api,
+            child("FAKE worker", worker_cmd, env, workdir / "worker.log") as worker,
+        ):
+            url = f"http://127.0.0.1:{port}"
+
+            def ready() -> bool:
+                try:
+                    return httpx.get(f"{url}/ready", timeout=2).status_code == 200
+                except httpx.HTTPError:
+                    return False
+
+            wait_until(ready, 120, [api, worker], "the API and the FAKE worker")
+            yield Stack(url=url, key=key, tenant="demo")
+
+
+@pytest.fixture(scope="session")
+def screenshots(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    folder = os.environ.get("JUIZ_SCREENSHOTS_DIR")
+    path = Path(folder) if folder else tmp_path_factory.mktemp("screenshots")
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@pytest.fixture
+def browser(tmp_path: Path) -> Iterator[object]:
+    if CHROMIUM is None or CHROMEDRIVER is None:
+        pytest.skip("chromium and chromium-driver are not installed (make system-deps installs them)")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in CHROMIUM_FLAGS:
+        options.add_argument(flag)
+    options.add_argument(f"--user-data-dir={tmp_path / 'chromium-profile'}")
+    options.add_argument("--window-size=1280,900")
+    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
+    driver.set_page_load_timeout(60)
+    try:
+        yield driver
+    finally:
+        driver.quit()

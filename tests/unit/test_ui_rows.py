@@ -1,0 +1,88 @@
+"""The web page's items table (filter, sort, page) and its SVG charts, without Redis or a browser."""
+
+from __future__ import annotations
+
+from schemas.labels import LabelClass, LabelMapping
+from service.ui import charts
+from service.ui.rows import BatchIndex, MetricCell, Query, Row, expected_bins, page_of, score_counts
+
+
+def row(index: int, score: int, manual: str | None, judge: str, expected: float, status: str = "ok") -> Row:
+    classes = ["I", "P", "C"]
+    return Row(
+        position=index,
+        index=index,
+        id=f"t{index}",
+        status=status,
+        score=score,
+        normalized_score=score / 3,
+        manual_label=manual,
+        judge_label=judge,
+        judge_class=classes.index(judge),
+        question=f"question {index}",
+        metrics={"answer_relevance": MetricCell(status, score, expected)},
+    )
+
+
+def index_of(rows: list[Row]) -> BatchIndex:
+    index = BatchIndex("b", LabelMapping())
+    for r in rows:
+        index.add(r)
+    return index
+
+
+ROWS = [
+    row(0, 3, "C", "C", 1.0),  # agrees, sure
+    row(1, 0, "C", "I", 0.3),  # disagrees by 2, uncertainty |0.9 - 0| = 0.9
+    row(2, 2, "C", "P", 0.5),  # disagrees by 1, uncertainty 0.5
+    row(3, 0, "C", "I", 0.0),  # disagrees by 2, sure
+    row(4, 1, None, "P", 0.33),  # unlabelled
+]
+
+
+def ids(page_rows: list) -> list[int]:  # type: ignore[type-arg]
+    return [v.row.index for v in page_rows]
+
+
+def test_disagreements_first_then_the_most_uncertain() -> None:
+    page = page_of(index_of(ROWS), Query(), 1, 10)
+    assert ids(page.rows) == [1, 3, 2, 0, 4]  # unlabelled (no disagreement figure) last
+    assert [v.disagreement for v in page.rows] == [2, 2, 1, 0, None]
+
+
+def test_filters_sorts_and_pages() -> None:
+    index = index_of(ROWS)
+    assert ids(page_of(index, Query(disagreement="yes", sort="index", descending=False), 1, 10).rows) == [1, 2, 3]
+    assert ids(page_of(index, Query(disagreement="no", sort="index"), 1, 10).rows) == [0]
+    assert ids(page_of(index, Query(score=0, sort="index", descending=False), 1, 10).rows) == [1, 3]
+    assert ids(page_of(index, Query(label="none"), 1, 10).rows) == [4]
+    assert ids(page_of(index, Query(min_uncertainty=0.5, sort="uncertainty"), 1, 10).rows) == [1, 2]
+    second = page_of(index, Query(sort="index", descending=False), 2, 2)
+    assert ids(second.rows) == [2, 3] and second.pages == 3 and second.total == 5
+    assert page_of(index, Query(sort="index"), 99, 2).page == 3  # past the end: the last page
+
+
+def test_a_custom_mapping_filters_by_its_own_class_names() -> None:
+    mapping = LabelMapping(
+        classes=[LabelClass(name="bad", scores=[0, 1]), LabelClass(name="good", aliases=["ok"], scores=[2, 3])]
+    )
+    index = BatchIndex("b", mapping)
+    index.add(row(0, 3, "ok", "C", 1.0))
+    index.add(row(1, 0, "bad", "I", 0.0))
+    assert ids(page_of(index, Query(label="good"), 1, 10).rows) == [0]
+
+
+def test_histograms_count_scores_and_unscored_items() -> None:
+    rows = [*ROWS, row(5, 0, "C", "I", 0.0, status="parse_error")]
+    rows[-1].metrics["answer_relevance"] = MetricCell("parse_error", None, None)
+    counts = score_counts(rows, "answer_relevance")
+    assert counts == {"0": 2, "1": 1, "2": 1, "3": 1, "parse_error": 1}
+    assert sum(expected_bins(rows, "answer_relevance")) == 5
+    svg = charts.score_histogram(counts, "answer_relevance")
+    assert svg.startswith("<svg") and "parse_error: 1" in svg
+
+
+def test_chart_text_is_escaped() -> None:
+    svg = charts.heat_map([[1, 0], [2, 3]], ["<script>x</script>", "ok & fine"])
+    assert "<script>" not in svg and "&lt;script&gt;" in svg and "ok &amp; fine" in svg
+    assert 'fill-opacity="1.00"' in svg  # the whole first row is one cell
