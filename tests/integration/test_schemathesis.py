@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
+from hypothesis.errors import Unsatisfiable
 from hypothesis import strategies as st
 from litestar import Litestar
 from redis import Redis
@@ -58,6 +59,8 @@ def test_api_conforms_to_its_openapi_document(api: Litestar, redis: Redis) -> No
         for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
             try:
                 check(operation, mode)()
+            except Unsatisfiable:  # nothing to make invalid: the operation takes no parameters and no body
+                assert mode is GenerationMode.NEGATIVE, operation.label
             except Exception as exc:  # one report per operation and mode, all collected before failing
                 failures.append(f"{operation.label} [{mode.value}]: {exc}")
     assert not failures, "\n\n".join(failures)
