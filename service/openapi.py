@@ -16,9 +16,9 @@ from litestar import Litestar
 from litestar.openapi import OpenAPIConfig, ResponseSpec
 from litestar.openapi.plugins import SwaggerRenderPlugin
 from litestar.openapi.spec import Components, Schema, SecurityScheme
-from pydantic import BaseModel
 from litestar.router import Router
 from litestar.static_files import create_static_files_router
+from pydantic import BaseModel
 
 import schemas
 from juiz import __version__
@@ -59,9 +59,11 @@ def forbid_extra_fields(app: Litestar) -> None:
     components = app.openapi_schema.components
     for name, schema in (components.schemas or {}).items():
         model = getattr(schemas, name, None)
-        if isinstance(schema, Schema) and isinstance(model, type) and issubclass(model, BaseModel):
-            if model.model_config.get("extra") == "forbid":
-                schema.additional_properties = False
+        forbids = (
+            isinstance(model, type) and issubclass(model, BaseModel) and model.model_config.get("extra") == "forbid"
+        )
+        if forbids and isinstance(schema, Schema):
+            schema.additional_properties = False
 
 
 def assets_directory() -> Path:

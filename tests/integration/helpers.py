@@ -54,7 +54,7 @@ def triples(n: int, *, start: int = 0, label: str | None = "C", prefix: str = "t
 
 
 def juiz_keys(redis: Redis) -> list[str]:
-    return sorted(k.decode() for k in redis.keys("juiz:*"))
+    return sorted(k.decode() if isinstance(k, bytes) else k for k in redis.keys("juiz:*"))
 
 
 def queued_jobs(redis: Redis, settings: Settings) -> int:
