@@ -1,7 +1,7 @@
 # juiz: the API and the GPU worker in one image, on vLLM's CUDA image (CUDA, torch and vLLM come with it).
 #
 #   docker build -t juiz .
-#   API:    docker run -p 8000:8000 -e JUIZ_REDIS_URL=redis://redis:6379/0 juiz
+#   API:    docker run -p 8000:8000 -e JUIZ_REDIS_URL=redis://:PASSWORD@redis:6379/0 -e JUIZ_API_KEYS=team:KEY juiz
 #   worker: docker run --gpus all --shm-size 8g -e JUIZ_REDIS_URL=redis://redis:6379/0 \
 #             -e JUIZ_MODEL=Qwen/Qwen2.5-Coder-1.5B-Instruct juiz juiz worker --gpus all
 #

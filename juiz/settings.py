@@ -78,6 +78,9 @@ class Settings(BaseSettings):
     max_json_depth: int = Field(
         32, ge=4, le=1000, description="Deepest nesting of JSON arrays/objects accepted in a request body."
     )
+    allow_open_api: bool = Field(
+        False, description="Let `juiz serve` run without API keys on a non-loopback address (an open API, on purpose)."
+    )
     rate_limit_per_minute: int = Field(
         600, ge=0, description="Requests per minute one tenant may make to /v1 (more: 429 with Retry-After); 0: none."
     )

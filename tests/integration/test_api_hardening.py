@@ -8,6 +8,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+import pytest
 from litestar import Litestar
 from litestar.testing import TestClient
 from redis import Redis
@@ -15,8 +16,10 @@ from rq.job import JobStatus
 from rq.queue import Queue
 from rq.serializers import JSONSerializer
 
+from juiz.errors import InputError
 from juiz.settings import Settings
 from service.agreement import cache_key, capped_resamples
+from service.server import check_not_open
 from tests.integration.helpers import juiz_keys, make_settings, queued_jobs, triples
 
 MakeClient = Callable[[Settings], TestClient[Litestar]]
@@ -216,3 +219,14 @@ def test_metrics_add_per_route_http_figures_without_batch_ids(client: TestClient
     route = 'path="/v1/batches/{batch_id}",status_code="404"'
     assert any(line.startswith("juiz_http_requests_total") and route in line for line in metrics.splitlines())
     assert "0" * 32 not in metrics
+
+
+def test_serve_refuses_an_open_api_on_the_network(redis_url: str) -> None:
+    open_settings = make_settings(redis_url)
+    for host in ("0.0.0.0", "10.1.2.3", "::", "api.example"):
+        with pytest.raises(InputError, match="JUIZ_API_KEYS"):
+            check_not_open(open_settings, host)
+    for host in ("127.0.0.1", "::1", "localhost"):
+        check_not_open(open_settings, host)  # a laptop or a test may run open
+    check_not_open(make_settings(redis_url, api_keys="team:k"), "0.0.0.0")
+    check_not_open(make_settings(redis_url, allow_open_api=True), "0.0.0.0")
