@@ -193,10 +193,10 @@ class VLLMEngine:
                 **engine_kwargs,
             )
         except (OSError, ValueError) as exc:
-            self._reaper.close()
+            self._reaper.reap()
             raise ModelError(f"could not load model {model!r}: {exc}") from exc
         except BaseException:
-            self._reaper.close()
+            self._reaper.reap()  # whatever vLLM left of a failed start
             raise
         self._reaper.engine_started()
         self.startup_s = time.perf_counter() - started

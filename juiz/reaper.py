@@ -15,8 +15,9 @@ Why not the alternatives: `prctl(PR_SET_PDEATHSIG)` fires when the *thread* that
 may be built in a thread that ends long before its process); EOF on a pipe never comes when vLLM *forks* its engine
 core (the default start method), because the fork inherits the pipe's write end.
 
-Owner → reaper, over a pipe, one line each: `engine <pid>:<start time> ...` (the engine is up: the list is final) and
-`done` (the owner shut the engine down itself: exit without killing).
+Owner → reaper, over a pipe, one line each: `engine <pid>:<start time> ...` (the engine is up: the list is final),
+`done` (the owner shut the engine down itself: exit without killing) and `kill` (the engine failed to start: kill
+what was recorded now).
 """
 
 from __future__ import annotations
@@ -83,11 +84,18 @@ class Reaper:
 
     def close(self, timeout_s: float = 10.0) -> None:
         """The engine was shut down cleanly: let the reaper go without killing anything."""
+        self._finish("done", timeout_s)
+
+    def reap(self, timeout_s: float = 30.0) -> None:
+        """The engine failed to start: kill whatever processes of it the reaper saw, now."""
+        self._finish("kill", timeout_s)
+
+    def _finish(self, word: str, timeout_s: float) -> None:
         if self._closed:
             return
         self._closed = True
         try:
-            self._send("done")
+            self._send(word)
         finally:
             os.close(self._write_end)
         try:
@@ -136,7 +144,7 @@ def watch(owner: int, excluded: set[int], fd: int = 0) -> None:
         return  # the owner died before its engine started: nothing recorded, nothing to kill
     print("watching", flush=True)
     recorded: set[Tag] = set()
-    final = False
+    final = reap_now = False
     buffer = b""
     while True:
         ready, _, _ = select.select([fd, owner_exit], [], [], None if final else POLL_S)
@@ -155,14 +163,17 @@ def watch(owner: int, excluded: set[int], fd: int = 0) -> None:
                 word, _, rest = line.decode().partition(" ")
                 if word == "done":
                     return
+                if word == "kill":
+                    reap_now = True
                 if word == "engine":
                     recorded |= _parse_tags(rest.split())
                     final = True
-        if owner_exit in ready:
+        if owner_exit in ready or reap_now:
             break
     killed = kill(recorded)
     if killed:
-        print(f"juiz reaper: owner {owner} died; killed its engine processes {killed}", file=sys.stderr, flush=True)
+        why = "its engine failed to start" if reap_now else "it died"
+        print(f"juiz reaper: owner {owner}: {why}; killed engine processes {killed}", file=sys.stderr, flush=True)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -34,6 +34,9 @@ else:  # dies before telling the reaper anything: the reaper must have recorded 
         time.sleep(0.01)
     time.sleep(1.0)  # a few of the reaper's polls (POLL_S = 0.2 s)
     print(reaper.pid, early.pid, flush=True)
+if sys.argv[2] == "reap":  # the engine failed to start
+    reaper.reap()
+    print("reaped", flush=True)
 if sys.argv[2] == "close":
     early.kill(); early.wait()
     reaper.close()
@@ -89,6 +92,13 @@ def test_an_owner_killed_during_start_up_leaves_nothing() -> None:
         process.send_signal(signal.SIGKILL)
         assert exits_within(early)
         assert exits_within(reaper)
+
+
+def test_a_failed_start_is_reaped_at_once() -> None:
+    with owner("silent", "reap") as (process, (reaper, early)):
+        assert process.stdout is not None and process.stdout.readline().strip() == "reaped"
+        assert exits_within(early) and exits_within(reaper)
+        assert process.poll() is None  # the owner lives on (to report its error)
 
 
 def test_a_clean_close_kills_nothing() -> None:
