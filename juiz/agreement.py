@@ -20,9 +20,19 @@ from scipy.stats import ConstantInputWarning, kendalltau, spearmanr
 from sklearn.metrics import accuracy_score, cohen_kappa_score, confusion_matrix, mean_absolute_error
 
 from juiz.errors import InputError
-from juiz.labels import class_of_label, class_of_score, label_unit_value, resolve_numeric_scale
-from schemas.agreement import AgreementReport, Bootstrap, Interval, Statistic
-from schemas.judgement import Judgement, JudgementStatus
+from juiz.labels import (
+    class_index,
+    class_of_label,
+    class_of_score,
+    class_of_value,
+    label_unit_value,
+    metric_of,
+    metric_value,
+    resolve_numeric_scale,
+    with_default_verdict,
+)
+from schemas.agreement import AgreementByMetric, AgreementReport, Bootstrap, Interval, Statistic
+from schemas.judgement import METRICS, Judgement, JudgementStatus
 from schemas.labels import LabelMapping
 
 _MIN_DEFINED_SHARE = 0.5  # below this share of defined resamples, an interval would describe a biased subset
@@ -38,7 +48,7 @@ class _Pairs:
 
     manual: np.ndarray  # class index of the manual label
     judge: np.ndarray  # class index of the judge's score
-    score: np.ndarray  # the judge's 0–3 score
+    score: np.ndarray  # what ranks the judge's view: its 0–3 score (or 3 × expected score, or the verdict's class)
     manual_unit: np.ndarray  # manual label on 0–1
     judge_unit: np.ndarray  # judge's normalised score on 0–1
     n_classes: int
@@ -143,19 +153,71 @@ def _evaluate(statistic: Callable[[_Pairs], float], pairs: _Pairs) -> float:
     return value
 
 
-def _select(judgements: Sequence[Judgement], mapping: LabelMapping) -> tuple[_Pairs, dict[str, int]]:
+# What one judge signal gives for one result: (class index, value to rank by, value on 0–1), or None when the result
+# has no such grade (not requested, skipped, failed, unparsed).
+Signal = Callable[[Judgement], tuple[int, float, float] | None]
+
+
+def _top_level(mapping: LabelMapping) -> Signal:
+    """The result's own score (today's agreement): its main metric's discrete score."""
+
+    def read(j: Judgement) -> tuple[int, float, float] | None:
+        if j.status != JudgementStatus.OK or j.score is None:
+            return None  # an ok judgement without a score breaks the contract, but it can't be compared either
+        unit = j.normalized_score if j.normalized_score is not None else j.score / 3.0
+        return class_of_score(int(j.score), mapping), float(j.score), unit
+
+    return read
+
+
+def top_level_signal(mapping: LabelMapping) -> Signal:
+    """The signal `compute_agreement` uses by default (juiz.calibration compares its calibrated side with it)."""
+    return _top_level(mapping)
+
+
+def metric_signal(metric: str, mapping: LabelMapping, signal: str = "score") -> Signal:
+    """One metric's grade: its discrete score through the mapping's classes, or its expected score cut by the
+    mapping's thresholds (ranked by the expected score itself, which keeps its finer grain)."""
+
+    def read(j: Judgement) -> tuple[int, float, float] | None:
+        value = metric_value(metric_of(j, metric), signal)
+        if value is None:
+            return None
+        if signal == "expected_score":
+            return class_of_value(value, mapping), value, value / 3.0
+        return class_of_score(int(value), mapping), value, value / 3.0
+
+    return read
+
+
+def verdict_signal(mapping: LabelMapping) -> Signal:
+    """The automated label the mapping's rule gives (its class index is also what is ranked)."""
+
+    def read(j: Judgement) -> tuple[int, float, float] | None:
+        index = class_index(j, mapping)
+        if index is None:
+            return None
+        scores = mapping.classes[index].scores
+        return index, float(index), sum(scores) / len(scores) / 3.0
+
+    return read
+
+
+def _select(
+    judgements: Sequence[Judgement], mapping: LabelMapping, signal: Signal | None = None
+) -> tuple[_Pairs, dict[str, int]]:
     """The comparable items as arrays, and how many were left out and why."""
+    read = signal or _top_level(mapping)
     excluded = {"no_manual_label": 0, "not_ok": 0}
     labelled = [j for j in judgements if j.manual_label is not None]
     excluded["no_manual_label"] = len(judgements) - len(labelled)
     # The scale is read from every label, so whether the judge failed on some items can't change how others read.
     scale = resolve_numeric_scale([j.manual_label for j in labelled], mapping)
-    # An ok judgement without a score breaks the contract, but it can't be compared either.
-    kept = [j for j in labelled if j.status == JudgementStatus.OK and j.score is not None]
+    kept = [(j, value) for j in labelled if (value := read(j)) is not None]
     excluded["not_ok"] = len(labelled) - len(kept)
 
     manual, manual_unit = [], []
-    for j in kept:
+    for j, _ in kept:
         label = j.manual_label
         assert label is not None  # filtered above; narrows the type
         try:
@@ -163,19 +225,12 @@ def _select(judgements: Sequence[Judgement], mapping: LabelMapping) -> tuple[_Pa
             manual_unit.append(label_unit_value(label, mapping, scale))
         except InputError as error:
             raise InputError(f"item {j.id!r}: {error.message}", field="manual_label") from error
-    scores = [int(j.score) for j in kept if j.score is not None]
     pairs = _Pairs(
         manual=np.asarray(manual, dtype=int),
-        judge=np.asarray([class_of_score(s, mapping) for s in scores], dtype=int),
-        score=np.asarray(scores, dtype=int),
+        judge=np.asarray([v[0] for _, v in kept], dtype=int),
+        score=np.asarray([v[1] for _, v in kept], dtype=float),
         manual_unit=np.asarray(manual_unit, dtype=float),
-        judge_unit=np.asarray(
-            [
-                j.normalized_score if j.normalized_score is not None else s / 3.0
-                for j, s in zip(kept, scores, strict=True)
-            ],
-            dtype=float,
-        ),
+        judge_unit=np.asarray([v[2] for _, v in kept], dtype=float),
         n_classes=len(mapping.classes),
     )
     return pairs, excluded
@@ -205,7 +260,12 @@ def _interval(values: list[float], resamples: int) -> Interval | None:
 
 
 def compute_agreement(
-    judgements: Sequence[Judgement], mapping: LabelMapping, *, resamples: int = 1000, seed: int = 0
+    judgements: Sequence[Judgement],
+    mapping: LabelMapping,
+    *,
+    resamples: int = 1000,
+    seed: int = 0,
+    signal: Signal | None = None,
 ) -> AgreementReport:
     """Agreement of the judge with manual labels over items that have a label and an `ok` judgement.
 
@@ -214,7 +274,7 @@ def compute_agreement(
     0–1. The 95% intervals are percentile bootstrap intervals over items, reproducible through `seed`.
     Raises `InputError(field="manual_label")` for a label the mapping does not know.
     """
-    pairs, excluded = _select(judgements, mapping)
+    pairs, excluded = _select(judgements, mapping, signal)
     points: dict[str, float | str] = {}  # the value, or why there is none
     for name, statistic in _STATISTICS.items():
         try:
@@ -222,7 +282,7 @@ def compute_agreement(
         except _Undefined as undefined:
             points[name] = str(undefined)
     resampled = _bootstrap(pairs, resamples, seed)
-    statistics = {
+    statistics: dict[str, Any] = {  # Any: splatted into AgreementReport beside its other fields
         name: Statistic(value=None, reason=point)
         if isinstance(point, str)
         else Statistic(value=point, ci95=_interval(resampled[name], resamples))
@@ -275,4 +335,57 @@ def format_agreement(report: AgreementReport) -> str:
         [name, *map(str, counts)] for name, counts in zip(report.classes, report.confusion_matrix, strict=True)
     ]
     lines += _table(matrix_rows)
+    return "\n".join(lines)
+
+
+def compute_agreement_by_metric(
+    judgements: Sequence[Judgement], mapping: LabelMapping, *, resamples: int = 1000, seed: int = 0
+) -> AgreementByMetric:
+    """Side by side: each graded metric (discrete score, and expected score cut by the mapping's thresholds) and the
+    verdict (the mapping's rule, or DEFAULT_VERDICT when it has none) against the same manual labels.
+
+    Columns appear for the metrics found in the results; the verdict needs every metric its rule names. This is the
+    function `juiz agreement --by-metric` and the API's agreement endpoint call.
+    """
+    graded = [m for m in METRICS if any(metric_of(j, m) is not None for j in judgements)]
+    columns: dict[str, AgreementReport] = {}
+    for metric in graded:
+        for signal, suffix in (("score", ""), ("expected_score", " (expected)")):
+            columns[metric + suffix] = compute_agreement(
+                judgements, mapping, resamples=resamples, seed=seed, signal=metric_signal(metric, mapping, signal)
+            )
+    rule = with_default_verdict(mapping)
+    needed = {m for level in rule.verdict or [] for m in level.when}
+    if rule.verdict is not None and needed <= set(graded):
+        for signal, suffix in (("score", ""), ("expected_score", " (expected)")):
+            columns["verdict" + suffix] = compute_agreement(
+                judgements,
+                mapping,
+                resamples=resamples,
+                seed=seed,
+                signal=verdict_signal(rule.model_copy(update={"signal": signal})),
+            )
+    return AgreementByMetric(columns=columns, verdict=rule.verdict if "verdict" in columns else None)
+
+
+def format_agreement_by_metric(report: AgreementByMetric) -> str:
+    """One column per signal, one row per statistic (point values; `--json` has the intervals)."""
+    if not report.columns:
+        return "no graded metric in these results"
+    names = list(report.columns)
+    rows = [["statistic", *names], ["n compared", *(str(report.columns[n].n) for n in names)]]
+    for field, title in _TITLES.items():
+        cells = []
+        for name in names:
+            stat: Statistic = getattr(report.columns[name], field)
+            cells.append("n/a" if stat.value is None else f"{stat.value:.3f}")
+        rows.append([title, *cells])
+    lines = _table(rows)
+    if report.verdict is not None:
+        rule = "; ".join(
+            f"{level.label} if " + " and ".join(f"{m} >= {v:g}" for m, v in level.when.items())
+            for level in report.verdict
+        )
+        lines += ["", f"verdict: {rule}; otherwise the worst class (minimums on 0-3; (expected): 3 x expected score)"]
+    lines += ["(expected): the expected score cut by the label mapping's thresholds; ranked by the expected score"]
     return "\n".join(lines)

@@ -22,13 +22,40 @@ EXIT_FAILURE = 1
 
 def _add_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
-        "--prompt", help="prompt id, e.g. answer_relevance@juiz-1 (default) or answer_relevance@trulens-1"
+        "--metric",
+        action="append",
+        choices=["answer_relevance", "groundedness", "context_relevance"],
+        help="metric to grade; repeat for several (default: answer_relevance). groundedness and context_relevance "
+        "read the items' context and are skipped on items without one",
+    )
+    parser.add_argument(
+        "--prompt",
+        action="append",
+        help="prompt id, e.g. answer_relevance@juiz-1 (default) or answer_relevance@trulens-1; repeat for other "
+        "metrics (one per metric)",
     )
     parser.add_argument(
         "--lang", choices=["auto", "en", "pt"], default="auto", help="prompt language (default: per question)"
     )
     parser.add_argument(
         "--mode", choices=["cot", "fast"], default="cot", help="cot: reasoning + score; fast: score only"
+    )
+    parser.add_argument(
+        "--samples",
+        type=int,
+        default=1,
+        help="CoT replies per item and metric, drawn in one engine call: the score is their majority and each result "
+        "gets their spread (default 1)",
+    )
+    parser.add_argument(
+        "--temperature", type=float, default=None, help="sampling temperature (default 0; 0.7 with --samples > 1)"
+    )
+    parser.add_argument(
+        "--calibration",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="a calibration from `juiz calibrate`: each result gets calibrated class probabilities and label",
     )
     _add_label_mapping(parser)
 
@@ -55,6 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--model", default=None, help="model id, local folder or development model name (env JUIZ_MODEL)"
     )
     score.add_argument("--batch-size", type=int, default=0, help="items per engine call (default 0: all in one call)")
+    score.add_argument(
+        "--uncertain-first", action="store_true", help="write the results most uncertain first (not in input order)"
+    )
     _add_engine(score)
     _add_field_map(score)
     _add_options(score)
@@ -63,7 +93,37 @@ def build_parser() -> argparse.ArgumentParser:
     agreement.add_argument("results", type=Path)
     agreement.add_argument("--json", action="store_true", help="print the report as JSON")
     agreement.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples for the 95%% CIs")
+    agreement.add_argument(
+        "--by-metric",
+        action="store_true",
+        help="each graded metric (score and expected score) and the verdict side by side against the manual labels",
+    )
+    agreement.add_argument(
+        "--no-calibration",
+        action="store_true",
+        help="leave out the calibrated (cross-fitted) figures shown beside the raw ones",
+    )
+    agreement.add_argument("--folds", type=int, default=5, help="cross-fitting folds for the calibrated figures")
+    agreement.add_argument(
+        "--uncertain-first",
+        type=int,
+        nargs="?",
+        const=20,
+        default=None,
+        metavar="N",
+        help="also list the N most uncertain results (default 20): where a human label helps most",
+    )
     _add_label_mapping(agreement)
+
+    calibrate = sub.add_parser(
+        "calibrate", help="fit a calibration of the judge's signals to the manual labels in a results file"
+    )
+    calibrate.add_argument("results", type=Path, help="results JSONL with manual labels (from `juiz score`)")
+    calibrate.add_argument("-o", "--output", type=Path, required=True, help="calibration JSON")
+    calibrate.add_argument("--folds", type=int, default=5, help="cross-fitting folds for the recorded figures")
+    calibrate.add_argument("--seed", type=int, default=0)
+    calibrate.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples for the printed CIs")
+    _add_label_mapping(calibrate)
 
     _add_check(sub)
 
@@ -102,6 +162,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "score": _score,
         "agreement": _agreement,
         "check": _check,
+        "calibrate": _calibrate,
         "report": _report,
         "models": _models,
         "serve": _serve,
@@ -127,10 +188,37 @@ def _options(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 
     try:
         return BatchOptions(
-            prompt=args.prompt, lang=args.lang, mode=args.mode, label_mapping=_label_mapping(args.label_mapping)
+            metrics=args.metric or ["answer_relevance"],
+            prompt=args.prompt[0] if args.prompt and len(args.prompt) == 1 else args.prompt,
+            lang=args.lang,
+            mode=args.mode,
+            label_mapping=_label_mapping(args.label_mapping),
+            samples=args.samples,
+            temperature=args.temperature,
+            calibration=_calibration(args.calibration),
         )
     except ValidationError as exc:
-        raise InputError(str(exc.errors()[0]["msg"]), source="options") from exc
+        error = exc.errors()[0]
+        field = ".".join(str(p) for p in error["loc"]) or None
+        raise InputError(str(error["msg"]), source="options", field=field) from exc
+
+
+def _calibration(path: Path | None):  # type: ignore[no-untyped-def]
+    """--calibration FILE: a calibration JSON from `juiz calibrate`, checked against its own sha256."""
+    from pydantic import ValidationError
+
+    from schemas.calibration import CalibrationSpec
+
+    if path is None:
+        return None
+    try:
+        return CalibrationSpec.model_validate_json(path.read_bytes())
+    except OSError as exc:
+        raise InputError(f"not a readable file ({exc.strerror})", source="--calibration") from exc
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        field = ".".join(str(p) for p in error["loc"]) or None
+        raise InputError(error["msg"], source=str(path), field=field) from exc
 
 
 def _label_mapping(value: str | None):  # type: ignore[no-untyped-def]
@@ -179,6 +267,10 @@ def _score(args: argparse.Namespace) -> int:
             judgements.extend(judge.grade(chunk, options))
             bar.update(len(chunk))
     elapsed = time.perf_counter() - started
+    if args.uncertain_first:
+        from juiz.uncertainty import uncertain_first
+
+        judgements = uncertain_first(judgements)
     write_judgements(judgements, args.output)
     print(summarize(judgements, options.label_mapping, elapsed))
     print(f"results: {args.output}")
@@ -331,8 +423,63 @@ def _agreement(args: argparse.Namespace) -> int:
     from juiz.readers import read_judgements
 
     mapping = _label_mapping(args.label_mapping)
-    report = compute_agreement(read_judgements(args.results), mapping, resamples=args.resamples)
-    print(report.model_dump_json(indent=2) if args.json else format_agreement(report))
+    judgements = read_judgements(args.results)
+    calibrated = None
+    if not args.no_calibration:
+        from juiz.calibration import compute_calibrated_agreement
+
+        calibrated = compute_calibrated_agreement(judgements, mapping, resamples=args.resamples, folds=args.folds)
+    if args.by_metric:
+        from juiz.agreement import compute_agreement_by_metric, format_agreement_by_metric
+
+        by_metric = compute_agreement_by_metric(judgements, mapping, resamples=args.resamples)
+        by_metric.calibration = calibrated
+        text = format_agreement_by_metric(by_metric)
+        json_text = by_metric.model_dump_json(indent=2)
+    else:
+        report = compute_agreement(judgements, mapping, resamples=args.resamples)
+        report.calibration = calibrated
+        text = format_agreement(report)
+        json_text = report.model_dump_json(indent=2)
+    if args.json:
+        print(json_text)
+        return 0
+    print(text)
+    if calibrated is not None:
+        from juiz.calibration import format_calibrated_agreement
+
+        print("\n" + format_calibrated_agreement(calibrated))
+    if args.uncertain_first is not None:
+        from juiz.uncertainty import format_uncertain
+
+        print("\n" + format_uncertain(judgements, mapping, args.uncertain_first))
+    return 0
+
+
+def _calibrate(args: argparse.Namespace) -> int:
+    import json
+
+    from juiz.calibration import (
+        CalibrationUnavailable,
+        compute_calibrated_agreement,
+        fit_from_results,
+        format_calibrated_agreement,
+    )
+    from juiz.readers import read_judgements
+
+    mapping = _label_mapping(args.label_mapping)
+    judgements = read_judgements(args.results)
+    try:
+        calibration = fit_from_results(judgements, mapping, folds=args.folds, seed=args.seed)
+    except CalibrationUnavailable as exc:
+        raise InputError(f"cannot calibrate: {exc}", source=str(args.results)) from exc
+    args.output.write_text(json.dumps(calibration.to_json(), indent=2) + "\n", encoding="utf-8")
+    side_by_side = compute_calibrated_agreement(
+        judgements, mapping, resamples=args.resamples, seed=args.seed, folds=args.folds
+    )
+    print(format_calibrated_agreement(side_by_side))
+    print(f"calibration {calibration.id} (sha256 {calibration.sha256[:12]}…): {args.output}")
+    print(f"apply it: juiz score ITEMS --calibration {args.output} ... (features: {', '.join(calibration.features)})")
     return 0
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pydantic import BaseModel, Field, model_validator
 
 from schemas.calibration import CalibrationFigures
+from schemas.labels import VerdictLevel
 
 
 class Interval(BaseModel):
@@ -85,4 +86,19 @@ class CalibratedAgreement(BaseModel):
     calibrated_figures: CalibrationFigures | None = None
 
 
+class AgreementByMetric(BaseModel):
+    """Each judge signal against the same manual labels: a metric's score, its expected score, the verdict."""
+
+    columns: dict[str, AgreementReport] = Field(
+        description="metric, 'metric (expected)', 'verdict', 'verdict (expected)' → agreement report."
+    )
+    verdict: list[VerdictLevel] | None = Field(
+        default=None, description="The rule the verdict columns used (the label mapping's, or juiz's default)."
+    )
+    calibration: CalibratedAgreement | None = Field(
+        default=None, description="Raw vs calibrated (cross-fitted, held-out) agreement; null when not asked for."
+    )
+
+
 AgreementReport.model_rebuild()
+AgreementByMetric.model_rebuild()
