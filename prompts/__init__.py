@@ -14,6 +14,8 @@ from functools import cache
 from importlib import resources
 from typing import Literal
 
+from prompts.neutralise import neutralise
+
 Mode = Literal["cot", "fast"]
 
 # The version a metric uses when a request names none. juiz-1 discriminates better than the faithful TruLens
@@ -63,11 +65,8 @@ def format_context(segments: list[str]) -> str:
 
 
 def _neutralise(text: str, tags: set[str]) -> str:
-    """Stop user text from closing or opening the prompt's delimiting tags (a prompt-injection route)."""
-    if not tags:
-        return text
-    pattern = re.compile(r"<\s*/?\s*(?:" + "|".join(map(re.escape, tags)) + r")\s*>", re.IGNORECASE)
-    return pattern.sub(lambda m: m.group(0).replace("<", "‹").replace(">", "›"), text)
+    """User text as data: no prompt delimiter and no model special token in any variant (prompts.neutralise)."""
+    return neutralise(text, tags)
 
 
 def parse_prompt_id(prompt_id: str) -> tuple[str, str, str | None]:
