@@ -116,6 +116,13 @@ def _auc(labels: Sequence[int], values: Sequence[float | None]) -> float | None:
     return round(float(roc_auc_score(ys, [v for _, v in pairs])), 3)
 
 
+def _spearman(a: Sequence[float], b: Sequence[float]) -> float | None:
+    """ρ, or None where it is undefined (fewer than 3 pairs, or a constant side)."""
+    if len(a) < 3 or len(set(a)) < 2 or len(set(b)) < 2:
+        return None
+    return round(float(spearmanr(a, b)[0]), 3)
+
+
 def _value(stat: Any) -> float | None:
     return None if stat.value is None else round(stat.value, 3)
 
@@ -298,9 +305,7 @@ def golden_rows(judge: Judge, cells: Sequence[Cell], limit: int | None) -> list[
                 "accuracy": _value(report.accuracy),
                 "kappa_quadratic": _value(report.cohen_kappa_quadratic),
                 "spearman_score": _value(report.spearman_rho),
-                "spearman_expected": round(float(spearmanr([v for v, _ in ok], [e for _, e in ok])[0]), 3)
-                if len(ok) > 2
-                else None,
+                "spearman_expected": _spearman([v for v, _ in ok], [e for _, e in ok]),
                 "auc_expected_relevant": _auc([int(v >= 0.5) for v in values], expected),
                 "parse_errors": sum(r.status == "parse_error" for r in results),
                 "scores": scores,
@@ -406,7 +411,29 @@ def main(argv: list[str] | None = None) -> int:
     judge = Judge(engine)
     judge.warm_up()
     rows: list[dict] = []
+    golden: list[dict] = []
     replies: dict[str, list[dict]] = {}
+    name = f"judge_quality_{args.split}" + (f"_limit{limit}" if limit and not args.quick else "")
+    name += "" if args.cells == ",".join(DEFAULT_CELLS) else "_" + args.cells.replace(",", "_")
+
+    def write() -> Any:
+        # After every cell: on a loaded CPU a run is long, and what was measured must survive a late failure.
+        return save(
+            name,
+            {
+                "model": model,
+                "quick": args.quick,
+                "split": args.split,
+                "items": len(triples),
+                "cells": {c.name: {"mode": c.mode, "versions": c.versions} for c in cells},
+                "verdict_rule": [level.model_dump() for level in DEFAULT_VERDICT],
+                "rows": rows,
+                "golden": golden,
+                "replies": replies,
+                "total_s": round(time.perf_counter() - started, 1),
+            },
+        )
+
     try:
         for cell in cells:
             results, seconds = grade_cell(judge, cell, triples)
@@ -418,27 +445,14 @@ def main(argv: list[str] | None = None) -> int:
                 for t, r in zip(triples, results, strict=True)
             ]
             print_tables(cell_rows, [])
-        golden = [] if args.no_golden else golden_rows(judge, cells, 4 if args.quick else None)
+            write()
+        if not args.no_golden:
+            golden = golden_rows(judge, cells, 4 if args.quick else None)
     finally:
         close_engine(engine)
     print()
     print_tables(rows, golden)
-    name = f"judge_quality_{args.split}" + (f"_limit{limit}" if limit and not args.quick else "")
-    path = save(
-        name,
-        {
-            "model": model,
-            "quick": args.quick,
-            "split": args.split,
-            "items": len(triples),
-            "cells": {c.name: {"mode": c.mode, "versions": c.versions} for c in cells},
-            "verdict_rule": [level.model_dump() for level in DEFAULT_VERDICT],
-            "rows": rows,
-            "golden": golden,
-            "replies": replies,
-            "total_s": round(time.perf_counter() - started, 1),
-        },
-    )
+    path = write()
     print(f"\nwritten: {path} ({time.perf_counter() - started:.0f}s)")
     return 0
 
