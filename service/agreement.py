@@ -15,6 +15,7 @@ import anyio
 from redis.asyncio import Redis as AsyncRedis
 
 from juiz.agreement import compute_agreement
+from juiz.calibration import compute_calibrated_agreement
 from juiz.store import BatchRecord, Store
 from schemas import AgreementReport
 
@@ -38,7 +39,15 @@ def cache_key(batch_id: str, resamples: int) -> str:
 def _compute(store: Store, record: BatchRecord, requested: int) -> AgreementReport:
     judgements = store.results_in_input_order(record.id)
     resamples = capped_resamples(requested, len(judgements), store.settings.agreement_max_work)
-    return compute_agreement(judgements, record.options.label_mapping, resamples=resamples)
+    report = compute_agreement(judgements, record.options.label_mapping, resamples=resamples)
+    # Raw vs calibrated (cross-fitted) side by side: two more bootstraps over the labelled items, within the cap.
+    labelled = sum(1 for j in judgements if j.manual_label is not None)
+    report.calibration = compute_calibrated_agreement(
+        judgements,
+        record.options.label_mapping,
+        resamples=capped_resamples(requested, 2 * labelled, store.settings.agreement_max_work),
+    )
+    return report
 
 
 async def cached_agreement(store: Store, redis: AsyncRedis, record: BatchRecord, requested: int) -> AgreementReport:

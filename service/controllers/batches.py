@@ -6,7 +6,7 @@ import asyncio
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import anyio
 from litestar import Controller, Request, Response, delete, get, post
@@ -21,7 +21,8 @@ from redis.asyncio import Redis as AsyncRedis
 from juiz.errors import InputError
 from juiz.report import render_report
 from juiz.store import TERMINAL, BatchRecord, Store, batch_from_hash
-from schemas import AgreementReport, BatchSubmission, BatchView, ResultsPage
+from juiz.uncertainty import uncertain_first
+from schemas import AgreementReport, BatchSubmission, BatchView, Judgement, ResultsPage
 from service.agreement import cached_agreement
 from service.intake import JSON, NDJSON, read_submission
 from service.openapi import BATCH_ID_PATTERN, CURSOR_PATTERN, SECURITY, responses
@@ -35,6 +36,22 @@ TERMINAL_STATUSES = frozenset(status.value.encode() for status in TERMINAL)
 BatchId = Annotated[
     str, Parameter(pattern=BATCH_ID_PATTERN, description="The batch id juiz gave (32 hexadecimal digits).")
 ]
+
+
+async def _uncertain_page(state: State, tenant: str, batch_id: str, offset: int, limit: int) -> Response[ResultsPage]:
+    """A page of the results stored so far, most uncertain first (juiz.uncertainty.uncertain_first); while the batch
+    runs, new results can reorder the pages (next_cursor is null once the batch is over and read)."""
+    store: Store = state.store
+
+    def ranked() -> tuple[list[Judgement], bool]:
+        record = owned_batch(store, tenant, batch_id)
+        return uncertain_first(store.results_in_input_order(batch_id)), record.terminal
+
+    judgements, terminal = await anyio.to_thread.run_sync(ranked)
+    page = judgements[offset : offset + limit]
+    end = offset + len(page)
+    next_cursor = str(end) if (end < len(judgements) or not terminal) else None
+    return Response(ResultsPage(items=page, next_cursor=next_cursor), media_type=JSON)
 
 
 def documented_submission(data: BatchSubmission) -> None:
@@ -227,12 +244,23 @@ class BatchController(Controller):
         ] = None,
         limit: Annotated[int, QueryParameter(ge=1, le=MAX_PAGE, description="results per page")] = 100,
         follow: Annotated[bool, QueryParameter(description="NDJSON: keep streaming until the batch is over")] = False,
+        order: Annotated[
+            Literal["completion", "uncertain"],
+            QueryParameter(
+                description="completion (default): as graded; uncertain: the results stored so far, most uncertain "
+                "first (where a human label helps most; JSON pages only)"
+            ),
+        ] = "completion",
     ) -> Response[ResultsPage]:
         """Results in completion order, readable while the batch runs. JSON pages `{items, next_cursor}`; with
         `Accept: application/x-ndjson`, one judgement per line from the cursor on (`follow=true` waits for the rest).
         Each result has the same fields as a line of the CLI's results file."""
         offset = _offset(cursor)
         redis: AsyncRedis = state.async_redis
+        if order == "uncertain":
+            if follow:
+                raise InputError("follow streams in completion order; use order=completion", field="order")
+            return await _uncertain_page(state, tenant, batch_id, offset, limit)
         if NDJSON in request.headers.get("accept", ""):
             first, terminal, _ = await _owned_raw_results(redis, tenant, batch_id, offset, STREAM_PAGE)
             stream = _ndjson(_Follow(redis, tenant, batch_id, offset, follow), first, terminal)

@@ -1,0 +1,96 @@
+"""Calibration and uncertainty through the API: raw vs calibrated agreement, options.calibration applied by the
+workers, results listed most uncertain first (FAKE engine: score = item number mod 4)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from litestar import Litestar
+from litestar.testing import TestClient
+
+from juiz.calibration import fit_from_results
+from juiz.settings import Settings
+from schemas import Judgement, LabelMapping
+from tests.integration.helpers import triples
+
+LABELS = {0: "I", 1: "P", 2: "P", 3: "C"}
+
+
+def _labelled(n: int) -> list[dict[str, Any]]:
+    items = triples(n, label=None)
+    for i, item in enumerate(items):
+        item["manual_label"] = LABELS[i % 4]
+    return items
+
+
+def _submit(client: TestClient[Litestar], items: list[dict[str, Any]], options: dict[str, Any]) -> dict[str, Any]:
+    response = client.post("/v1/batches", json={"items": items, "options": options})
+    assert response.status_code == 202, response.text
+    return dict(response.json())
+
+
+def _all_results(client: TestClient[Litestar], url: str, **params: str) -> list[dict[str, Any]]:
+    return list(client.get(url, params={"limit": "1000", **params}).json()["items"])
+
+
+def test_agreement_shows_raw_and_calibrated_and_a_calibration_applies_to_new_batches(
+    client: TestClient[Litestar], settings: Settings, run_worker: Any
+) -> None:
+    labelled = _submit(client, _labelled(24), {})
+    run_worker(settings)
+    report = client.get(labelled["links"]["agreement"], params={"resamples": "50"}).json()
+    calibration = report["calibration"]
+    assert calibration["features"] == ["answer_relevance.expected_score"]
+    assert calibration["n"] == 24 and calibration["unavailable"] is None
+    assert calibration["raw"]["accuracy"]["value"] == 1.0
+    assert calibration["calibrated"]["n"] == 24
+    assert {"brier", "ece", "reliability"} <= set(calibration["calibrated_figures"])
+
+    results = [Judgement.model_validate(r) for r in _all_results(client, labelled["links"]["results"])]
+    spec = fit_from_results(results, LabelMapping()).to_json()
+    fresh = _submit(client, triples(4, label=None, prefix="u"), {"calibration": spec})
+    run_worker(settings)
+    graded = _all_results(client, fresh["links"]["results"])
+    assert len(graded) == 4
+    for result in graded:
+        assert result["provenance"]["calibration"] == {"id": spec["id"], "sha256": spec["sha256"]}
+        assert result["calibrated"]["label"] in {"I", "P", "C"}
+        assert abs(sum(result["calibrated"]["probabilities"].values()) - 1) < 1e-5
+
+
+def test_an_altered_calibration_is_a_422_naming_the_field(client: TestClient[Litestar]) -> None:
+    results = [
+        Judgement.model_validate(
+            {
+                "id": f"x{i}",
+                "status": "ok",
+                "score": i % 4,
+                "expected_score": (i % 4) / 3 * 0.9 + 0.05,
+                "question": "q",
+                "answer": "a",
+                "manual_label": LABELS[i % 4],
+                "provenance": {"model": "m", "prompt": "p", "prompt_sha256": "", "sampling": {}, "juiz_version": "0"},
+            }
+        )
+        for i in range(16)
+    ]
+    spec = fit_from_results(results, LabelMapping()).to_json()
+    spec["model"]["intercept"] = [0.0 for _ in spec["model"]["intercept"]]
+    response = client.post("/v1/batches", json={"items": triples(1), "options": {"calibration": spec}})
+    assert response.status_code == 422
+    assert "calibration" in response.text and "altered" in response.text
+
+
+def test_results_most_uncertain_first(client: TestClient[Litestar], settings: Settings, run_worker: Any) -> None:
+    batch = _submit(client, _labelled(8), {})
+    run_worker(settings)
+    ranked = _all_results(client, batch["links"]["results"], order="uncertain")
+    assert len(ranked) == 8
+    flags = [r["uncertain"] for r in ranked]
+    assert flags == sorted(flags, reverse=True)  # flagged ones first
+    flagged = [r["uncertainty"]["score"] for r in ranked if r["uncertain"]]
+    assert flagged == sorted(flagged, reverse=True)
+    # FakeEngine's digit distribution puts a 0 at 0.6 and a 3 at 2.4 on 0–3: both near a cut point (0.5, 2.5).
+    assert {r["score"] for r in ranked if r["uncertain"]} == {0, 3}
+    refused = client.get(batch["links"]["results"], params={"order": "uncertain", "follow": "true"})
+    assert refused.status_code == 422 and "order" in refused.text
