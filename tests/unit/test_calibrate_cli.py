@@ -25,7 +25,7 @@ PROVENANCE = Provenance(
 def _labelled(tmp_path: Path) -> Path:
     """An overconfident judge: 3 everywhere, its expected score ranking I < P < C."""
     rng = np.random.default_rng(0)
-    results = []
+    results: list[Judgement] = []
     for label, centre in (("I", 0.3), ("P", 0.55), ("C", 0.85)):
         for _ in range(8):
             expected = float(np.clip(centre + rng.normal(0, 0.05), 0, 1))
