@@ -34,6 +34,7 @@ RQ needs a connection that does not decode responses; this module decodes what i
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import logging
@@ -837,6 +838,12 @@ class Store:
         raise RuntimeError(f"manual label at {position} in batch {batch_id}: too many concurrent changes")
 
 
+@functools.lru_cache(maxsize=1024)
+def _options(raw: str) -> BatchOptions:
+    # A batch's options never change; validating them (label mapping and all) was a third of a status poll's CPU.
+    return BatchOptions.model_validate_json(raw)
+
+
 def batch_from_hash(raw: Mapping[Any, Any]) -> BatchRecord | None:
     """A batch from its hash (HGETALL of batch:{id}), None for a missing one. Also used by the API's async reads."""
     if not raw:
@@ -851,7 +858,7 @@ def batch_from_hash(raw: Mapping[Any, Any]) -> BatchRecord | None:
         id=data["id"],
         tenant=data["tenant"],
         status=BatchStatus(data["status"]),
-        options=BatchOptions.model_validate_json(data["options"]),
+        options=_options(data["options"]).model_copy(),
         total=total,
         chunk_size=int(data["chunk_size"]),
         queue=data["queue"],
