@@ -283,12 +283,12 @@ return 0
 
 
 # A manual-label change: replace one results entry if it is still what the caller read, and bump labels_version.
-# KEYS: batch, results. ARGV: position, entry read, new entry. Returns 1 when replaced, 0 when it had changed.
+# KEYS: batch, results. ARGV: position, entry read, new entry. Returns the new labels_version (≥ 1) when replaced,
+# 0 when the entry had changed.
 _SET_LABEL = """
 if redis.call('LINDEX', KEYS[2], ARGV[1]) ~= ARGV[2] then return 0 end
 redis.call('LSET', KEYS[2], ARGV[1], ARGV[3])
-redis.call('HINCRBY', KEYS[1], 'labels_version', 1)
-return 1
+return redis.call('HINCRBY', KEYS[1], 'labels_version', 1)
 """
 
 
@@ -814,12 +814,15 @@ class Store:
         """Bumped by every manual-label change, so caches of rows and agreement know they are stale."""
         return int(self.redis.hget(self.batch_key(batch_id), "labels_version") or 0)
 
-    def set_manual_label(self, batch_id: str, position: int, label: Label | None, by: str, at: float) -> Judgement:
+    def set_manual_label(
+        self, batch_id: str, position: int, label: Label | None, by: str, at: float
+    ) -> tuple[Judgement, int]:
         """Set (or clear, with None) the manual label of the graded item at `position` of the results list, recording
         who and when as `manual_label_by` / `manual_label_at`. Results, agreement, reports and exports all read it.
 
         The entry is replaced by compare-and-set (one Lua step, retried when a concurrent change came first) and the
-        batch's labels_version is bumped. Raises KeyError when there is no result at `position`.
+        batch's labels_version is bumped. Returns the updated judgement and the new labels_version. Raises KeyError
+        when there is no result at `position`.
         """
         stamp = datetime.fromtimestamp(at, UTC).isoformat()
         for _ in range(20):
@@ -833,8 +836,9 @@ class Store:
             )
             new_entry = f"{index}\n{judgement.model_dump_json()}"
             keys = [self.batch_key(batch_id), self.batch_key(batch_id, "results")]
-            if self._set_label(keys=keys, args=[position, old_entry, new_entry]):
-                return judgement
+            version = int(self._set_label(keys=keys, args=[position, old_entry, new_entry]))
+            if version:
+                return judgement, version
         raise RuntimeError(f"manual label at {position} in batch {batch_id}: too many concurrent changes")
 
 

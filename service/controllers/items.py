@@ -54,7 +54,7 @@ class ItemController(Controller):
         "/{item_id:str}",
         operation_id="setManualLabel",
         sync_to_thread=True,
-        responses=responses(401, 404, 409, 415, 422, 429, 503),  # every status it answers (schemathesis checks)
+        responses=responses(401, 404, 409, 422, 429, 503),  # every status it answers (schemathesis checks)
         summary="Set a manual label",
     )
     def set_manual_label(
@@ -85,9 +85,9 @@ class ItemController(Controller):
                     detail=f"item {item_id} is not graded yet; set its label once it is", extra={"field": "item_id"}
                 )
             raise NotFoundException(detail=f"no item {item_id} in batch {batch_id}", extra={"field": "item_id"})
-        judgement = store.set_manual_label(batch_id, row.position, change.manual_label, tenant, time.time())
+        judgement, version = store.set_manual_label(batch_id, row.position, change.manual_label, tenant, time.time())
         invalidate_agreement(store, batch_id)
-        cache.updated(record, row.position, judgement)
+        cache.updated(record, row.position, judgement, version)
         extra = judgement.model_extra or {}
         return ItemLabelView(
             batch_id=batch_id,

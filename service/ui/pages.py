@@ -279,6 +279,7 @@ class UIController(Controller):
             label=params.get("label", ""),
             disagreement=params.get("disagreement", ""),
             min_uncertainty=_float(params.get("min_uncertainty")),
+            uncertain=params.get("uncertain") == "1",
             sort=params.get("sort", "disagreement") if params.get("sort") in SORT_KEYS else "disagreement",
             descending=params.get("dir", "desc") != "asc",
         )
@@ -286,7 +287,7 @@ class UIController(Controller):
             query.metric or mapping.metric or ("answer_relevance" if "answer_relevance" in metrics else metrics[0])
         )
         page = page_of(index, query, _int(params.get("page")) or 1, PER_PAGE)
-        agreement = agreement_of(index, store.settings.agreement_max_work, final=record.terminal)
+        agreement, complete = agreement_of(index, store.settings.agreement_max_work, final=record.terminal)
         histograms = [
             (
                 m,
@@ -308,6 +309,7 @@ class UIController(Controller):
                 stamp=_stamp,
                 histograms=histograms,
                 agreement=agreement,
+                agreement_complete=complete,
                 heat_map=charts.heat_map(agreement.confusion_matrix, agreement.classes),
                 page=page,
                 query=query,
@@ -317,7 +319,31 @@ class UIController(Controller):
                 sort_base=sort_base,
                 sort_keys=SORT_KEYS,
                 graded=index.covered,
+                calibrated=any(r.calibrated_label is not None for r in index.rows),
             ),
+        )
+
+    @get("/batches/{batch_id:str}/agreement", sync_to_thread=True)
+    def agreement(
+        self,
+        request: Request[Any, Any, Any],
+        state: State,
+        store: NamedDependency[Store],
+        batch_id: FromPath[str],
+    ) -> Response[Any]:
+        """The agreement section alone: 202 while its bootstrap intervals are being computed, 200 once they are in
+        (the page's script swaps it in then)."""
+        current = session.require(store, request)
+        record = owned_batch(store, current.tenant, batch_id)
+        index = row_cache(state, store).index(record)
+        report, complete = agreement_of(index, store.settings.agreement_max_work, final=record.terminal)
+        return html(
+            "_agreement.html",
+            status_code=200 if complete else 202,
+            record=record,
+            agreement=report,
+            agreement_complete=complete,
+            heat_map=charts.heat_map(report.confusion_matrix, report.classes),
         )
 
     # --- one item -----------------------------------------------------------------------------------------------
@@ -404,9 +430,9 @@ class UIController(Controller):
             check_label(label, record.options.label_mapping)
         except LabelRejected as exc:
             raise InputError(str(exc), field="manual_label") from None
-        judgement = store.set_manual_label(batch_id, row.position, label, tenant, time.time())
+        judgement, version = store.set_manual_label(batch_id, row.position, label, tenant, time.time())
         invalidate_agreement(store, batch_id)
-        cache.updated(record, row.position, judgement)
+        cache.updated(record, row.position, judgement, version)
 
     # --- exports ------------------------------------------------------------------------------------------------
 

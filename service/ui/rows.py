@@ -13,14 +13,17 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Literal
 
-from juiz.agreement import compute_agreement
+from juiz.agreement import Signal, compute_agreement
 from juiz.errors import InputError
 from juiz.labels import class_of_label, label_for, metric_of, resolve_numeric_scale
 from juiz.store import BatchRecord, Store
 from schemas import AgreementReport, Judgement
+from schemas.agreement import CalibratedAgreement
+from schemas.calibration import CalibratedGrade
 from schemas.judgement import METRICS, JudgementStatus, MetricStatus
 from schemas.labels import LabelMapping
 from schemas.triple import Label
@@ -32,6 +35,9 @@ CACHED_BATCHES = 8
 # The page's bootstrap: enough for a 95% interval to two decimals, and a page drawn in about a second on 2 cores
 # (compute_agreement costs ~10 ms per resample). None while the batch runs: the figures move anyway.
 PAGE_RESAMPLES = 200
+
+# One bootstrap at a time per API process (each holds resamples × items values while it runs).
+_BOOTSTRAPS = ThreadPoolExecutor(max_workers=1, thread_name_prefix="ui-agreement")
 
 SortKey = Literal["disagreement", "index", "score", "expected", "uncertainty", "status", "id"]
 SORT_KEYS: tuple[str, ...] = ("disagreement", "index", "score", "expected", "uncertainty", "status", "id")
@@ -45,11 +51,11 @@ class MetricCell:
 
     @property
     def uncertainty(self) -> float | None:
-        """How far the judge's expected score (Σ p(k)·k) sits from the score it wrote, on 0–3: 0 when all the
-        probability was on that score, up to ~1.5 when it was split between far-apart scores."""
+        """How far the judge's expected score (Σ p(k)·k / 3) sits from the score it wrote, on 0–1: 0 when all the
+        probability was on that score, ~0.5 when it was split between far-apart scores."""
         if self.score is None or self.expected is None:
             return None
-        return abs(3 * self.expected - self.score)
+        return abs(self.expected - self.score / 3)
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +71,9 @@ class Row:
     judge_class: int | None
     question: str
     metrics: dict[str, MetricCell]
+    uncertainty: float | None = None  # the result's own `uncertainty.score` (issue 9), when it has one
+    uncertain: bool | None = None  # flagged for a human look (issue 9)
+    calibrated_label: str | None = None  # with options.calibration
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +85,14 @@ class ViewRow:
     manual_class: int | None
     disagreement: int | None  # |manual class − judge class|; None when either is missing
 
+    @property
+    def uncertainty(self) -> float | None:
+        """The result's own uncertainty score when the judge gave one (issue 9), else the metric's expected-score
+        distance; both on 0–1."""
+        if self.row.uncertainty is not None:
+            return self.row.uncertainty
+        return None if self.cell is None else self.cell.uncertainty
+
 
 @dataclass
 class Query:
@@ -85,6 +102,7 @@ class Query:
     label: str = ""  # a manual class name, "none" for unlabelled, "" for any
     disagreement: str = ""  # "yes", "no" or ""
     min_uncertainty: float | None = None
+    uncertain: bool = False  # only results the judge flagged `uncertain`
     sort: str = "disagreement"
     descending: bool = True
 
@@ -105,7 +123,7 @@ class BatchIndex:
     rows: list[Row] = field(default_factory=list)
     by_index: dict[int, Row] = field(default_factory=dict)
     by_id: dict[str, Row] = field(default_factory=dict)
-    agreement: tuple[tuple[int, int, bool], AgreementReport] | None = None
+    agreement: tuple[tuple[int, int, bool], AgreementReport, bool] | None = None  # (key, report, complete)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -135,6 +153,8 @@ def row_of(position: int, index: int, judgement: Judgement, mapping: LabelMappin
     question = (
         judgement.question if len(judgement.question) <= QUESTION_CHARS else judgement.question[:QUESTION_CHARS] + "…"
     )
+    calibrated = getattr(judgement, "calibrated", None)
+    uncertainty = getattr(judgement, "uncertainty", None)
     return Row(
         position=position,
         index=index,
@@ -147,6 +167,9 @@ def row_of(position: int, index: int, judgement: Judgement, mapping: LabelMappin
         judge_class=judge_class,
         question=question,
         metrics=metrics,
+        uncertainty=None if uncertainty is None else uncertainty.score,
+        uncertain=getattr(judgement, "uncertain", None),
+        calibrated_label=None if calibrated is None else calibrated.label,
     )
 
 
@@ -184,13 +207,18 @@ class RowCache:
                     break
         return index
 
-    def updated(self, batch: BatchRecord, position: int, judgement: Judgement) -> None:
-        """This process changed a label: patch its row instead of rebuilding the index."""
-        index = self.index(batch)
+    def updated(self, batch: BatchRecord, position: int, judgement: Judgement, version: int) -> None:
+        """This process changed a label (the change made labels_version `version`): patch its row instead of
+        rebuilding the index — unless another change came in between, which the next `index` call rebuilds for."""
+        with self._lock:
+            index = self._indexes.get(batch.id)
+        if index is None:
+            return
         with index.lock:
-            old = index.rows[position]
-            index.replace(row_of(position, old.index, judgement, index.mapping))
-            index.labels_version = self.store.labels_version(batch.id)
+            if index.labels_version != version - 1 or position >= index.covered:
+                return
+            index.replace(row_of(position, index.rows[position].index, judgement, index.mapping))
+            index.labels_version = version
             index.agreement = None
 
     def forget(self, batch_id: str) -> None:
@@ -239,10 +267,10 @@ def _matches(view: ViewRow, query: Query, mapping: LabelMapping) -> bool:
     if query.disagreement == "no" and view.disagreement != 0:
         return False
     if query.min_uncertainty is not None:
-        uncertainty = None if cell is None else cell.uncertainty
+        uncertainty = view.uncertainty
         if uncertainty is None or uncertainty < query.min_uncertainty:
             return False
-    return True
+    return bool(row.uncertain) or not query.uncertain
 
 
 def _sort_value(view: ViewRow, key: str) -> tuple[int, float | str]:
@@ -256,7 +284,7 @@ def _sort_value(view: ViewRow, key: str) -> tuple[int, float | str]:
     elif key == "expected":
         value = None if cell is None else cell.expected
     elif key == "uncertainty":
-        value = None if cell is None else cell.uncertainty
+        value = view.uncertainty
     elif key == "status":
         value = view.row.status
     elif key == "id":
@@ -285,29 +313,83 @@ def page_of(index: BatchIndex, query: Query, page: int, per_page: int) -> Page:
     return Page(matching[start : start + per_page], len(matching), page, pages)
 
 
-def agreement_of(index: BatchIndex, max_work: int, *, final: bool) -> AgreementReport:
-    """compute_agreement over the rows (only the fields it reads), cached until results or labels change.
-    Confidence intervals once the batch is `final`, with resamples capped by `max_work` / items as the API's
-    /agreement caps them."""
-    key = (index.covered, index.labels_version, final)
-    with index.lock:
-        if index.agreement is not None and index.agreement[0] == key:
-            return index.agreement[1]
-        judgements = [
-            Judgement.model_construct(
-                id=r.id,
-                status=JudgementStatus(r.status),
-                score=r.score,
-                normalized_score=r.normalized_score,
-                manual_label=r.manual_label,
-            )
-            for r in index.rows
-        ]
-    resamples = capped_resamples(PAGE_RESAMPLES, len(judgements), max_work) if final else 0
-    report = compute_agreement(judgements, index.mapping, resamples=resamples)
-    with index.lock:
-        index.agreement = (key, report)
+def calibrated_signal(mapping: LabelMapping) -> Signal:
+    """The calibrated label (options.calibration) as a judge signal for compute_agreement."""
+    names = [c.name for c in mapping.classes]
+
+    def read(j: Judgement) -> tuple[int, float, float] | None:
+        label = None if j.calibrated is None else j.calibrated.label
+        if label is None or label not in names:
+            return None
+        position = names.index(label)
+        scores = mapping.classes[position].scores
+        return position, float(position), sum(scores) / len(scores) / 3.0
+
+    return read
+
+
+AgreementKey = tuple[int, int, bool]
+
+
+def _judgements(index: BatchIndex) -> list[Judgement]:
+    """The rows as judgements holding only what compute_agreement reads."""
+    return [
+        Judgement.model_construct(
+            id=r.id,
+            status=JudgementStatus(r.status),
+            score=r.score,
+            normalized_score=r.normalized_score,
+            manual_label=r.manual_label,
+            calibrated=None if r.calibrated_label is None else CalibratedGrade(label=r.calibrated_label),
+        )
+        for r in index.rows
+    ]
+
+
+def _compute(judgements: list[Judgement], mapping: LabelMapping, resamples: int) -> AgreementReport:
+    report = compute_agreement(judgements, mapping, resamples=resamples)
+    if any(j.calibrated is not None for j in judgements):
+        # Raw beside calibrated on the same items: those with a calibrated label.
+        same = [j for j in judgements if j.calibrated is not None and j.calibrated.label is not None]
+        report.calibration = CalibratedAgreement(
+            features=[],
+            n=sum(1 for j in same if j.manual_label is not None),
+            raw=compute_agreement(same, mapping, resamples=resamples),
+            calibrated=compute_agreement(same, mapping, resamples=resamples, signal=calibrated_signal(mapping)),
+        )
     return report
+
+
+def agreement_of(index: BatchIndex, max_work: int, *, final: bool) -> tuple[AgreementReport, bool]:
+    """(report, complete): compute_agreement over the rows, cached until results or labels change.
+
+    The point figures are computed at once (well under a second on 10,000 items). Once the batch is `final`, the
+    bootstrap intervals (resamples capped by `max_work` / items, as the API's /agreement caps them) are computed in
+    a background thread — seconds on a large batch — and the report is `complete` once they are in; the page fetches
+    them then. While the batch runs there are no intervals: its figures move anyway.
+    """
+    key: AgreementKey = (index.covered, index.labels_version, final)
+    with index.lock:
+        cached = index.agreement
+        if cached is not None and cached[0] == key:
+            return cached[1], cached[2]
+        judgements = _judgements(index)
+    points = _compute(judgements, index.mapping, 0)
+    resamples = capped_resamples(PAGE_RESAMPLES, len(judgements), max_work)
+    complete = not final or resamples == 0 or not judgements
+    with index.lock:
+        index.agreement = (key, points, complete)
+    if complete:
+        return points, True
+
+    def bootstrap() -> None:
+        report = _compute(judgements, index.mapping, resamples)
+        with index.lock:
+            if index.agreement is not None and index.agreement[0] == key:
+                index.agreement = (key, report, True)
+
+    _BOOTSTRAPS.submit(bootstrap)
+    return points, False
 
 
 def score_counts(rows: Iterable[Row], metric: str) -> dict[str, int]:

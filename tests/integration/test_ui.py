@@ -13,6 +13,7 @@ from litestar.testing import TestClient
 from redis import Redis
 
 from juiz.settings import Settings
+from service.ui.rows import _BOOTSTRAPS
 from tests.integration.helpers import make_settings, triples
 
 MakeClient = Callable[[Settings], TestClient[Litestar]]
@@ -117,6 +118,11 @@ def test_upload_browse_label_and_export(make_client: MakeClient, keyed: Settings
     assert "<svg" in page.text and "confusion heat map" in page.text
     n_before = int(re.search(r'data-testid="agreement-n">(\d+)<', page.text).group(1))  # type: ignore[union-attr]
     assert n_before == 12
+    # The intervals come from a background bootstrap; the section alone answers 202 until they are in.
+    assert client.get(f"{batch_url}/agreement").status_code in (200, 202)
+    _BOOTSTRAPS.submit(lambda: None).result()  # one job at a time: the bootstrap has finished after this one
+    section = client.get(f"{batch_url}/agreement")
+    assert section.status_code == 200 and "95% CI: percentile bootstrap, 200 resamples" in section.text
 
     filtered = client.get(batch_url, params={"score": "3", "sort": "index", "dir": "asc"})
     assert re.findall(r'/items/(\d+)">\d+</a>', filtered.text) == ["3", "7", "11"]

@@ -33,8 +33,8 @@ def index_of(rows: list[Row]) -> BatchIndex:
 
 ROWS = [
     row(0, 3, "C", "C", 1.0),  # agrees, sure
-    row(1, 0, "C", "I", 0.3),  # disagrees by 2, uncertainty |0.9 - 0| = 0.9
-    row(2, 2, "C", "P", 0.5),  # disagrees by 1, uncertainty 0.5
+    row(1, 0, "C", "I", 0.3),  # disagrees by 2, uncertainty |0.3 - 0/3| = 0.3
+    row(2, 2, "C", "P", 0.5),  # disagrees by 1, uncertainty |0.5 - 2/3| = 0.17
     row(3, 0, "C", "I", 0.0),  # disagrees by 2, sure
     row(4, 1, None, "P", 0.33),  # unlabelled
 ]
@@ -56,7 +56,7 @@ def test_filters_sorts_and_pages() -> None:
     assert ids(page_of(index, Query(disagreement="no", sort="index"), 1, 10).rows) == [0]
     assert ids(page_of(index, Query(score=0, sort="index", descending=False), 1, 10).rows) == [1, 3]
     assert ids(page_of(index, Query(label="none"), 1, 10).rows) == [4]
-    assert ids(page_of(index, Query(min_uncertainty=0.5, sort="uncertainty"), 1, 10).rows) == [1, 2]
+    assert ids(page_of(index, Query(min_uncertainty=0.15, sort="uncertainty"), 1, 10).rows) == [1, 2]
     second = page_of(index, Query(sort="index", descending=False), 2, 2)
     assert ids(second.rows) == [2, 3] and second.pages == 3 and second.total == 5
     assert page_of(index, Query(sort="index"), 99, 2).page == 3  # past the end: the last page
@@ -86,3 +86,44 @@ def test_chart_text_is_escaped() -> None:
     svg = charts.heat_map([[1, 0], [2, 3]], ["<script>x</script>", "ok & fine"])
     assert "<script>" not in svg and "&lt;script&gt;" in svg and "ok &amp; fine" in svg
     assert 'fill-opacity="1.00"' in svg  # the whole first row is one cell
+
+
+def test_calibrated_labels_get_their_own_agreement_beside_the_raw_one() -> None:
+    from dataclasses import replace
+
+    from service.ui.rows import agreement_of
+
+    # Raw: 2 of 4 right. Calibrated: all 4 right.
+    rows = [
+        replace(row(0, 3, "C", "C", 1.0), calibrated_label="C"),
+        replace(row(1, 0, "C", "I", 0.0), calibrated_label="C"),
+        replace(row(2, 0, "I", "I", 0.0), calibrated_label="I"),
+        replace(row(3, 3, "I", "C", 1.0), calibrated_label="I"),
+    ]
+    report, complete = agreement_of(index_of(rows), 10_000, final=False)
+    assert complete
+    assert report.calibration is not None and report.calibration.raw and report.calibration.calibrated
+    assert report.calibration.raw.accuracy.value == 0.5
+    assert report.calibration.calibrated.accuracy.value == 1.0
+    assert report.bootstrap.resamples == 0  # no intervals while the batch runs
+
+
+def test_the_results_own_uncertainty_wins_over_the_expected_score_distance() -> None:
+    from dataclasses import replace
+
+    rows = [replace(row(0, 3, "C", "C", 1.0), uncertainty=0.9, uncertain=True), row(1, 0, "C", "I", 0.3)]
+    page = page_of(index_of(rows), Query(sort="uncertainty"), 1, 10)
+    assert ids(page.rows) == [0, 1] and page.rows[1].uncertainty == 0.3
+    assert ids(page_of(index_of(rows), Query(uncertain=True), 1, 10).rows) == [0]
+
+
+def test_intervals_come_from_a_background_bootstrap_once_the_batch_is_over() -> None:
+    from service.ui.rows import _BOOTSTRAPS, agreement_of
+
+    index = index_of(ROWS)
+    points, complete = agreement_of(index, 10_000, final=True)
+    assert not complete and points.bootstrap.resamples == 0 and points.accuracy.value == 0.25
+    _BOOTSTRAPS.submit(lambda: None).result()  # the pool runs one job at a time: the bootstrap is done after this
+    report, complete = agreement_of(index, 10_000, final=True)
+    assert complete and report.bootstrap.resamples == 200 and report.accuracy.value == 0.25
+    assert report.accuracy.ci95 is not None
