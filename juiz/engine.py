@@ -220,10 +220,8 @@ class VLLMEngine:
 
     @property
     def engine_pids(self) -> list[int]:
-        """The engine's processes (tests check they die with this one)."""
-        import psutil
-
-        return [p.pid for p in psutil.Process().children(recursive=True) if p.pid != self._reaper.pid]
+        """The engine's processes, as its reaper knows them (tests check they die with this one)."""
+        return list(self._reaper.engine_pids)
 
     def close(self) -> None:
         """Stop the engine's processes now, not at interpreter exit (where vLLM logs into closed streams)."""

@@ -64,6 +64,7 @@ class Reaper:
         finally:
             os.close(read_end)
         self._closed = False
+        self.engine_pids: list[int] = []  # known once the engine is up
         # Wait until it watches (signals ignored, owner's pidfd open) before any engine process exists.
         assert self._process.stdout is not None
         with self._process.stdout:
@@ -80,6 +81,7 @@ class Reaper:
         """Send the engine's processes (the owner's descendants new since the reaper began) as the final list."""
         skip = self._existing | {self._process.pid}
         tags = [_tag(p) for p in descendants(os.getpid()) if p.pid not in skip and p.is_running()]
+        self.engine_pids = [pid for pid, _ in tags]
         self._send("engine " + " ".join(f"{pid}:{started!r}" for pid, started in tags))
 
     def close(self, timeout_s: float = 10.0) -> None:
