@@ -30,7 +30,7 @@ from juiz.errors import InputError, PromptError
 from juiz.readers import JSONL_SUFFIXES, REPORT_SUFFIXES, read_triples
 from juiz.report import render_report
 from juiz.store import BatchRecord, Store
-from schemas import Judgement
+from schemas import AgreementReport, Judgement
 from schemas.judgement import METRICS
 from service.auth import tenant_for
 from service.controllers.batches import owned_batch
@@ -41,6 +41,7 @@ from service.ui.labels import LabelRejected, check_label, invalidate_agreement
 from service.ui.render import html
 from service.ui.rows import (
     SORT_KEYS,
+    BatchIndex,
     Query,
     RowCache,
     agreement_of,
@@ -109,6 +110,11 @@ class UIController(Controller):
     async def signin(self, request: Request[Any, Any, Any], store: NamedDependency[Store]) -> Response[Any]:
         """Exchange the API key for a session cookie. The key is read from the form body and never kept."""
         session.check_origin(request)
+        retry_after = await anyio.to_thread.run_sync(session.signin_retry_after, store, request)
+        if retry_after is not None:
+            response = html("signin.html", error="Too many attempts: wait a minute and try again.", status_code=429)
+            response.headers["Retry-After"] = str(retry_after)
+            return response
         form = await request.form()
         key = str(form.get("api_key") or "").strip()
         tenant = tenant_for(key, request.app.state.tenants_by_key) if key else None
@@ -287,7 +293,7 @@ class UIController(Controller):
             query.metric or mapping.metric or ("answer_relevance" if "answer_relevance" in metrics else metrics[0])
         )
         page = page_of(index, query, _int(params.get("page")) or 1, PER_PAGE)
-        agreement, complete = agreement_of(index, store.settings.agreement_max_work, final=record.terminal)
+        agreement, complete, agreement_error = _agreement(index, store, record)
         histograms = [
             (
                 m,
@@ -310,7 +316,8 @@ class UIController(Controller):
                 histograms=histograms,
                 agreement=agreement,
                 agreement_complete=complete,
-                heat_map=charts.heat_map(agreement.confusion_matrix, agreement.classes),
+                agreement_error=agreement_error,
+                heat_map=None if agreement is None else charts.heat_map(agreement.confusion_matrix, agreement.classes),
                 page=page,
                 query=query,
                 metrics=metrics,
@@ -336,14 +343,15 @@ class UIController(Controller):
         current = session.require(store, request)
         record = owned_batch(store, current.tenant, batch_id)
         index = row_cache(state, store).index(record)
-        report, complete = agreement_of(index, store.settings.agreement_max_work, final=record.terminal)
+        report, complete, error = _agreement(index, store, record)
         return html(
             "_agreement.html",
             status_code=200 if complete else 202,
             record=record,
             agreement=report,
             agreement_complete=complete,
-            heat_map=charts.heat_map(report.confusion_matrix, report.classes),
+            agreement_error=error,
+            heat_map=None if report is None else charts.heat_map(report.confusion_matrix, report.classes),
         )
 
     # --- one item -----------------------------------------------------------------------------------------------
@@ -471,6 +479,16 @@ class UIController(Controller):
             media_type="text/markdown; charset=utf-8",
             headers={"Content-Disposition": f'attachment; filename="juiz-{batch_id}-report.md"'},
         )
+
+
+def _agreement(index: BatchIndex, store: Store, record: BatchRecord) -> tuple[AgreementReport | None, bool, str | None]:
+    """(report, complete, why there is none): a manual label the mapping doesn't know leaves the page without
+    agreement (as /agreement answers 422) instead of failing the page."""
+    try:
+        report, complete = agreement_of(index, store.settings.agreement_max_work, final=record.terminal)
+    except InputError as exc:
+        return None, True, str(exc)
+    return report, complete, None
 
 
 def _jsonl(store: Store, batch_id: str) -> Iterator[str]:

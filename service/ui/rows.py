@@ -10,6 +10,7 @@ reads only its own rows' full results. Agreement and the charts are derived from
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections import OrderedDict
 from collections.abc import Iterable, Sequence
@@ -28,6 +29,8 @@ from schemas.judgement import METRICS, JudgementStatus, MetricStatus
 from schemas.labels import LabelMapping
 from schemas.triple import Label
 from service.agreement import capped_resamples
+
+log = logging.getLogger(__name__)
 
 READ_PAGE = 2000
 QUESTION_CHARS = 160
@@ -383,7 +386,11 @@ def agreement_of(index: BatchIndex, max_work: int, *, final: bool) -> tuple[Agre
         return points, True
 
     def bootstrap() -> None:
-        report = _compute(judgements, index.mapping, resamples)
+        try:
+            report = _compute(judgements, index.mapping, resamples)
+        except Exception:  # never leave the page waiting: it keeps the points, without intervals
+            log.exception("agreement bootstrap of batch %s failed", index.batch_id)
+            report = points
         with index.lock:
             if index.agreement is not None and index.agreement[0] == key:
                 index.agreement = (key, report, True)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import secrets
+import time
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -24,6 +25,7 @@ from litestar.datastructures import Cookie
 
 from juiz.store import PREFIX, Store, text
 from service.auth import OPEN_TENANT
+from service.ratelimit import WINDOW_S
 
 COOKIE = "juiz_session"
 SESSION_TTL_S = 8 * 3600
@@ -114,6 +116,25 @@ def with_cookie(request: Request[Any, Any, Any], response: Response[Any]) -> Res
     if session is not None:
         response.set_cookie(cookie_for(session, request))
     return response
+
+
+def signin_retry_after(store: Store, request: Request[Any, Any, Any]) -> int | None:
+    """Sign-in attempts count against the client address's API rate limit (the same counter /v1 uses for callers
+    without a known key), so guessing keys through the form is as limited as through the API. Seconds to wait when
+    over the limit, else None."""
+    limit: int = store.settings.rate_limit_per_minute
+    if limit <= 0:
+        return None
+    now = time.time()
+    window = int(now // WINDOW_S)
+    key = f"{PREFIX}:ratelimit:client:{request.client.host if request.client else 'unknown'}:{window}"
+    with store.redis.pipeline(transaction=True) as pipe:
+        pipe.incr(key)
+        pipe.expire(key, WINDOW_S * 2)
+        count, _ = pipe.execute()
+    if int(count) <= limit:
+        return None
+    return max(1, int((window + 1) * WINDOW_S - now) + 1)
 
 
 def check_origin(request: Request[Any, Any, Any]) -> None:

@@ -210,3 +210,19 @@ def test_cross_origin_posts_are_refused(client: TestClient[Litestar]) -> None:
         "/ui/batches", data={"csrf": csrf}, headers={"Origin": "https://evil.example"}, follow_redirects=False
     )
     assert response.status_code == 403
+
+
+def test_sign_in_attempts_are_rate_limited(make_client: MakeClient, redis_url: str) -> None:
+    client = make_client(make_settings(redis_url, api_keys="alice:alice-key-0123456789", rate_limit_per_minute=3))
+    codes = [client.post("/ui/signin", data={"api_key": f"guess-{n}"}).status_code for n in range(4)]
+    assert codes == [401, 401, 401, 429]
+    assert client.post("/ui/signin", data={"api_key": KEYS["alice"]}).status_code == 429  # even the right key
+
+
+def test_a_label_the_mapping_does_not_know_leaves_the_page_up(
+    client: TestClient[Litestar], settings: Settings, run_worker: Any
+) -> None:
+    batch_id = submit(client, "", triples(3, label="maybe"))
+    run_worker(settings)
+    page = client.get(f"/ui/batches/{batch_id}")
+    assert page.status_code == 200 and "No agreement" in page.text and "maybe" in page.text
