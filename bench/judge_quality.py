@@ -395,6 +395,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="tiny model, 6 items: plumbing only")
     parser.add_argument("--cells", default=",".join(DEFAULT_CELLS), help=f"comma-separated, from {', '.join(CELLS)}")
     parser.add_argument("--no-golden", action="store_true", help="skip TruLens's golden set")
+    # Issue 9 (bench.calibration_quality): JSON keys calibration, samples, hostile_pairs.
+    parser.add_argument(
+        "--calibration", action="store_true", help="raw vs calibrated per cell (with --split test: also grades dev)"
+    )
+    parser.add_argument("--samples", default="", help="sample counts to compare on a subset, e.g. 1,3,5")
+    parser.add_argument("--samples-limit", type=int, default=40, help="items graded for each sample count")
     args = parser.parse_args(argv)
     setup_logging()
     unknown = [c for c in args.cells.split(",") if c not in CELLS]
@@ -413,6 +419,8 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict] = []
     golden: list[dict] = []
     replies: dict[str, list[dict]] = {}
+    graded: dict[str, list[Judgement]] = {}
+    issue9: dict[str, Any] = {}
     name = f"judge_quality_{args.split}" + (f"_limit{limit}" if limit and not args.quick else "")
     name += "" if args.cells == ",".join(DEFAULT_CELLS) else "_" + args.cells.replace(",", "_")
 
@@ -430,6 +438,7 @@ def main(argv: list[str] | None = None) -> int:
                 "rows": rows,
                 "golden": golden,
                 "replies": replies,
+                **issue9,
                 "total_s": round(time.perf_counter() - started, 1),
             },
         )
@@ -437,6 +446,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for cell in cells:
             results, seconds = grade_cell(judge, cell, triples)
+            graded[cell.name] = results
             log.info("cell %s: %d items in %.0fs", cell.name, len(triples), seconds)
             cell_rows = rag_rows(cell, triples, results, seconds)
             rows += cell_rows
@@ -445,6 +455,25 @@ def main(argv: list[str] | None = None) -> int:
                 for t, r in zip(triples, results, strict=True)
             ]
             print_tables(cell_rows, [])
+            write()
+        if args.calibration or args.samples:
+            from bench.calibration_quality import judge_quality_sections, print_sections
+
+            issue9 = judge_quality_sections(
+                judge,
+                cells,
+                graded,
+                triples,
+                split=args.split,
+                limit=limit,
+                calibration=args.calibration,
+                samples=[int(n) for n in args.samples.split(",") if n.strip()],
+                samples_limit=6 if args.quick else args.samples_limit,
+            )
+            for cell_name, section in issue9.get("calibration", {}).items():
+                print(f"\n{cell_name}:")
+                print_sections(section, [], issue9["hostile_pairs"].get(cell_name))
+            print_sections(None, (issue9.get("samples") or {}).get("rows", []), None)
             write()
         if not args.no_golden:
             golden = golden_rows(judge, cells, 4 if args.quick else None)

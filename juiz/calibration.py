@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -491,3 +491,28 @@ def format_calibrated_agreement(report: CalibratedAgreement) -> str:
             )
     lines.append("raw Brier/ECE: the raw label taken as certain (probability 1)")
     return "\n".join(lines)
+
+
+def calibrated_signal(mapping: LabelMapping) -> Callable[[Judgement], tuple[int, float, float] | None]:
+    """An agreement signal (juiz.agreement.Signal) reading each result's applied calibration: the calibrated class,
+    Σ p(k)·k to rank by, and the probability-weighted class value on 0–1. None where no calibrated label."""
+    values = _class_values(mapping)
+
+    def read(j: Judgement) -> tuple[int, float, float] | None:
+        grade = j.calibrated
+        if grade is None or grade.probabilities is None or grade.label is None:
+            return None
+        p = np.asarray([grade.probabilities.get(c.name, 0.0) for c in mapping.classes])
+        return int(p.argmax()), float(p @ np.arange(len(p))), float(p @ values)
+
+    return read
+
+
+def calibrated_probabilities(judgements: Sequence[Judgement], mapping: LabelMapping) -> np.ndarray:
+    """The applied calibration's probabilities as a matrix (classes in the mapping's order); rows of 0 where none."""
+    return np.asarray(
+        [
+            [(j.calibrated.probabilities or {}).get(c.name, 0.0) if j.calibrated else 0.0 for c in mapping.classes]
+            for j in judgements
+        ]
+    )
