@@ -8,9 +8,17 @@ real worker code with a FAKE engine (every result it stores names the fake as it
      asyncio + aiohttp, 127.0.0.1 only, one connection per client, a pause of --think-ms between a client's
      polls, 0.5–1.5× at random so the clients do not march in step) → p50/p99/max latency, requests/s, errors
      (anything but a 200, or no answer);
-  3. once graded, every result paged with GET /v1/batches/{id}/results → seconds to read all 10,000.
+  3. once graded, every result paged with GET /v1/batches/{id}/results → seconds to read all 10,000;
+  4. mixed load (issue 10): a second batch of as many items is submitted and, while the worker grades it, 50 clients
+     for 30 s: half poll that batch, half read 100-item result pages of the first one (random cursors) → p50/p99
+     per kind, errors.
 
-Targets: POST < 1 s, p99 < 50 ms, 0 errors. Writes bench/results/api_only.json (marked fake_engine: true).
+The FAKE engine is given a cost (JUIZ_FAKE_CALL_S per call + JUIZ_FAKE_ITEM_S per item, --call-ms/--item-ms) so
+that grading lasts through the load, as it would on a GPU, instead of finishing in a few seconds. Rate limiting
+stays on (a limit no client reaches), so its Redis round trip is part of every measured request.
+
+Targets: POST < 1 s, poll p99 < 50 ms, mixed p99 < 100 ms per kind, 0 errors. Writes bench/results/api_only.json
+(marked fake_engine: true).
 
     .venv/bin/python -m bench.api_only [--items 10000] [--clients 50] [--seconds 30] [--think-ms 100]
 """
@@ -38,8 +46,9 @@ from bench.stack import Stack, service
 log = logging.getLogger("bench.api_only")
 
 NAME = "api_only"
-TARGETS = {"post_seconds": 1.0, "poll_p99_ms": 50.0, "poll_errors": 0}
+TARGETS = {"post_seconds": 1.0, "poll_p99_ms": 50.0, "poll_errors": 0, "mixed_p99_ms": 100.0, "mixed_errors": 0}
 MAX_PAGE = 1000  # the API's largest page (service.controllers.batches.MAX_PAGE)
+MIXED_PAGE = 100
 
 
 def post_batch(stack: Stack, items: list[dict[str, Any]]) -> tuple[float, str, int]:
@@ -121,6 +130,67 @@ async def poll_load(stack: Stack, batch_id: str, clients: int, seconds: float, t
     }
 
 
+async def mixed_load(
+    stack: Stack, graded_id: str, total: int, running_id: str, clients: int, seconds: float, think_s: float
+) -> dict[str, Any]:
+    """Half the clients poll the batch being graded, half read random 100-item pages of a finished one."""
+    samples: dict[str, list[float]] = {"poll": [], "page": []}
+    errors: dict[str, int] = {}
+    headers = {"Authorization": f"Bearer {stack.api_key}"}
+    poll_url = f"{stack.url}/v1/batches/{running_id}"
+    page_url = f"{stack.url}/v1/batches/{graded_id}/results"
+    pages = max(1, total // MIXED_PAGE)
+    deadline = 0.0
+
+    async def one_client(kind: str, rng: random.Random) -> None:
+        connector = aiohttp.TCPConnector(limit=1)
+        async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=10)) as http:
+
+            def request() -> Any:
+                if kind == "poll":
+                    return http.get(poll_url, headers=headers)
+                cursor = str(rng.randrange(pages) * MIXED_PAGE)
+                return http.get(page_url, headers=headers, params={"cursor": cursor, "limit": str(MIXED_PAGE)})
+
+            async with request() as response:  # untimed: opens this client's connection
+                await response.read()
+            await asyncio.sleep(rng.uniform(0, think_s))
+            while time.perf_counter() < deadline:
+                started = time.perf_counter()
+                try:
+                    async with request() as response:
+                        body = await response.read()
+                    samples[kind].append(time.perf_counter() - started)
+                    if response.status != 200:
+                        errors[f"{kind} {response.status}"] = errors.get(f"{kind} {response.status}", 0) + 1
+                    elif kind == "page" and body.count(b'"question"') != MIXED_PAGE:
+                        errors["page not full"] = errors.get("page not full", 0) + 1
+                except (aiohttp.ClientError, TimeoutError) as exc:
+                    errors[f"{kind} {type(exc).__name__}"] = errors.get(f"{kind} {type(exc).__name__}", 0) + 1
+                if think_s:
+                    await asyncio.sleep(think_s * rng.uniform(0.5, 1.5))
+
+    started = time.perf_counter()
+    deadline = started + seconds
+    kinds = ["poll" if n % 2 == 0 else "page" for n in range(clients)]
+    await asyncio.gather(*(one_client(kind, random.Random(n)) for n, kind in enumerate(kinds)))
+    elapsed = time.perf_counter() - started
+    total_requests = sum(len(v) for v in samples.values()) + sum(errors.values())
+    return {
+        "clients": clients,
+        "pollers": kinds.count("poll"),
+        "page_readers": kinds.count("page"),
+        "page_size": MIXED_PAGE,
+        "seconds": round(elapsed, 2),
+        "think_ms": think_s * 1000,
+        "requests_per_s": round(total_requests / elapsed, 1),
+        "poll": latency_stats(samples["poll"]),
+        "page": latency_stats(samples["page"]),
+        "errors": sum(errors.values()),
+        "errors_by_kind": errors,
+    }
+
+
 def split_by_grading(load: dict[str, Any], finished_at: float | None) -> dict[str, Any]:
     """The same polls, split at the moment the worker finished grading: the API shares this machine's two cores
     with the worker (and the load generator), so latency while it grades and once it idles are both worth seeing."""
@@ -159,10 +229,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument(
         "--think-ms", type=float, default=100.0, help="pause between one client's polls; 0: closed loop"
     )
+    parser.add_argument("--call-ms", type=float, default=200.0, help="FAKE engine: cost of one call")
+    parser.add_argument("--item-ms", type=float, default=3.0, help="FAKE engine: cost of each item in a call")
     args = parser.parse_args(argv)
     setup_logging()
     items = triple_dicts(build_triples(args.items, "api"))
-    with service(NAME, FAKE_MODEL_ID, fake=True) as stack:
+    env = {
+        "JUIZ_FAKE_CALL_S": str(args.call_ms / 1000),
+        "JUIZ_FAKE_ITEM_S": str(args.item_ms / 1000),
+        "JUIZ_RATE_LIMIT_PER_MINUTE": "10000000",  # on, so its cost is measured; never reached
+    }
+    with service(NAME, FAKE_MODEL_ID, fake=True, env=env) as stack:
         post_s, batch_id, body_bytes = post_batch(stack, items)
         log.info("POST %d items: 202 in %.3fs", args.items, post_s)
         cpu_before, own_before = stack.cpu_seconds(), time.process_time()
@@ -178,6 +255,26 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         graded_s = (view.finished_at - view.created_at).total_seconds() if view.finished_at else None
         load["phases"] = split_by_grading(load, view.finished_at.timestamp() if view.finished_at else None)
         paging = [page_all(stack, batch_id, MAX_PAGE), page_all(stack, batch_id, 100)]
+        # Other questions, so the worker grades them instead of answering from the result cache.
+        second_items = [
+            {**item, "id": f"mixed-{item['id']}", "question": f"{item['question']} (again)"} for item in items
+        ]
+        _, running_id, _ = post_batch(stack, second_items)
+        cpu_before = stack.cpu_seconds()
+        mixed = asyncio.run(
+            mixed_load(stack, batch_id, args.items, running_id, args.clients, args.seconds, args.think_ms / 1000)
+        )
+        cpu_after = stack.cpu_seconds()
+        mixed["cpu_seconds"] = {name: round(cpu_after[name] - cpu_before[name], 2) for name in cpu_after}
+        # Load-independent: what one request costs the API process, whatever else the machine is running.
+        answered = (mixed["poll"]["requests"] or 0) + (mixed["page"]["requests"] or 0)
+        mixed["api_cpu_ms_per_request"] = round(1000 * mixed["cpu_seconds"]["API"] / max(answered, 1), 3)
+        with stack.client() as client:
+            running_view = client.batch(running_id)
+            client.cancel(running_id)  # it only had to keep the worker busy during the load
+        mixed["graded_during_load"] = running_view.counts.done
+        mixed["running_batch_status_after"] = running_view.status.value
+        log.info("mixed: poll p99 %s ms, page p99 %s ms", mixed["poll"]["p99_ms"], mixed["page"]["p99_ms"])
         stack.check()
 
     print("\nAPI only — FAKE ENGINE (no model ran; the API, Redis and the worker's queue path alone)")
@@ -199,6 +296,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     for p in paging:
         print(f"paging all {p['results']} results, {p['page_size']} per page: {p['seconds']}s in {p['pages']} pages")
     print(f"graded by the FAKE worker in {graded_s:.1f}s after creation ({view.status.value})" if graded_s else "")
+    print(
+        f"mixed, {mixed['pollers']} pollers + {mixed['page_readers']} page readers ({MIXED_PAGE} results) for "
+        f"{mixed['seconds']}s while the worker grades another {args.items} ({mixed['graded_during_load']} graded): "
+        f"poll p50 {mixed['poll']['p50_ms']} ms p99 {mixed['poll']['p99_ms']} ms; page p50 {mixed['page']['p50_ms']} "
+        f"ms p99 {mixed['page']['p99_ms']} ms (target < {TARGETS['mixed_p99_ms']}); errors {mixed['errors']}; "
+        f"API CPU {mixed['api_cpu_ms_per_request']} ms per request"
+    )
+    print(f"  machine load average at the end: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     payload = {
         "fake_engine": True,
         "engine": FAKE_MODEL_ID,
@@ -207,6 +312,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "post_seconds": round(post_s, 4),
         "polling": load,
         "paging": paging,
+        "mixed": mixed,
+        "fake_costs_ms": {"call": args.call_ms, "item": args.item_ms},
+        "load_average_1min_at_end": round(os.getloadavg()[0], 2),
         "batch_status": view.status.value,
         "graded_seconds_fake_engine": round(graded_s, 2) if graded_s else None,
         "targets": TARGETS,
