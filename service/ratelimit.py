@@ -45,7 +45,7 @@ async def enforce_rate_limit(request: Request[Any, Any, Any]) -> None:
     key = f"{PREFIX}:ratelimit:{rate_key(request)}:{window}"
     async with redis.pipeline(transaction=False) as pipe:  # one round trip; INCR is atomic on its own
         pipe.incr(key)
-        pipe.expire(key, WINDOW_S * 2, nx=True)  # set once, when the window's key is made
+        pipe.expire(key, WINDOW_S * 2)  # the window's key outlives its minute, then goes
         count, _ = await pipe.execute()
     if int(count) > limit:
         retry_after = max(1, int((window + 1) * WINDOW_S - now) + 1)
