@@ -21,11 +21,13 @@ bench.judge_quality calls the same functions with `--calibration` / `--samples` 
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import statistics
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -44,7 +46,8 @@ from juiz.calibration import (
 from juiz.judge import Judge
 from juiz.labels import class_of_label, with_default_verdict
 from juiz.models import DEFAULT_MODEL, TEST_MODEL
-from schemas import BatchOptions, Judgement, LabelMapping, Triple
+from schemas import BatchOptions, Judgement, JudgementStatus, LabelMapping, Provenance, Triple
+from schemas.judgement import MetricResult, MetricStatus
 
 log = logging.getLogger("bench.calibration_quality")
 
@@ -329,6 +332,63 @@ def print_sections(calibration: dict[str, Any] | None, samples: Sequence[dict], 
         )
 
 
+def results_from_replies(path: Path, cell: str) -> tuple[list[Triple], list[Judgement]]:
+    """A bench.judge_quality results file's per-item grades (`replies`) back as results, with their items: enough
+    for the calibration and hostile-pair figures without grading again."""
+    from bench.judge_quality import labelled_set
+
+    payload = json.loads(path.read_text(encoding="utf-8"))
+    items = {t.id: t for t in labelled_set(payload["split"], None)}
+    provenance = Provenance(model=payload["model"], prompt="", prompt_sha256="", sampling={}, juiz_version="bench")
+    triples, results = [], []
+    for reply in payload["replies"][cell]:
+        metrics = {
+            name: MetricResult(
+                status=MetricStatus(m["status"]), score=m["score"], expected_score=m["expected"], provenance=provenance
+            )
+            for name, m in reply["verdict_inputs"].items()
+        }
+        main_metric = metrics.get("answer_relevance") or next(iter(metrics.values()))
+        triple = items[reply["id"]]
+        triples.append(triple)
+        results.append(
+            Judgement(
+                id=triple.id,
+                status=JudgementStatus(main_metric.status.value if main_metric.status.value != "skipped" else "failed"),
+                score=main_metric.score,
+                expected_score=main_metric.expected_score,
+                question=triple.question,
+                answer=triple.answer,
+                manual_label=triple.manual_label,
+                provenance=provenance,
+                metrics=metrics,
+            )
+        )
+    return triples, results
+
+
+def offline(paths: Sequence[Path], cell: str) -> int:
+    """--from-results TEST.json [DEV.json]: calibration and hostile pairs from judge_quality results files."""
+    test_triples, test = results_from_replies(paths[0], cell)
+    dev = results_from_replies(paths[1], cell)[1] if len(paths) > 1 else None
+    metrics = list(next(iter(test)).metrics or {})
+    calibration = calibration_section(dev, test, metrics)
+    hostile = hostile_section(test_triples, test, metrics)
+    print_sections(calibration, [], hostile)
+    path = save(
+        f"calibration_quality_{cell}_from_results",
+        {
+            "from_results": [str(p) for p in paths],
+            "cell": cell,
+            "items": {"test": len(test), "dev": len(dev) if dev is not None else None},
+            "calibration": calibration,
+            "hostile_pairs": hostile,
+        },
+    )
+    print(f"\nwritten: {path}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     from bench.judge_quality import CELLS, labelled_set
 
@@ -339,8 +399,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--samples", default="1,3,5", help="sample counts to compare ('' to skip)")
     parser.add_argument("--samples-limit", type=int, default=40, help="test items graded for each sample count")
     parser.add_argument("--quick", action="store_true", help="tiny model, a few items: plumbing only")
+    parser.add_argument(
+        "--from-results",
+        nargs="+",
+        type=Path,
+        metavar="JSON",
+        help="no grading: bench.judge_quality results of the report split, then optionally of dev (fit there)",
+    )
     args = parser.parse_args(argv)
     setup_logging()
+    if args.from_results:
+        return offline(args.from_results, args.cell)
     if args.cell not in CELLS:
         parser.error(f"unknown cell {args.cell}; known: {', '.join(CELLS)}")
     cell = CELLS[args.cell]

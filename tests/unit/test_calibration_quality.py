@@ -74,3 +74,8 @@ def test_judge_quality_gains_calibration_samples_and_hostile_pairs(
     assert section["dev_to_test"]["fit_on"] == 60 and section["cross_fitted_test"]["calibrated"]["n"] == 60
     assert [row["n"] for row in result["samples"]["rows"]] == [1, 3]
     assert result["hostile_pairs"]["cot-v2"]["score"]["pairs"] > 0
+    # The same figures again from the results file alone (no grading): `--from-results`.
+    assert cq.main(["--from-results", str(written), "--cell", "cot-v2"]) == 0
+    offline = json.loads((tmp_path / "calibration_quality_cot-v2_from_results.json").read_text())
+    assert offline["calibration"]["cross_fitted_test"] == section["cross_fitted_test"]
+    assert offline["hostile_pairs"]["score"] == result["hostile_pairs"]["cot-v2"]["score"]
