@@ -32,6 +32,7 @@ BENCHMARKS: dict[str, tuple[list[str], list[str]]] = {
     "trulens_peer": (["--n", "64", "--threads", "1,16,64", "--sequential-n", "8"], ["--n", "6", "--threads", "1,4"]),
     "openai_backend": (["--n", "64"], ["--n", "6"]),
     "on_paper": ([], []),  # arithmetic from the token counts measured above; no engine
+    "scale_out": ([], ["--workers", "1,2", "--batches", "2", "--no-recovery"]),  # FAKE engine, 1/2/4/8 processes
 }
 USES_MODEL = {"engine_efficiency", "small_batches", "prefix_caching", "trulens_peer", "openai_backend"}
 
@@ -198,6 +199,27 @@ def summary_rows(results: dict[str, dict[str, Any]]) -> list[list[object]]:
                     f"{'-'.join(map(str, e['cluster_judgements_per_s']))}",
                     "",
                     e["bound"],
+                ]
+            )
+    if r := results.get("scale_out"):
+        for case, per_w in r["cases"].items():
+            rows.append(
+                [
+                    f"scale-out {case} (FAKE)",
+                    "speed-up (ideal) by workers",
+                    ", ".join(f"{w}: {x['speedup']} ({x['ideal_speedup']})" for w, x in per_w.items()),
+                    ">= 0.9 ideal",
+                    verdict(min(x["efficiency"] for x in per_w.values()), r["target_efficiency"]),
+                ]
+            )
+        if rec := r.get("recovery"):
+            rows.append(
+                [
+                    "recovery (FAKE)",
+                    "SIGKILL mid-call → taken over / done, s",
+                    f"{rec['kill_to_takeover_s']} / {rec['kill_to_done_s']}",
+                    "< 60",
+                    verdict(rec["kill_to_takeover_s"], 60.0, above=False, strict=True),
                 ]
             )
     if r := results.get("api_only"):

@@ -26,6 +26,8 @@ from workers.worker import load_prompts, run
 
 FAKE_MODEL_ID = "FAKE-engine (no model; benchmark of the API only)"
 CALLS_KEY = "bench:calls"
+HOLD_MARKER = "[bench-hold]"  # a call with such an item waits until RELEASE_KEY exists, at no cost
+RELEASE_KEY = "bench:release"
 
 
 def fake_reply(conversation: Conversation) -> str:
@@ -45,6 +47,11 @@ class CostlyFakeEngine(FakeEngine):
         self, conversations: Sequence[Conversation], request: GenerationRequest, control: CallControl | None = None
     ) -> list[Completion]:
         started = time.time()
+        if self.events is not None and any(HOLD_MARKER in c[-1]["content"] for c in conversations):
+            self.events.rpush(CALLS_KEY, json.dumps({"pid": os.getpid(), "n": len(conversations), "hold": started}))
+            while not self.events.exists(RELEASE_KEY):
+                time.sleep(0.005)
+            return super().generate(conversations, request)
         if self.events is not None:
             self.events.rpush(CALLS_KEY, json.dumps({"pid": os.getpid(), "n": len(conversations), "start": started}))
         end = time.monotonic() + self.call_s + self.item_s * len(conversations)

@@ -5,9 +5,13 @@ claims, coalescing, storage) whose FAKE engine costs --call-s per call plus --it
 settings otherwise (coalesce_max_items 256, chunk_size 32, gather_s 0.5), the result cache off so every item is
 graded. For W in --workers, fresh workers each time:
 
-  single  one batch of --single-items (256) items
-  backlog --batches (8) batches × --batch-items (128) items, submitted together (the issue's case)
-  deep    a backlog of two full calls per worker: W × 2 × 256 items in batches of 128
+  single  one batch of --single-items (256) items submitted to idle workers
+  backlog --batches (8) batches × --batch-items (128) items queued while every worker is busy (the issue's case)
+  deep    the same with two full calls per worker: W × 2 × 256 items in batches of 128
+
+A backlog is queued while the workers are held in a call (a FAKE call that waits for a key, at no cost), then timed
+from their release: that is a backlog. Submitted to idle workers instead, the first batch is split between them
+before the others arrive (see workers.jobs: gather_quiet_s lets a burst settle first, as far as timing allows).
 
 Throughput = items / (last batch finished − submission); speed-up = throughput / W=1's. What "ideal" means: with a
 fixed cost per call, the fastest any scheduler can go is each worker grading an equal share n/W in the fewest calls
@@ -16,9 +20,10 @@ be 8× faster (8 calls of 32 items, each paying the fixed cost: ideal 2.7×), an
 (8 calls of 128: ideal 6.2×); a deep backlog can (ideal W×). Efficiency = speed-up / ideal speed-up; the target is
 ≥ 0.9.
 
-Recovery: one worker grading a 64-item batch in a call that would take 600 s is SIGKILLed; a second worker, idle, is
-running. Figures: seconds from the kill to the other worker's engine call on those items starting (the chunk taken
-over), and to the batch being done; every item stored exactly once is checked.
+Recovery: two workers share a 64-item batch; one of them, whose engine calls take 600 s, is SIGKILLed mid-call.
+Figures: seconds from the kill to the other worker's engine call on the killed worker's items starting (taken
+over), and to the batch being done; every item stored exactly once is checked. Before timing, every worker makes
+one call (its first job imports what the judge needs: start-up, not throughput).
 
     .venv/bin/python -m bench.scale_out [--workers 1,2,4,8] [--call-s 1] [--item-s 0.01]
 
@@ -39,13 +44,15 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from typing import Any
 
+import psutil
 from redis import Redis
 
 from bench.common import build_triples, save, setup_logging, table
-from bench.fake_worker import CALLS_KEY
+from bench.fake_worker import CALLS_KEY, HOLD_MARKER, RELEASE_KEY
 from juiz.processes import private_redis
 from juiz.settings import ENV_PREFIX, Settings
 from juiz.store import Store
@@ -125,14 +132,75 @@ def registered(redis: Redis, queue: str) -> int:
     return int(redis.scard(f"rq:workers:{queue}"))
 
 
-def run_case(store: Store, batches: list[int], tag: str) -> tuple[float, int, list[int]]:
-    """Submit the batches together; seconds until the last one is finished, items, and the engine calls' sizes."""
+def warm_up(store: Store, fleet: Fleet) -> None:
+    """Until every worker has made an engine call: a worker's first job imports what the judge needs (seconds of
+    CPU, all workers at once on a small machine), which is start-up, not throughput."""
+    redis = store.redis
+    pids = {p.pid for p in fleet.procs}
+    for attempt in range(20):
+        seen = {json.loads(c)["pid"] for c in redis.lrange(CALLS_KEY, 0, -1)}
+        if pids <= seen:
+            return
+        batch, _ = store.create_batch("bench", BatchOptions(), build_triples(32 * len(pids), f"warm-{attempt}"))
+        wait_for(lambda b=batch.id: (r := store.get_batch(b)) is not None and r.terminal, "warm-up")  # type: ignore[misc]
+    raise RuntimeError("some workers never got a job during warm-up")
+
+
+def hold_all(store: Store, fleet: Fleet) -> None:
+    """Keep every worker in an engine call that waits for RELEASE_KEY: the backlog is then queued as a whole, as it
+    is when work piles up, rather than trickling in while idle workers split its first batch."""
+    redis = store.redis
+    redis.delete(RELEASE_KEY)
+    pids = {p.pid for p in fleet.procs}
+
+    def held() -> set[int]:
+        return {c["pid"] for c in map(json.loads, redis.lrange(CALLS_KEY, 0, -1)) if "hold" in c}
+
+    holds: list[str] = []
+    for attempt in range(20):
+        waiting = pids - held()
+        if not waiting:
+            # What no worker took of the hold batches must not mix with the backlog: cancel them (the held calls'
+            # results are refused too).
+            for batch_id in holds:
+                record = store.get_batch(batch_id)
+                if record is not None:
+                    store.cancel_batch(record)
+            return
+        items = build_triples(32 * len(waiting), f"hold-{attempt}")
+        items = [t.model_copy(update={"question": f"{HOLD_MARKER} {t.question}"}) for t in items]
+        before = len(held())  # counted before the hold batch exists
+        holds.append(store.create_batch("bench-hold", BatchOptions(), items)[0].id)
+        wait_for(partial(lambda n: len(held()) > n or pids <= held(), before), "a worker to take the hold")
+    raise RuntimeError("could not hold every worker")
+
+
+def cpu_seconds(fleet: Fleet) -> float:
+    """User + system CPU seconds the worker processes have used so far."""
+    total = 0.0
+    for proc in fleet.procs:
+        try:
+            times = psutil.Process(proc.pid).cpu_times()
+        except psutil.Error:
+            continue
+        total += times.user + times.system
+    return total
+
+
+def run_case(store: Store, batches: list[int], tag: str, hold: Fleet | None = None) -> tuple[float, int, list[int]]:
+    """Submit the batches together (with `hold`: while every worker is busy, then release them); seconds until
+    the last one is finished, items, and the engine calls' sizes."""
     redis = store.redis
     redis.delete(CALLS_KEY)
+    if hold is not None:
+        hold_all(store, hold)
     options = BatchOptions()
     triples = [build_triples(n, f"{tag}-{b}") for b, n in enumerate(batches)]
     started = time.time()
     ids = [store.create_batch("bench", options, items)[0].id for items in triples]
+    if hold is not None:
+        started = time.time()
+        redis.set(RELEASE_KEY, 1)
 
     def finished() -> bool:
         return all((b := store.get_batch(i)) is not None and b.terminal for i in ids)
@@ -152,18 +220,28 @@ def measure_recovery(settings: Settings, workdir: Path, url: str, call_s: float,
     redis = Redis.from_url(url)
     redis.flushdb()
     store = Store(redis, settings)
+
+    def calls() -> list[dict[str, Any]]:
+        return [json.loads(c) for c in redis.lrange(CALLS_KEY, 0, -1)]
+
     with fleet(settings, workdir, call_s, item_s) as f:
-        doomed = f.start(JUIZ_FAKE_CALL_S="600")  # a call far longer than any TTL
-        wait_for(lambda: registered(redis, settings.queue) == 1, "the first worker")
+        survivor = f.start()
+        wait_for(lambda: registered(redis, settings.queue) == 1, "the survivor")
+        warm_up(store, f)
+        doomed = f.start(JUIZ_FAKE_CALL_S="600")  # its calls take far longer than any TTL
+        wait_for(lambda: registered(redis, settings.queue) == 2, "the doomed worker")
+        redis.delete(CALLS_KEY)
         batch, _ = store.create_batch("bench", BatchOptions(), build_triples(64, "recovery"))
-        wait_for(lambda: redis.llen(CALLS_KEY) == 1, "the doomed worker's call")
-        f.start()
-        wait_for(lambda: registered(redis, settings.queue) == 2, "the second worker")
+        wait_for(lambda: any(c["pid"] == doomed.pid for c in calls()), "the doomed worker's call")
         killed_at = time.time()
         doomed.send_signal(signal.SIGKILL)
         doomed.wait()
-        wait_for(lambda: redis.llen(CALLS_KEY) >= 2, "the other worker to take the chunks over")
-        taken_over = json.loads(redis.lindex(CALLS_KEY, 1) or b"{}")
+
+        def taken_over() -> list[dict[str, Any]]:
+            return [c for c in calls() if c["pid"] == survivor.pid and "end" not in c and c["start"] > killed_at]
+
+        wait_for(lambda: bool(taken_over()), "the survivor to take the killed worker's chunks over")
+        takeover = taken_over()[0]
         wait_for(lambda: (b := store.get_batch(batch.id)) is not None and b.terminal, "the batch")
         done = store.get_batch(batch.id)
         assert done is not None
@@ -173,7 +251,8 @@ def measure_recovery(settings: Settings, workdir: Path, url: str, call_s: float,
     return {
         "items": 64,
         "killed_call_s": 600,
-        "kill_to_takeover_s": round(taken_over["start"] - killed_at, 2),
+        "items_taken_over": takeover["n"],
+        "kill_to_takeover_s": round(takeover["start"] - killed_at, 2),
         "kill_to_done_s": round((done.finished_at or 0) - killed_at, 2),
         "stored_exactly_once": True,
         "heartbeat_ttl_s": settings.heartbeat_ttl_s,
@@ -192,6 +271,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-recovery", action="store_true")
     args = parser.parse_args(argv)
     setup_logging()
+    # SIGTERM unwinds like an error, so the worker processes and redis-server are stopped on the way out.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
     counts = [int(w) for w in args.workers.split(",")]
     load_before = os.getloadavg()
 
@@ -214,13 +295,16 @@ def main(argv: list[str] | None = None) -> int:
                 for _ in range(w):
                     f.start()
                 wait_for(lambda: registered(redis, settings.queue) == len(f.procs), f"{w} workers")
+                warm_up(store, f)
                 plans = {
                     "single": [args.single_items],
                     "backlog": [args.batch_items] * args.batches,
                     "deep": [128] * (w * 2 * m // 128),
                 }
                 for case, batches in plans.items():
-                    seconds, n, sizes = run_case(store, batches, f"{case}-w{w}")
+                    cpu_before = cpu_seconds(f)
+                    seconds, n, sizes = run_case(store, batches, f"{case}-w{w}", hold=None if case == "single" else f)
+                    cpu = cpu_seconds(f) - cpu_before
                     ideal = ideal_seconds(n, w, args.call_s, args.item_s, m)
                     cases[case][str(w)] = {
                         "items": n,
@@ -228,6 +312,8 @@ def main(argv: list[str] | None = None) -> int:
                         "items_per_s": round(n / seconds, 2),
                         "ideal_seconds": round(ideal, 3),
                         "engine_calls": sizes,
+                        # the workers' own CPU (the FAKE engine sleeps): what W workers need from the machine's cores
+                        "worker_cpu_ms_per_item": round(1000 * cpu / n, 2),
                     }
                     log.info("%s W=%d: %d items in %.2f s (ideal %.2f), calls %s", case, w, n, seconds, ideal, sizes)
         for per_w in cases.values():

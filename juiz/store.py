@@ -127,7 +127,7 @@ end
 # KEYS: pending zset, RQ queue list, RQ workers-of-this-queue set, this job's owned set.
 # ARGV: own member ('' when only coalescing), job id, budget in items (-1: the fair share), coalesce_max_items,
 #       chunk_size, how many pending chunks to look at, worker key, busy-marker TTL, owned-set TTL, key prefix,
-#       RQ job key prefix.
+#       RQ job key prefix, items the job holds already (for the fair share when gathering more).
 # Returns {0} when the own chunk is not this job's to grade, else {1, share, claimed member, ...}.
 _CLAIM = (
     _TERMINAL_LUA
@@ -156,9 +156,10 @@ if budget < 0 then
       free = free + 1
     end
   end
-  local waiting = own_items + redis.call('ZCARD', KEYS[1]) * tonumber(ARGV[5])
+  local have = own_items + tonumber(ARGV[12])
+  local waiting = have + redis.call('ZCARD', KEYS[1]) * tonumber(ARGV[5])
   share = math.min(tonumber(ARGV[4]), math.ceil(waiting / free))
-  budget = share - own_items
+  budget = share - have
 end
 local claimed = {}
 if budget > 0 then
@@ -434,13 +435,21 @@ class Store:
     # --- chunk ownership --------------------------------------------------------------------------------------
 
     def claim(
-        self, queue: str, job_id: str, worker_key: str, *, own: ChunkRef | None, budget: int | None = None
+        self,
+        queue: str,
+        job_id: str,
+        worker_key: str,
+        *,
+        own: ChunkRef | None,
+        budget: int | None = None,
+        have: int = 0,
     ) -> Claim | None:
         """Claim `own` (the job's own chunk) and other pending chunks of `queue` up to the fair share of items.
 
         `budget=None`: the fair share, min(coalesce_max_items, ceil(waiting items / workers not grading)), so one
         large batch is split between the idle workers and a backlog fills every call. Returns None when `own` is not
-        this job's to grade (done, cancelled, or given to a newer job after this one was taken as dead).
+        this job's to grade (done, cancelled, or given to a newer job after this one was taken as dead). `have`: items
+        the job holds already (a second claim while gathering), counted in the share.
         """
         settings = self.settings
         scan = max(16, 4 * settings.coalesce_max_items // max(1, settings.chunk_size) + 16)
@@ -458,6 +467,7 @@ class Store:
                 settings.job_timeout_s + 3600,
                 PREFIX,
                 Job.redis_job_namespace_prefix,
+                have,
             ],
         )
         if not reply or int(reply[0]) == 0:

@@ -127,3 +127,8 @@ class Judgement(BaseModel):
         default=None, description="Worth a human look: samples disagree, calibrated label unsure, or near a cut point."
     )
     uncertainty: Uncertainty | None = None
+    cached: bool = Field(
+        default=False,
+        description="Reused from the result cache: an identical item graded before for the same tenant (or, with "
+        "JUIZ_SHARED_RESULT_CACHE, any tenant) with the same prompts, options and model.",
+    )

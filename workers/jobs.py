@@ -61,19 +61,21 @@ from schemas import BatchOptions, Judgement, JudgementStatus, Triple
 
 log = logging.getLogger(__name__)
 
-# The fields of a result that depend only on (question, answer, prompt, model, sampling): what the cache keeps.
-CACHED_FIELDS = frozenset(
+# What a cached result leaves out: the item's own fields (taken from the new item) and what the batch's label mapping
+# and calibration make of the grade (recomputed on reuse). Everything else — every metric, samples, provenance — is
+# kept, so a cached result is the same result.
+NOT_CACHED = frozenset(
     {
-        "status",
-        "score",
-        "normalized_score",
-        "expected_score",
-        "criteria",
-        "supporting_evidence",
-        "raw_output",
-        "error",
-        "latency_s",
-        "provenance",
+        "id",
+        "question",
+        "answer",
+        "context",
+        "manual_label",
+        "automated_label",
+        "calibrated",
+        "uncertain",
+        "uncertainty",
+        "cached",
     }
 )
 REDIS_ERRORS = (RedisConnectionError, RedisTimeoutError)
@@ -146,7 +148,7 @@ def grade_chunk(batch_id: str, chunk_no: int) -> dict[str, int]:
         batches: dict[str, BatchRecord | None] = {batch_id: batch}
         work = _load(store, [own, *taken], batches)
         if queue != b.settings.priority_queue and batch.n_chunks == 1:
-            taken += _gather(b, job_id, work, claim.share, batch.created_at, batches)
+            taken += _gather(b, queue, job_id, work, batch.created_at, batches)
         return _grade_and_store(b, work, job)
     except EngineDeadError as exc:
         # Store nothing: every chunk goes back with a fresh job, and this worker stops after the job.
@@ -193,14 +195,14 @@ def _settle(b: Binding, batch: BatchRecord) -> None:
 
 def _gather(
     b: Binding,
+    queue: str,
     job_id: str,
     work: list[_Work],
-    share: int,
     created_at: float,
     batches: dict[str, BatchRecord | None],
 ) -> list[ChunkRef]:
     """For a small batch (one chunk): wait until gather_s after it was created for chunks still on their way, while
-    the call is below its share.
+    the call is not full, taking this worker's fair share of what arrives.
 
     Clients that submit small batches at about the same time would otherwise each get an engine call of their own
     (the first chunk starts before the others are queued); a fraction of a second buys one larger call, which on a
@@ -210,18 +212,17 @@ def _gather(
     settings, store = b.settings, b.store
     taken: list[ChunkRef] = []
     deadline = created_at + settings.gather_s
-    need = share - sum(len(w.items) for w in work)
-    while need > 0 and (remaining := deadline - time.time()) > 0:
+    have = sum(len(w.items) for w in work)
+    while have < settings.coalesce_max_items and (remaining := deadline - time.time()) > 0:
         time.sleep(min(0.05, remaining))
-        claim = store.claim(
-            work[0].batch.queue if work else settings.queue, job_id, b.worker_key, own=None, budget=need
-        )
+        # The share is recomputed with what has arrived since: idle workers take their part of it themselves.
+        claim = store.claim(queue, job_id, b.worker_key, own=None, have=have)
         if claim is None or not claim.chunks:
             continue
         taken += claim.chunks
         more = _load(store, claim.chunks, batches)
         work += more
-        need -= sum(len(w.items) for w in more)
+        have += sum(len(w.items) for w in more)
     return taken
 
 
@@ -276,7 +277,7 @@ def _grade_and_store(b: Binding, work: list[_Work], job: Any) -> dict[str, int]:
             # Only clean grades are reused: a parse error may come from the engine dropping a request (an empty
             # reply with finish_reason=error), which a later call would not repeat.
             if key is not None and judgement.status is JudgementStatus.OK:
-                fresh[key] = judgement.model_dump(mode="json", include=set(CACHED_FIELDS))
+                fresh[key] = _cacheable(judgement)
         _retrying(settings, lambda: store.cache_put(fresh))
 
     stored = 0
@@ -351,6 +352,13 @@ def _cache_key_or_none(triple: Triple, options: BatchOptions, model_id: str, ten
         return cache_key(triple, options, model_id, tenant)
     except Exception:  # a prompt that can't be selected fails in grading, with its reason
         return None
+
+
+def _cacheable(judgement: Judgement) -> dict[str, Any]:
+    """What the cache keeps of a result: the grade (every metric, samples, provenance), not the item's own fields
+    nor what the batch's label mapping and calibration make of it (recomputed on reuse)."""
+    value = judgement.model_dump(mode="json", exclude=set(NOT_CACHED))
+    return {k: v for k, v in value.items() if k in Judgement.model_fields}  # the user's passthrough is the item's
 
 
 def _from_cache(cached: dict[str, Any], triple: Triple, options: BatchOptions) -> Judgement:

@@ -6,6 +6,8 @@ each item was graded to completion — so a test can SIGKILL it mid-chunk and ch
 While it waits it honours `CallControl` (cancelled items are aborted at once) and records the items of the running
 call under `fake-engine:running` so a test can act mid-call on an event, not after a sleep.
 `JUIZ_FAKE_ENGINE_DEAD=1` makes it raise EngineDeadError on every call (an engine whose process died).
+With `JUIZ_FAKE_ENGINE_EVENTS=<dir>` it also creates `<dir>/call-<n>-done` when a call's delay is over, before its
+own Redis bookkeeping (which waits for Redis to come back), so a test can restart Redis right after a call ended.
 """
 
 from __future__ import annotations
@@ -16,8 +18,12 @@ import os
 import re
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
 from redis import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
 
 from juiz.engine import CallControl, Completion, Conversation, FakeEngine, GenerationRequest, aborted
 from juiz.errors import EngineDeadError
@@ -42,12 +48,20 @@ class CountingFakeEngine:
     """FAKE engine: FakeEngine's replies after a delay; completed gradings counted per `[item-N]` marker in Redis."""
 
     def __init__(
-        self, redis: Redis, delay_s: float = 0.0, model_id: str = "fake-engine", *, dead: bool = False
+        self,
+        redis: Redis,
+        delay_s: float = 0.0,
+        model_id: str = "fake-engine",
+        *,
+        dead: bool = False,
+        events: Path | None = None,
     ) -> None:
         self._fake = FakeEngine(fake_reply, model_id=model_id)
         self._redis = redis
         self.delay_s = delay_s
         self.dead = dead
+        self.events = events
+        self.done = 0
 
     @property
     def model_id(self) -> str:
@@ -66,21 +80,34 @@ class CountingFakeEngine:
         markers = [_marker(c) for c in conversations]
         entry = ",".join(m or "-" for m in markers)
         self._redis.rpush(RUNNING_KEY, entry)
-        try:
-            abort = self._wait(len(conversations), control)
-        finally:
-            self._redis.lrem(RUNNING_KEY, 1, entry)
+        abort = self._wait(len(conversations), control)
+        self.done += 1
+        if self.events is not None:
+            (self.events / f"call-{self.done}-done").touch()
         completions = self._fake.generate(conversations, request)
-        with self._redis.pipeline() as pipe:
-            for n, marker in enumerate(markers):
-                if marker is None:
-                    continue
-                if n in abort:
-                    completions[n] = aborted(abort[n])
-                    pipe.hincrby(ABORTED_KEY, marker, 1)
-                else:
-                    pipe.hincrby(GRADED_KEY, marker, 1)
-            pipe.execute()
+
+        def bookkeeping() -> None:
+            with self._redis.pipeline() as pipe:
+                pipe.lrem(RUNNING_KEY, 1, entry)
+                for n, marker in enumerate(markers):
+                    if marker is None:
+                        continue
+                    if n in abort:
+                        pipe.hincrby(ABORTED_KEY, marker, 1)
+                    else:
+                        pipe.hincrby(GRADED_KEY, marker, 1)
+                pipe.execute()
+
+        for attempt in Retrying(
+            retry=retry_if_exception_type((RedisConnectionError, RedisTimeoutError)),
+            wait=wait_fixed(0.1),
+            stop=stop_after_delay(120),
+            reraise=True,
+        ):
+            with attempt:
+                bookkeeping()
+        for n, reason in abort.items():
+            completions[n] = aborted(reason)
         return completions
 
     def _wait(self, n: int, control: CallControl | None) -> dict[int, str]:
@@ -114,7 +141,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     delay = float(os.environ.get("JUIZ_FAKE_ENGINE_DELAY_S", "0"))
     dead = os.environ.get("JUIZ_FAKE_ENGINE_DEAD") == "1"
-    engine = CountingFakeEngine(Redis.from_url(settings.redis_url), delay_s=delay, model_id=settings.model, dead=dead)
+    events = Path(os.environ["JUIZ_FAKE_ENGINE_EVENTS"]) if os.environ.get("JUIZ_FAKE_ENGINE_EVENTS") else None
+    engine = CountingFakeEngine(
+        Redis.from_url(settings.redis_url), delay_s=delay, model_id=settings.model, dead=dead, events=events
+    )
     try:
         run(settings, engine, burst=args.burst)
     except EngineDeadError:
