@@ -176,7 +176,7 @@ class UIController(Controller):
             max_items=store.settings.max_items,
         )
 
-    @post("/batches", status_code=303, request_max_body_size=None)
+    @post("/batches", status_code=303)  # the app-wide max_body_bytes bounds the upload (413 beyond it)
     async def upload(self, request: Request[Any, Any, Any], store: NamedDependency[Store]) -> Response[Any]:
         """A new batch from an uploaded file (JSONL, JSON, CSV or a seeds-format report) and the form's options;
         every item is validated as POST /v1/batches validates it."""

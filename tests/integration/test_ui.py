@@ -226,3 +226,11 @@ def test_a_label_the_mapping_does_not_know_leaves_the_page_up(
     run_worker(settings)
     page = client.get(f"/ui/batches/{batch_id}")
     assert page.status_code == 200 and "No agreement" in page.text and "maybe" in page.text
+
+
+def test_an_upload_over_max_body_bytes_is_refused(make_client: MakeClient, redis_url: str) -> None:
+    client = make_client(make_settings(redis_url, max_body_bytes=4096))
+    csrf = csrf_of(client.get("/ui/batches").text)
+    big = b'{"question": "q", "answer": "' + b"a" * 8000 + b'"}\n'
+    response = client.post("/ui/batches", data={"csrf": csrf}, files={"file": ("t.jsonl", big, "application/x-ndjson")})
+    assert response.status_code == 413
