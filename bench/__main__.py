@@ -33,8 +33,10 @@ BENCHMARKS: dict[str, tuple[list[str], list[str]]] = {
     "openai_backend": (["--n", "64"], ["--n", "6"]),
     "on_paper": ([], []),  # arithmetic from the token counts measured above; no engine
     "scale_out": ([], ["--workers", "1,2", "--batches", "2", "--no-recovery"]),  # FAKE engine, 1/2/4/8 processes
+    # issue 8: agreement with manual labels on the labelled RAG set's test split (and TruLens's golden set)
+    "judge_quality": ([], ["--quick", "--cells", "cot-v2,fast-v2", "--no-golden"]),
 }
-USES_MODEL = {"engine_efficiency", "small_batches", "prefix_caching", "trulens_peer", "openai_backend"}
+USES_MODEL = {"engine_efficiency", "small_batches", "prefix_caching", "trulens_peer", "openai_backend", "judge_quality"}
 
 
 def load(name: str) -> dict[str, Any] | None:
