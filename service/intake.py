@@ -142,8 +142,8 @@ def _read_item(
 ) -> Triple:
     """One item of a JSON body: depth, then the Triple, then its field lengths; InputError names the field as the
     user wrote it (through `field_map`)."""
-    if isinstance(obj, dict):
-        for name, value in obj.items():
+    if isinstance(obj, dict) and _deeper_than(obj, settings.max_json_depth + 1):  # the item itself is one level
+        for name, value in obj.items():  # only then: which field
             _check_depth(value, settings, source=source, line=index, field=str(name))
     triple = validate_triple(obj, source, index, field_map)
     _check_lengths(triple, settings, source=source, line=index)
@@ -166,14 +166,20 @@ def _check_lengths(triple: Triple, settings: Settings, *, source: str, line: int
 def _check_depth(value: object, settings: Settings, *, source: str, line: int | None, field: str | None) -> None:
     """JSON arrays/objects nested deeper than max_json_depth are refused: deep values would blow Python's recursion
     limit wherever they are later copied or serialised (pydantic, the store, the engine's prompt)."""
-    limit = settings.max_json_depth
+    if _deeper_than(value, settings.max_json_depth):
+        raise InputError(_too_deep(settings), source=source, line=line, field=field)
+
+
+def _deeper_than(value: object, limit: int) -> bool:
+    """Whether arrays/objects nest more than `limit` levels in `value` (iterative: no recursion to exhaust)."""
     stack: list[tuple[Any, int]] = [(value, 1)] if isinstance(value, dict | list) else []
     while stack:
         node, depth = stack.pop()
         if depth > limit:
-            raise InputError(_too_deep(settings), source=source, line=line, field=field)
+            return True
         children = node.values() if isinstance(node, dict) else node
         stack.extend((child, depth + 1) for child in children if isinstance(child, dict | list))
+    return False
 
 
 def read_options(raw: Any, *, from_query: bool = False) -> BatchOptions:
