@@ -9,6 +9,7 @@ Keys (all under `juiz:`; a batch's keys share its id):
     batch:{id}:jobs       set     the RQ job ids made for the batch, so a cancel can drop the queued ones
     batch:{id}:chunkjobs  hash    chunk no → the id of the RQ job queued for it (what a coalescing job takes out)
     batch:{id}:owner      hash    chunk no → the id of the RQ job grading it now (its one owner)
+    batch:{id}:abandoned  hash    chunk no → how many workers died grading it (more than MAX_ABANDONED: failed)
     last-batch:{queue}    string  when the newest batch of the queue was created (a worker waits for a burst to end)
     pending:{queue}       zset    "batch:chunk" of chunks nobody is grading yet, oldest first: what workers coalesce
     owned:{job id}        set     "batch:chunk" of the chunks a job took from other jobs (given back if it dies)
@@ -293,6 +294,17 @@ return redis.call('HINCRBY', KEYS[1], 'labels_version', 1)
 """
 
 
+class JuizQueue(Queue):
+    """RQ's Queue with a maintenance lock that lasts a minute, not RQ's 899 s: a worker killed while running
+    maintenance (busy workers run it from their heartbeat thread) must not stop everyone's for 15 minutes, which
+    would hold up the recovery of killed workers' chunks."""
+
+    MAINTENANCE_LOCK_S = 60
+
+    def acquire_maintenance_lock(self) -> bool:
+        return bool(self.connection.set(self.registry_cleaning_key, 1, nx=True, ex=self.MAINTENANCE_LOCK_S))
+
+
 class IdempotencyConflict(Exception):
     """The Idempotency-Key was used before with a different request body."""
 
@@ -405,9 +417,20 @@ class Store:
     # --- queues -----------------------------------------------------------------------------------------------
 
     def rq_queue(self, name: str) -> Queue:
-        return Queue(
+        return JuizQueue(
             name, connection=self.redis, serializer=JSONSerializer, default_timeout=self.settings.job_timeout_s
         )
+
+    def count_abandoned(self, chunks: Sequence[ChunkRef]) -> list[int]:
+        """One more death of a worker while grading each chunk; returns the counts (a chunk that kills every worker
+        that grades it must end, not go round for ever)."""
+        with self.redis.pipeline(transaction=False) as pipe:
+            for chunk in chunks:
+                key = self.batch_key(chunk.batch_id, "abandoned")
+                pipe.hincrby(key, str(chunk.chunk_no), 1)
+                pipe.expire(key, self.settings.retention_s or 30 * 86400)
+            replies = pipe.execute()
+        return [int(n) for n in replies[0::2]]
 
     def _job_data(self, batch_id: str, chunk_no: int, queue: Queue) -> Any:
         intervals = self.settings.retry_intervals

@@ -79,6 +79,7 @@ NOT_CACHED = frozenset(
     }
 )
 REDIS_ERRORS = (RedisConnectionError, RedisTimeoutError)
+MAX_ABANDONED = 3  # a chunk whose worker died this many times is given one more try, then failed
 T = TypeVar("T")
 
 
@@ -384,8 +385,22 @@ def on_chunk_failure(job: Any, connection: Any, exc_type: Any = None, exc_value:
         return
     own = ChunkRef(batch_id, chunk_no)
     if exc_type is not None and issubclass(exc_type, AbandonedJobError):
-        back = store.release(batch.queue, job.id, [own, *store.owned(job.id)])
+        held = [own, *store.owned(job.id)]
+        deaths = store.count_abandoned(held)
+        poison = [c for c, n in zip(held, deaths, strict=True) if n > MAX_ABANDONED]
+        back = store.release(batch.queue, job.id, [c for c in held if c not in poison])
         log.warning("job %s was abandoned by its worker; %d chunk(s) queued again", job.id, len(back))
+        for chunk in poison:  # every worker that graded it died: fail its items rather than kill the next one
+            chunk_batch = store.get_batch(chunk.batch_id)
+            if chunk_batch is None or chunk_batch.terminal:
+                continue
+            reason = f"gave up: {MAX_ABANDONED + 1} workers died while grading this item's chunk"
+            items = store.chunk_items(chunk_batch, chunk.chunk_no)
+            failed = [(i, failed_judgement(t, chunk_batch.options, model_id, reason)) for i, t in items]
+            store.store_results(chunk_batch, failed)
+            store.release(chunk_batch.queue, job.id, [chunk], requeue=False)
+            store.drop_pending(chunk_batch.queue, [chunk])
+            log.error("chunk %s: %s; %d item(s) marked failed", chunk.member, reason, len(items))
         return
     if job.should_retry:
         return

@@ -16,14 +16,21 @@ import pytest
 from litestar import Litestar
 from litestar.testing import TestClient
 from redis import Redis
+from rq.exceptions import AbandonedJobError
+from rq.job import Job
+from rq.serializers import JSONSerializer
 from rq.worker_registration import get_keys
 
 from juiz.engine import CallControl, Completion, Conversation, GenerationRequest
 from juiz.errors import EngineError, TransientEngineError
 from juiz.settings import ENV_PREFIX, Settings
-from juiz.store import text
+from juiz.store import ChunkRef, Store, text
+from schemas import BatchOptions, Triple
 from tests.integration.fake_worker import ABORTED_KEY, GRADED_KEY, RUNNING_KEY, STARTED_KEY, CountingFakeEngine
 from tests.integration.helpers import make_settings, queued_jobs, triples
+from workers import jobs
+from workers.jobs import MAX_ABANDONED, on_chunk_failure
+from workers.worker import build_worker
 
 REPO = Path(__file__).resolve().parents[2]
 MakeClient = Callable[[Settings], TestClient[Litestar]]
@@ -239,3 +246,25 @@ def test_a_permanent_fault_fails_the_items_without_retrying(
     assert {r["status"] for r in results} == {"failed"}
     assert all("input too long" in r["error"] for r in results)
     assert client.get(batch["links"]["self"]).json()["status"] == "failed"
+
+
+def test_a_chunk_whose_workers_keep_dying_is_failed_after_a_few_tries(
+    redis: Redis, settings: Settings, engine: CountingFakeEngine
+) -> None:
+    store = Store(redis, settings)
+    batch, _ = store.create_batch("t", BatchOptions(), [Triple.model_validate(t) for t in triples(2)])
+    build_worker(settings, redis, engine)  # binds the job module, as in a worker process
+    try:
+        for death in range(MAX_ABANDONED + 1):
+            # A worker dequeues the chunk's job, claims the chunk, and dies; maintenance reports the job abandoned.
+            job_id = text(redis.lpop(f"rq:queue:{settings.queue}") or b"")
+            job = Job.fetch(job_id, connection=redis, serializer=JSONSerializer)
+            assert store.claim(settings.queue, job_id, "rq:worker:doomed", own=ChunkRef(batch.id, 0)) is not None
+            on_chunk_failure(job, redis, AbandonedJobError, AbandonedJobError(), None)
+            given_back = death < MAX_ABANDONED
+            assert queued_jobs(redis, settings) == (1 if given_back else 0)
+    finally:
+        jobs.unbind()
+    done = store.get_batch(batch.id)
+    assert done is not None and done.status.value == "failed" and done.counts.failed == 2
+    assert all("workers died" in (r.error or "") for r in store.results_in_input_order(batch.id))
