@@ -9,9 +9,10 @@ A job carries only ids (`batch_id`, `chunk_no`, JSON-serialised); everything els
 One owner per chunk: the job that claimed it. A coalescing job takes the other chunks' RQ jobs out of the queue in
 the same atomic step, so no job ever finds its chunk held by another worker and nothing sleeps or re-queues itself.
 The share is min(coalesce_max_items, ceil(waiting items / workers not grading)): one 256-item batch is split
-between 4 idle workers, a backlog fills every call, and other chunks are taken round-robin by tenant. When the call
-is below its share and its batch is small (one chunk), the job waits until `gather_s` after that batch was created
-for chunks still on their way, so small batches from many clients share a call. Before claiming, a fresh batch's
+between 4 idle workers, a backlog fills every call, and other chunks are taken round-robin by tenant. When its batch
+is small (one chunk) and the call is not full, the job waits until `gather_s` after that batch was created for
+chunks still on their way, taking its fair share of them (idle workers take theirs), so small batches from many
+clients share a call. Before claiming, a fresh batch's
 job waits for a burst of submissions to end (`gather_quiet_s` without a new batch), so batches submitted together
 are shared as one backlog rather than split by whichever arrived first; a lone large batch never waits longer than
 that. /v1/grade never waits.
@@ -19,7 +20,8 @@ that. /v1/grade never waits.
 Faults:
 - A worker killed mid-call: its heartbeat stops, RQ's maintenance finds the job abandoned within about
   heartbeat_ttl_s + maintenance_interval_s, and `on_chunk_failure` gives every chunk it held back (fresh RQ jobs).
-  The store's stored-marker keeps an item graded twice (a worker that was only slow) from being stored twice.
+  The store's stored-marker keeps an item graded twice (a worker that was only slow) from being stored twice. A chunk
+  whose workers died more than MAX_ABANDONED times is failed instead (an item that crashes every worker).
 - `TransientEngineError`: the chunks taken from other jobs go back to the queue, the job's own chunk stays for RQ's
   retry (`Retry` with backoff, set at enqueue time).
 - `EngineDeadError`: store nothing, give every chunk back, and stop the worker (non-zero exit; see workers.worker).
@@ -29,6 +31,10 @@ Faults:
   never re-rolls a grade. When RQ gives up on a job, `on_chunk_failure` stores its remaining items as `failed`.
 - A batch cancelled during the call: `CallControl.cancelled` reports its items (one Redis round trip per poll) and
   the engine aborts their requests; the call's deadline is the job's timeout, so RQ's own timeout is a backstop.
+
+Result cache: keyed per tenant (shared across tenants only with `shared_result_cache`), on the question, answer,
+context, every requested metric's prompt and sampling, and the model; a reused result keeps every metric and is
+marked `cached: true`; the batch's label mapping and calibration are applied afresh.
 
 The job reaches the worker process's one `Judge` through `bind()`, called by the worker at start-up.
 """
