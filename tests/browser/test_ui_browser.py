@@ -133,6 +133,9 @@ def test_sign_in_upload_watch_label_and_xss(
     wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "svg.chart")))
     assert "24" in driver.find_element(By.CSS_SELECTOR, ".summary [data-field=done]").text
     before = agreement_cell(driver)
+    # Nothing the page loaded came from anywhere but juiz itself.
+    loaded = driver.execute_script("return performance.getEntriesByType('resource').map(e => e.name)")
+    assert loaded and all(url.startswith(stack.url) for url in loaded), loaded
     # The bootstrap intervals arrive from the background and are swapped into the section.
     wait.until(lambda d: not d.find_elements(By.CSS_SELECTOR, "[data-agreement-url]"))
     assert "percentile bootstrap" in driver.find_element(By.ID, "agreement-body").text
