@@ -23,7 +23,7 @@ from service.controllers import BatchController, GradeController, HealthControll
 from service.controllers.items import ItemController
 from service.errors import EXCEPTION_HANDLERS
 from service.metrics import HTTP_METRICS, registry_for
-from service.openapi import assets_router, forbid_extra_fields, openapi_config
+from service.openapi import assets_router, document_limits, forbid_extra_fields, openapi_config
 from service.ratelimit import enforce_rate_limit
 from service.ui import ui_router
 
@@ -71,7 +71,7 @@ def create_app(settings: Settings | None = None, redis: Redis | None = None) -> 
         exception_handlers=EXCEPTION_HANDLERS,
         before_request=enforce_rate_limit,
         middleware=[HTTP_METRICS.middleware],
-        on_startup=[forbid_extra_fields],
+        on_startup=[forbid_extra_fields, document_limits],
         lifespan=[redis_connection],
         state=State({"settings": settings, "tenants_by_key": settings.tenants_by_key}),
         request_max_body_size=settings.max_body_bytes,

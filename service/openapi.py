@@ -15,7 +15,7 @@ import swagger_ui_bundle
 from litestar import Litestar
 from litestar.openapi import OpenAPIConfig, ResponseSpec
 from litestar.openapi.plugins import SwaggerRenderPlugin
-from litestar.openapi.spec import Components, Schema, SecurityScheme
+from litestar.openapi.spec import Components, OpenAPIType, Schema, SecurityScheme
 from litestar.router import Router
 from litestar.static_files import create_static_files_router
 from pydantic import BaseModel
@@ -64,6 +64,29 @@ def forbid_extra_fields(app: Litestar) -> None:
         )
         if forbids and isinstance(schema, Schema):
             schema.additional_properties = False
+
+
+def document_limits(app: Litestar) -> None:
+    """On start-up: this deployment's character limits (JUIZ_MAX_*_CHARS) as maxLength of the Triple's text fields,
+    so the document says what intake will refuse."""
+    settings = app.state.settings
+    triple = (app.openapi_schema.components.schemas or {}).get("Triple")
+    if not isinstance(triple, Schema) or not triple.properties:
+        return
+    for field, limit in (
+        ("question", settings.max_question_chars),
+        ("answer", settings.max_answer_chars),
+        ("context", settings.max_context_chars),
+    ):
+        schema = triple.properties.get(field)
+        # context is text or segments (one_of): the limit is on the text, and on all segments' text together.
+        targets = (schema.one_of or [schema]) if isinstance(schema, Schema) else []
+        for target in targets:
+            if isinstance(target, Schema) and target.type == OpenAPIType.STRING:
+                target.max_length = limit
+        if isinstance(schema, Schema):
+            note = f"At most {limit} characters (JUIZ_MAX_{field.upper()}_CHARS)."
+            schema.description = f"{schema.description} {note}" if schema.description else note
 
 
 def assets_directory() -> Path:

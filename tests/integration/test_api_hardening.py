@@ -200,6 +200,8 @@ def test_openapi_documents_statuses_security_and_bodies(client: TestClient[Lites
     assert "security" not in paths["/health"]["get"]
     triple = schema["components"]["schemas"]["Triple"]
     assert triple["properties"]["question"]["type"] == "string" and "question" in triple["required"]
+    assert triple["properties"]["answer"]["maxLength"] == make_settings("redis://unused").max_answer_chars
+    assert schema["components"]["schemas"]["BatchSubmission"]["additionalProperties"] is False
 
 
 def test_workers_run_only_juiz_job_functions(redis: Redis, settings: Settings, run_worker: Any, tmp_path: Any) -> None:
