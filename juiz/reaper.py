@@ -141,15 +141,18 @@ def watch(owner: int, excluded: set[int], fd: int = 0) -> None:
     """Reaper side: record the engine's processes, then wait for the owner to exit and kill them."""
     excluded = excluded | {os.getpid()}
     try:
-        owner_exit = os.pidfd_open(owner)  # readable once the owner has exited, however it dies (Linux ≥ 5.3)
+        owner_exit: int | None = os.pidfd_open(owner)  # readable once the owner has exited, however it dies
     except ProcessLookupError:
         return  # the owner died before its engine started: nothing recorded, nothing to kill
+    except (AttributeError, OSError):  # a kernel older than 5.3: notice the re-parenting instead, every POLL_S
+        owner_exit = None
     print("watching", flush=True)
     recorded: set[Tag] = set()
     final = reap_now = False
     buffer = b""
     while True:
-        ready, _, _ = select.select([fd, owner_exit], [], [], None if final else POLL_S)
+        watched = [fd] if owner_exit is None else [fd, owner_exit]
+        ready, _, _ = select.select(watched, [], [], None if final and owner_exit is not None else POLL_S)
         if not final:
             for process in descendants(owner):
                 if process.pid not in excluded:
@@ -170,7 +173,8 @@ def watch(owner: int, excluded: set[int], fd: int = 0) -> None:
                 if word == "engine":
                     recorded |= _parse_tags(rest.split())
                     final = True
-        if owner_exit in ready or reap_now:
+        owner_gone = owner_exit in ready if owner_exit is not None else os.getppid() != owner
+        if owner_gone or reap_now:
             break
     killed = kill(recorded)
     if killed:
