@@ -412,6 +412,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         os.environ.setdefault("JUIZ_BENCH_RESULTS", str(WORK / "quick-results"))
     triples = labelled_set(args.split, limit)
+    # vLLM kills its engine when one model step takes over 300 s; on a shared, loaded 2-core CPU a batched prefill of
+    # long groundedness prompts did (RPC call to execute_model timed out). A benchmark would rather wait.
+    os.environ.setdefault("VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS", "3600")
     started = time.perf_counter()
     engine = load_engine(model)
     judge = Judge(engine)
