@@ -113,3 +113,19 @@ def test_default_report_is_unchanged_without_context_metrics() -> None:
     graded = Judge(FakeEngine(reply)).grade([Triple(question="Q?", answer="Paris.", context=CONTEXT)])
     text = render_report(graded)
     assert "Groundedness" not in text and "Context Relevance" not in text
+
+
+def test_the_seeds_are_graded_with_all_three_metrics() -> None:
+    """The seeds' reports carry their retrieved segments, so every metric applies (FAKE engine: plumbing only)."""
+    seeds = sorted((Path(__file__).resolve().parents[2] / "examples" / "seeds").glob("00*.txt"))
+    triples = [t for path in seeds for t in read_triples(path)]
+    graded = Judge(FakeEngine(reply)).grade(triples, BatchOptions(metrics=ALL))
+    assert len(graded) == 3
+    for result in graded:
+        assert result.metrics is not None and list(result.metrics) == ALL
+        assert all(m.status.value == "ok" for m in result.metrics.values())
+        cr = result.metrics["context_relevance"]
+        assert isinstance(result.context, list) and cr.segments is not None
+        assert len(cr.segments) == len(result.context) > 1
+        assert result.metrics["groundedness"].provenance is not None
+        assert result.metrics["groundedness"].provenance.prompt == "groundedness@juiz-1.pt"
