@@ -63,6 +63,7 @@ from juiz.labels import label_for
 from juiz.settings import Settings
 from juiz.store import BatchRecord, ChunkRef, Store
 from juiz.uncertainty import annotate
+from prompts.neutralise import VERSION as NEUTRALISER
 from schemas import BatchOptions, Judgement, JudgementStatus, Triple
 
 log = logging.getLogger(__name__)
@@ -350,7 +351,7 @@ def cache_key(triple: Triple, options: BatchOptions, model_id: str, tenant: str 
         if isinstance(triple.context, list)
         else triple.context
     )
-    payload = [triple.question, triple.answer, context, judges, model_id, options.mode, tenant]
+    payload = [triple.question, triple.answer, context, judges, model_id, options.mode, tenant, NEUTRALISER]
     return hashlib.sha256(json.dumps(payload, ensure_ascii=False, sort_keys=True).encode()).hexdigest()
 
 
