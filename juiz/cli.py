@@ -105,6 +105,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     agreement.add_argument("--folds", type=int, default=5, help="cross-fitting folds for the calibrated figures")
     agreement.add_argument(
+        "--calibration",
+        type=Path,
+        default=None,
+        metavar="FILE",
+        help="also score a saved calibration (from `juiz calibrate` on other labelled items) on these labels: "
+        "a held-out check",
+    )
+    agreement.add_argument(
         "--uncertain-first",
         type=int,
         nargs="?",
@@ -449,11 +457,42 @@ def _agreement(args: argparse.Namespace) -> int:
         from juiz.calibration import format_calibrated_agreement
 
         print("\n" + format_calibrated_agreement(calibrated))
+    if args.calibration is not None:
+        print("\n" + _held_out_calibration(judgements, mapping, args.calibration, args.resamples))
     if args.uncertain_first is not None:
         from juiz.uncertainty import format_uncertain
 
         print("\n" + format_uncertain(judgements, mapping, args.uncertain_first))
     return 0
+
+
+def _held_out_calibration(judgements, mapping, path: Path, resamples: int) -> str:  # type: ignore[no-untyped-def]
+    """A saved calibration applied to these labelled results: its agreement beside the raw one, same items."""
+    from juiz.agreement import compute_agreement, verdict_signal
+    from juiz.calibration import apply_calibration, calibrated_signal
+
+    spec = _calibration(path)
+    applied = [j.model_copy(deep=True) for j in judgements]
+    for j in applied:
+        apply_calibration(j, spec)
+    kept = [j for j in applied if j.calibrated is not None and j.calibrated.label is not None]
+    raw_signal = verdict_signal(mapping) if mapping.verdict is not None else None
+    raw = compute_agreement(kept, mapping, resamples=resamples, signal=raw_signal)
+    calibrated = compute_agreement(kept, mapping, resamples=resamples, signal=calibrated_signal(mapping))
+    lines = [
+        f"calibration {spec.id} from {path} on {calibrated.n} of {len(judgements)} items (held out if fit elsewhere)"
+    ]
+    for name, title in (
+        ("accuracy", "accuracy"),
+        ("cohen_kappa_quadratic", "Cohen's kappa (quadratic)"),
+        ("spearman_rho", "Spearman rho"),
+    ):
+        cells = []
+        for report in (raw, calibrated):
+            stat = getattr(report, name)
+            cells.append("n/a" if stat.value is None else f"{stat.value:.3f}")
+        lines.append(f"  {title}: raw {cells[0]}, calibrated {cells[1]}")
+    return "\n".join(lines)
 
 
 def _calibrate(args: argparse.Namespace) -> int:

@@ -121,3 +121,16 @@ def test_score_refuses_an_altered_calibration_before_loading_a_model(
     code = main(["score", str(items), "-o", str(tmp_path / "r.jsonl"), "--calibration", str(calibration)])
     assert code == 2
     assert "altered" in capsys.readouterr().err
+
+
+def test_agreement_scores_a_saved_calibration_on_other_labels(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    labelled = _labelled(tmp_path)
+    calibration = tmp_path / "calibration.json"
+    assert main(["calibrate", str(labelled), "-o", str(calibration), "--resamples", "0"]) == 0
+    capsys.readouterr()
+    argv = ["agreement", str(labelled), "--no-calibration", "--resamples", "0", "--calibration", str(calibration)]
+    assert main(argv) == 0
+    printed = capsys.readouterr().out
+    assert "on 24 of 24 items" in printed and "accuracy: raw 0.333, calibrated" in printed
