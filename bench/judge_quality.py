@@ -85,20 +85,14 @@ DEFAULT_CELLS = ("cot-v2", "cot-v1", "fast-v2", "fast-v1")
 
 
 def labelled_set(split: str, limit: int | None) -> list[Triple]:
-    """The split's items; with --limit, every answer of a spread subset of questions (every k-th question, both
-    languages) up to about N items: each question's answers cover most categories, and they share the question's
-    context, as a real batch does (a spread of single items would make every context distinct and cost more)."""
+    """The split's items; with --limit, a spread subset (every k-th item) so every category stays represented.
+    (Such a subset shares few contexts, so it costs more per item than a real batch, where a question's answers
+    share the question's segments and context relevance is graded once per distinct question and segment.)"""
     triples = read_triples(DATA / f"rag_{split}.jsonl")
-    if not limit or limit >= len(triples):
-        return triples
-    by_question: dict[str, list[Triple]] = defaultdict(list)
-    for t in triples:
-        by_question[t.question].append(t)
-    groups = list(by_question.values())
-    per_question = len(triples) / len(groups)
-    wanted = max(1, round(limit / per_question))
-    step = len(groups) / wanted
-    return [t for i in range(wanted) for t in groups[int(i * step)]]
+    if limit and limit < len(triples):
+        step = len(triples) / limit
+        triples = [triples[int(i * step)] for i in range(limit)]
+    return triples
 
 
 def relevant_segments() -> dict[str, set[str]]:

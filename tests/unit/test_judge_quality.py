@@ -21,11 +21,11 @@ def test_judge_quality_runs_on_the_fake_engine(tmp_path: Path, monkeypatch: pyte
     monkeypatch.setattr(jq, "load_engine", lambda model: FakeEngine(reply, model_id="FAKE"))
     monkeypatch.setattr(jq, "close_engine", lambda engine: None)
     assert jq.main(["--split", "dev", "--limit", "30", "--cells", "cot-v2,fast-v2"]) == 0
-    (written,) = tmp_path.glob("judge_quality_dev_limit*_*.json")
+    (written,) = tmp_path.glob("judge_quality_dev_limit30_*.json")
     result = json.loads(written.read_text())
     rows = {(r["cell"], r["metric"], r["signal"]): r for r in result["rows"]}
     verdict = rows[("cot-v2", "verdict", "score")]
-    assert verdict["n"] >= 25 and verdict["parse_errors"] == 0
+    assert verdict["n"] == 30 and verdict["parse_errors"] == 0
     # a judge that says 3 to everything: every correct answer C, no refusal or injected answer I
     assert verdict["correct_as_C"] == 1.0 and verdict["refusal_injected_as_I"] == 0.0
     assert rows[("fast-v2", "context_relevance", "score")]["per_segment"]["segments"] > 0
