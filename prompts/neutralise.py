@@ -43,9 +43,17 @@ _TAG_LIKE = re.compile(r"<(?=[A-Za-z_|!/]|\s+[|/])([^<>\n]{0,200})(>?)")
 _CONTROL_WORD = re.compile(r"\[(\s*/?\s*[A-Z][A-Z_]{1,40}\s*)\]")
 
 
+# Characters that can't be invisible: printable ASCII, newline and tab, Latin-1 but the soft hyphen, Latin Extended and
+# IPA up to U+02FF. Text made only of these (nearly all English and Portuguese) skips the per-character check, which
+# was a third of a worker's CPU per item.
+_SURELY_VISIBLE = re.compile(r"[\t\n\r\x20-\x7e\xa0-\xac\xae-\u02ff]*")
+
+
 def fold(text: str) -> str:
     """NFKC (fullwidth `＜` → `<`, `｜` → `|`, ...) and no invisible characters (see _INVISIBLE_CATEGORIES)."""
     folded = unicodedata.normalize("NFKC", text)
+    if _SURELY_VISIBLE.fullmatch(folded):
+        return folded
     return "".join(
         ch
         for ch in folded
