@@ -29,4 +29,7 @@ def test_judge_quality_runs_on_the_fake_engine(tmp_path: Path, monkeypatch: pyte
     # a judge that says 3 to everything: every correct answer C, no refusal or injected answer I
     assert verdict["correct_as_C"] == 1.0 and verdict["refusal_injected_as_I"] == 0.0
     assert rows[("fast-v2", "context_relevance", "score")]["per_segment"]["segments"] > 0
-    assert result["golden"] and result["golden"][0]["n"] == 17
+    if jq.GOLDEN.exists():  # TruLens's golden set lives in ../shared, beside the clone, not in the repo
+        assert result["golden"] and result["golden"][0]["n"] == 17
+    else:
+        assert result["golden"] == []
