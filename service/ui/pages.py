@@ -448,8 +448,7 @@ class UIController(Controller):
     def export_jsonl(
         self, request: Request[Any, Any, Any], store: NamedDependency[Store], batch_id: FromPath[str]
     ) -> Stream:
-        current = session.require(store, request)
-        owned_batch(store, current.tenant, batch_id)
+        _signed_in_batch(store, request, batch_id)
         return Stream(
             _jsonl(store, batch_id),
             media_type="application/x-ndjson",
@@ -460,8 +459,7 @@ class UIController(Controller):
     def export_csv(
         self, request: Request[Any, Any, Any], store: NamedDependency[Store], batch_id: FromPath[str]
     ) -> Stream:
-        current = session.require(store, request)
-        owned_batch(store, current.tenant, batch_id)
+        _signed_in_batch(store, request, batch_id)
         return Stream(
             _csv(store, batch_id),
             media_type="text/csv; charset=utf-8",
@@ -472,8 +470,7 @@ class UIController(Controller):
     def export_report(
         self, request: Request[Any, Any, Any], store: NamedDependency[Store], batch_id: FromPath[str]
     ) -> Response[str]:
-        current = session.require(store, request)
-        owned_batch(store, current.tenant, batch_id)
+        _signed_in_batch(store, request, batch_id)
         return Response(
             render_report(store.results_in_input_order(batch_id)),
             media_type="text/markdown; charset=utf-8",
@@ -543,3 +540,8 @@ def _csv(store: Store, batch_id: str) -> Iterator[str]:
         if len(entries) < EXPORT_PAGE:
             return
         offset += len(entries)
+
+
+def _signed_in_batch(store: Store, request: Request[Any, Any, Any], batch_id: str) -> BatchRecord:
+    """The signed-in tenant's batch, or the sign-in redirect / 404 the page answers otherwise."""
+    return owned_batch(store, session.require(store, request).tenant, batch_id)
