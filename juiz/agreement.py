@@ -338,6 +338,20 @@ def format_agreement(report: AgreementReport) -> str:
     return "\n".join(lines)
 
 
+def _by_metric_plan(judgements: Sequence[Judgement], mapping: LabelMapping) -> tuple[list[str], LabelMapping, bool]:
+    """The metrics found in the results, the rule the verdict uses, and whether every metric it names was graded."""
+    graded = [m for m in METRICS if any(metric_of(j, m) is not None for j in judgements)]
+    rule = with_default_verdict(mapping)
+    needed = {m for level in rule.verdict or [] for m in level.when}
+    return graded, rule, rule.verdict is not None and needed <= set(graded)
+
+
+def metric_columns(judgements: Sequence[Judgement], mapping: LabelMapping) -> int:
+    """How many agreement reports (bootstraps) compute_agreement_by_metric will compute for these results."""
+    graded, _, with_verdict = _by_metric_plan(judgements, mapping)
+    return 2 * (len(graded) + with_verdict)
+
+
 def compute_agreement_by_metric(
     judgements: Sequence[Judgement], mapping: LabelMapping, *, resamples: int = 1000, seed: int = 0
 ) -> AgreementByMetric:
@@ -345,18 +359,16 @@ def compute_agreement_by_metric(
     verdict (the mapping's rule, or DEFAULT_VERDICT when it has none) against the same manual labels.
 
     Columns appear for the metrics found in the results; the verdict needs every metric its rule names. This is the
-    function `juiz agreement --by-metric` and the API's agreement endpoint call.
+    function `juiz agreement --by-metric` and the API's /agreement/metrics call.
     """
-    graded = [m for m in METRICS if any(metric_of(j, m) is not None for j in judgements)]
+    graded, rule, with_verdict = _by_metric_plan(judgements, mapping)
     columns: dict[str, AgreementReport] = {}
     for metric in graded:
         for signal, suffix in (("score", ""), ("expected_score", " (expected)")):
             columns[metric + suffix] = compute_agreement(
                 judgements, mapping, resamples=resamples, seed=seed, signal=metric_signal(metric, mapping, signal)
             )
-    rule = with_default_verdict(mapping)
-    needed = {m for level in rule.verdict or [] for m in level.when}
-    if rule.verdict is not None and needed <= set(graded):
+    if with_verdict:
         for signal, suffix in (("score", ""), ("expected_score", " (expected)")):
             columns["verdict" + suffix] = compute_agreement(
                 judgements,
@@ -365,7 +377,7 @@ def compute_agreement_by_metric(
                 seed=seed,
                 signal=verdict_signal(rule.model_copy(update={"signal": signal})),
             )
-    return AgreementByMetric(columns=columns, verdict=rule.verdict if "verdict" in columns else None)
+    return AgreementByMetric(columns=columns, verdict=rule.verdict if with_verdict else None)
 
 
 def format_agreement_by_metric(report: AgreementByMetric) -> str:

@@ -38,7 +38,17 @@ from tenacity import AsyncRetrying, Retrying, retry_if_exception, stop_after_att
 
 from juiz.errors import JuizError
 from juiz.retry import WaitRetryAfter, retry_after_s
-from schemas import AgreementReport, BatchOptions, BatchStatus, BatchView, Judgement, ReadyView, Triple
+from schemas import (
+    AgreementByMetric,
+    AgreementReport,
+    BatchOptions,
+    BatchStatus,
+    BatchView,
+    CalibrationSpec,
+    Judgement,
+    ReadyView,
+    Triple,
+)
 
 NDJSON = "application/x-ndjson"
 TERMINAL = (BatchStatus.DONE, BatchStatus.FAILED, BatchStatus.CANCELLED)
@@ -134,6 +144,22 @@ class _Requests:
             f"/v1/batches/{batch_id}/agreement",
             lambda r: AgreementReport.model_validate(r.json()),
             params={"resamples": resamples},
+        )
+
+    def agreement_by_metric(self, batch_id: str, resamples: int) -> Call[AgreementByMetric]:
+        return Call(
+            "GET",
+            f"/v1/batches/{batch_id}/agreement/metrics",
+            lambda r: AgreementByMetric.model_validate(r.json()),
+            params={"resamples": resamples},
+        )
+
+    def calibration(self, batch_id: str, folds: int) -> Call[CalibrationSpec]:
+        return Call(
+            "GET",
+            f"/v1/batches/{batch_id}/calibration",
+            lambda r: CalibrationSpec.model_validate(r.json()),
+            params={"folds": folds},
         )
 
     def report(self, batch_id: str) -> Call[str]:
@@ -319,6 +345,14 @@ class JuizClient:
     def agreement(self, batch_id: str, *, resamples: int = 1000) -> AgreementReport:
         return self._run(self._requests.agreement(batch_id, resamples))
 
+    def agreement_by_metric(self, batch_id: str, *, resamples: int = 1000) -> AgreementByMetric:
+        """Each metric and the verdict against the manual labels, side by side."""
+        return self._run(self._requests.agreement_by_metric(batch_id, resamples))
+
+    def calibration(self, batch_id: str, *, folds: int = 5) -> CalibrationSpec:
+        """A calibration fitted on the batch's labels, to pass as options.calibration (ApiError 409 if it can't)."""
+        return self._run(self._requests.calibration(batch_id, folds))
+
     def report(self, batch_id: str) -> str:
         return self._run(self._requests.report(batch_id))
 
@@ -421,6 +455,12 @@ class AsyncJuizClient:
 
     async def agreement(self, batch_id: str, *, resamples: int = 1000) -> AgreementReport:
         return await self._run(self._requests.agreement(batch_id, resamples))
+
+    async def agreement_by_metric(self, batch_id: str, *, resamples: int = 1000) -> AgreementByMetric:
+        return await self._run(self._requests.agreement_by_metric(batch_id, resamples))
+
+    async def calibration(self, batch_id: str, *, folds: int = 5) -> CalibrationSpec:
+        return await self._run(self._requests.calibration(batch_id, folds))
 
     async def report(self, batch_id: str) -> str:
         return await self._run(self._requests.report(batch_id))

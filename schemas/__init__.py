@@ -4,14 +4,16 @@ Everything that crosses a process boundary (a JSON body, an RQ job argument, a J
 pydantic models. This package imports nothing from `juiz`, `service` or `workers`.
 """
 
-from schemas.agreement import AgreementReport, Interval, Statistic
+from schemas.agreement import AgreementByMetric, AgreementReport, Interval, Statistic
 from schemas.api import BatchLinks, BatchView, ErrorBody, GradeRequest, HealthView, ReadyView, ResultsPage, WorkerView
 from schemas.batch import BatchCounts, BatchOptions, BatchStatus, BatchSubmission
+from schemas.calibration import CalibrationSpec
 from schemas.judgement import Judgement, JudgementStatus, Provenance
 from schemas.labels import LabelClass, LabelMapping
 from schemas.triple import Segment, Triple
 
 __all__ = [
+    "AgreementByMetric",
     "AgreementReport",
     "BatchCounts",
     "BatchLinks",
@@ -19,6 +21,7 @@ __all__ = [
     "BatchStatus",
     "BatchSubmission",
     "BatchView",
+    "CalibrationSpec",
     "ErrorBody",
     "GradeRequest",
     "HealthView",

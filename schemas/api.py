@@ -15,6 +15,8 @@ class BatchLinks(BaseModel):
     self: str
     results: str
     agreement: str
+    agreement_by_metric: str
+    calibration: str
     report: str
 
 

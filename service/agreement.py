@@ -1,4 +1,4 @@
-"""GET /v1/batches/{id}/agreement at a bounded cost.
+"""GET /v1/batches/{id}/agreement (and /agreement/metrics, /calibration) at a bounded cost.
 
 The bootstrap is resamples × items work and memory (issue 10: 10,000 items × 10,000 resamples took 91 s and four
 concurrent calls 3.4 GiB). So: resamples are lowered until resamples × items fits `agreement_max_work`; one report
@@ -9,20 +9,26 @@ is computed once and kept in Redis beside the batch (same retention), so repeate
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
+from typing import Generic, TypeVar
 
 import anyio
+from pydantic import BaseModel
 from redis.asyncio import Redis as AsyncRedis
 
-from juiz.agreement import compute_agreement
-from juiz.calibration import compute_calibrated_agreement
+from juiz.agreement import compute_agreement, compute_agreement_by_metric, metric_columns
+from juiz.calibration import compute_calibrated_agreement, fit_from_results
 from juiz.store import BatchRecord, Store
-from schemas import AgreementReport
+from schemas import AgreementByMetric, AgreementReport, CalibrationSpec
+
+Report = TypeVar("Report", bound=BaseModel)
 
 # One bootstrap at a time per process: each one holds resamples × items integers while it runs.
 _LIMITER = anyio.CapacityLimiter(1)
 # Concurrent first requests for the same finished batch share one computation.
-_IN_FLIGHT: dict[str, asyncio.Future[AgreementReport]] = {}
+_IN_FLIGHT: dict[str, asyncio.Future[BaseModel]] = {}
 
 
 def capped_resamples(requested: int, items: int, max_work: int) -> int:
@@ -32,11 +38,11 @@ def capped_resamples(requested: int, items: int, max_work: int) -> int:
     return max(0, min(requested, max_work // items))
 
 
-def cache_key(batch_id: str, resamples: int) -> str:
-    return Store.batch_key(batch_id, f"agreement:{resamples}")
+def cache_key(batch_id: str, resamples: int, kind: str = "agreement") -> str:
+    return Store.batch_key(batch_id, f"{kind}:{resamples}")
 
 
-def _compute(store: Store, record: BatchRecord, requested: int) -> AgreementReport:
+def _plain(store: Store, record: BatchRecord, requested: int) -> AgreementReport:
     judgements = store.results_in_input_order(record.id)
     resamples = capped_resamples(requested, len(judgements), store.settings.agreement_max_work)
     report = compute_agreement(judgements, record.options.label_mapping, resamples=resamples)
@@ -50,21 +56,42 @@ def _compute(store: Store, record: BatchRecord, requested: int) -> AgreementRepo
     return report
 
 
-async def cached_agreement(store: Store, redis: AsyncRedis, record: BatchRecord, requested: int) -> AgreementReport:
-    """The batch's agreement report; from Redis when the batch is over and it was computed before."""
+def _by_metric(store: Store, record: BatchRecord, requested: int) -> AgreementByMetric:
+    judgements = store.results_in_input_order(record.id)
+    mapping = record.options.label_mapping
+    # One bootstrap per column (score and expected score of each metric, and of the verdict): all within the cap.
+    columns = max(1, metric_columns(judgements, mapping))
+    resamples = capped_resamples(requested, columns * len(judgements), store.settings.agreement_max_work)
+    return compute_agreement_by_metric(judgements, mapping, resamples=resamples)
+
+
+@dataclass(frozen=True)
+class _Kind(Generic[Report]):
+    name: str
+    compute: Callable[[Store, BatchRecord, int], Report]
+    model: type[Report]
+
+
+PLAIN = _Kind("agreement", _plain, AgreementReport)
+BY_METRIC = _Kind("agreement-by-metric", _by_metric, AgreementByMetric)
+
+
+async def _cached(store: Store, redis: AsyncRedis, record: BatchRecord, requested: int, kind: _Kind[Report]) -> Report:
+    """The batch's report of this kind; from Redis when the batch is over and it was computed before."""
+    compute = partial(kind.compute, store, record, requested)
     if not record.terminal:  # still changing: computed each time, within the cap
-        return await anyio.to_thread.run_sync(partial(_compute, store, record, requested), limiter=_LIMITER)
-    key = cache_key(record.id, requested)
+        return await anyio.to_thread.run_sync(compute, limiter=_LIMITER)
+    key = cache_key(record.id, requested, kind.name)
     cached = await redis.get(key)
     if cached is not None:
-        return AgreementReport.model_validate_json(cached)
+        return kind.model.model_validate_json(cached)
     running = _IN_FLIGHT.get(key)
     if running is not None:
-        return await asyncio.shield(running)
-    future: asyncio.Future[AgreementReport] = asyncio.get_running_loop().create_future()
+        return await asyncio.shield(running)  # type: ignore[return-value]
+    future: asyncio.Future[BaseModel] = asyncio.get_running_loop().create_future()
     _IN_FLIGHT[key] = future
     try:
-        report = await anyio.to_thread.run_sync(partial(_compute, store, record, requested), limiter=_LIMITER)
+        report = await anyio.to_thread.run_sync(compute, limiter=_LIMITER)
         retention = store.settings.retention_s
         await redis.set(key, report.model_dump_json(), ex=retention or None)
         future.set_result(report)
@@ -78,3 +105,25 @@ async def cached_agreement(store: Store, redis: AsyncRedis, record: BatchRecord,
         raise
     finally:
         del _IN_FLIGHT[key]
+
+
+async def cached_agreement(store: Store, redis: AsyncRedis, record: BatchRecord, requested: int) -> AgreementReport:
+    return await _cached(store, redis, record, requested, PLAIN)
+
+
+async def cached_agreement_by_metric(
+    store: Store, redis: AsyncRedis, record: BatchRecord, requested: int
+) -> AgreementByMetric:
+    return await _cached(store, redis, record, requested, BY_METRIC)
+
+
+async def fitted_calibration(store: Store, record: BatchRecord, folds: int, seed: int) -> CalibrationSpec:
+    """A calibration fitted on the batch's labelled results (what `juiz calibrate` writes): CalibrationUnavailable
+    when the labels can't support one. Cross-fitting is k small fits: off the event loop, one at a time."""
+
+    def fit() -> CalibrationSpec:
+        judgements = store.results_in_input_order(record.id)
+        calibration = fit_from_results(judgements, record.options.label_mapping, folds=folds, seed=seed)
+        return CalibrationSpec.model_validate(calibration.to_json())
+
+    return await anyio.to_thread.run_sync(fit, limiter=_LIMITER)

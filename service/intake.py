@@ -30,7 +30,9 @@ from service.errors import ITEMS_SOURCE, LimitExceeded
 NDJSON = "application/x-ndjson"
 JSON = "application/json"
 JSONL_TYPES = (NDJSON, "application/jsonl", "application/x-jsonlines")
-OPTION_FIELDS = ("metric", "prompt", "lang", "mode", "label_mapping")
+OPTION_FIELDS = ("metric", "metrics", "prompt", "lang", "mode", "label_mapping", "samples", "temperature")
+# Query values that hold a list, written comma-separated (?metrics=answer_relevance,groundedness).
+LIST_OPTIONS = ("metrics", "prompt")
 LENGTH_SETTINGS = {
     "question": "max_question_chars",
     "answer": "max_answer_chars",
@@ -187,6 +189,10 @@ def read_options(raw: Any, *, from_query: bool = False) -> BatchOptions:
     if not isinstance(raw, dict):
         raise InputError("expected a JSON object", source="body", field="options")
     values = dict(raw)
+    for name in LIST_OPTIONS if from_query else ():
+        if name in values:
+            parts = [part.strip() for part in values[name].split(",") if part.strip()]
+            values[name] = parts if name == "metrics" or len(parts) > 1 else values[name]
     if from_query and "label_mapping" in values:
         try:
             values["label_mapping"] = json.loads(values["label_mapping"])

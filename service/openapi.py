@@ -35,7 +35,8 @@ CURSOR_PATTERN = r"^[0-9]{0,15}$"
 _DESCRIPTIONS = {
     401: "Missing or unknown API key (`Authorization: Bearer <key>`).",
     404: "No such batch for this API key (another tenant's batch is not revealed).",
-    409: "The Idempotency-Key was used with a different request body.",
+    409: "Conflicts with the current state: an Idempotency-Key used with a different request body, or a batch "
+    "whose manual labels cannot support a calibration (too few, one class).",
     413: "Over max_items or max_body_bytes; `limit` and `maximum` name the limit.",
     415: "The body's Content-Type is not one this route reads.",
     422: "Invalid input: `field` names it, and `index` (JSON) or `line` (JSONL) the item.",

@@ -13,7 +13,14 @@ API_PREFIX = "/v1"
 
 def batch_links(batch_id: str) -> BatchLinks:
     base = f"{API_PREFIX}/batches/{batch_id}"
-    return BatchLinks(self=base, results=f"{base}/results", agreement=f"{base}/agreement", report=f"{base}/report")
+    return BatchLinks(
+        self=base,
+        results=f"{base}/results",
+        agreement=f"{base}/agreement",
+        agreement_by_metric=f"{base}/agreement/metrics",
+        calibration=f"{base}/calibration",
+        report=f"{base}/report",
+    )
 
 
 def _stamp(value: float | None) -> datetime | None:

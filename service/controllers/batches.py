@@ -12,18 +12,27 @@ import anyio
 from litestar import Controller, Request, Response, delete, get, post
 from litestar.datastructures import State
 from litestar.di import NamedDependency, Provide
-from litestar.exceptions import NotFoundException
+from litestar.exceptions import HTTPException, NotFoundException
 from litestar.openapi.spec import OpenAPIMediaType, OpenAPIType, Operation, RequestBody, Schema
 from litestar.params import HeaderParameter, Parameter, QueryParameter, RawBody
 from litestar.response import Stream
 from redis.asyncio import Redis as AsyncRedis
 
+from juiz.calibration import CalibrationUnavailable
 from juiz.errors import InputError
 from juiz.report import render_report
 from juiz.store import TERMINAL, BatchRecord, Store, batch_from_hash
 from juiz.uncertainty import uncertain_first
-from schemas import AgreementReport, BatchSubmission, BatchView, Judgement, ResultsPage
-from service.agreement import cached_agreement
+from schemas import (
+    AgreementByMetric,
+    AgreementReport,
+    BatchSubmission,
+    BatchView,
+    CalibrationSpec,
+    Judgement,
+    ResultsPage,
+)
+from service.agreement import cached_agreement, cached_agreement_by_metric, fitted_calibration
 from service.intake import JSON, NDJSON, read_submission
 from service.openapi import BATCH_ID_PATTERN, CURSOR_PATTERN, SECURITY, responses
 from service.views import batch_view
@@ -167,12 +176,22 @@ class BatchController(Controller):
         body: RawBody,
         idempotency_key: Annotated[str | None, HeaderParameter(name="Idempotency-Key", required=False)] = None,
         metric: Annotated[str | None, QueryParameter(description="JSONL upload: options.metric")] = None,
-        prompt: Annotated[str | None, QueryParameter(description="JSONL upload: options.prompt")] = None,
+        metrics: Annotated[
+            str | None,
+            QueryParameter(
+                description="JSONL upload: options.metrics, comma-separated (answer_relevance,groundedness)"
+            ),
+        ] = None,
+        prompt: Annotated[
+            str | None, QueryParameter(description="JSONL upload: options.prompt, one id or several comma-separated")
+        ] = None,
         lang: Annotated[str | None, QueryParameter(description="JSONL upload: options.lang")] = None,
         mode: Annotated[str | None, QueryParameter(description="JSONL upload: options.mode")] = None,
         label_mapping: Annotated[
             str | None, QueryParameter(description="JSONL upload: options.label_mapping as JSON")
         ] = None,
+        samples: Annotated[int | None, QueryParameter(description="JSONL upload: options.samples")] = None,
+        temperature: Annotated[float | None, QueryParameter(description="JSONL upload: options.temperature")] = None,
         field_map: Annotated[
             str | None,
             QueryParameter(
@@ -189,10 +208,13 @@ class BatchController(Controller):
             name: value
             for name, value in (
                 ("metric", metric),
+                ("metrics", metrics),
                 ("prompt", prompt),
                 ("lang", lang),
                 ("mode", mode),
                 ("label_mapping", label_mapping),
+                ("samples", None if samples is None else str(samples)),
+                ("temperature", None if temperature is None else str(temperature)),
                 ("field_map", field_map),
             )
             if value is not None
@@ -295,6 +317,54 @@ class BatchController(Controller):
         were used). A finished batch's report is computed once and cached; the bootstrap runs off the event loop."""
         record = await anyio.to_thread.run_sync(owned_batch, store, tenant, batch_id)
         return await cached_agreement(store, state.async_redis, record, resamples)
+
+    @get(
+        "/{batch_id:str}/agreement/metrics",
+        operation_id="getBatchAgreementByMetric",
+        responses=responses(401, 404, 429, 503),
+        summary="Agreement of each metric and the verdict",
+    )
+    async def get_agreement_by_metric(
+        self,
+        state: State,
+        store: NamedDependency[Store],
+        tenant: NamedDependency[str],
+        batch_id: BatchId,
+        resamples: Annotated[
+            int, QueryParameter(ge=0, le=10_000, description="bootstrap resamples for the CIs (capped, see below)")
+        ] = 1000,
+    ) -> AgreementByMetric:
+        """Side by side against the same manual labels: each graded metric (its score, and its expected score cut by
+        the label mapping's thresholds) and the verdict (the mapping's rule, or juiz's default), as `juiz agreement
+        --by-metric` prints: which judge signal matches your annotators. One bootstrap per column, all of them
+        within `agreement_max_work`; a finished batch's report is cached."""
+        record = await anyio.to_thread.run_sync(owned_batch, store, tenant, batch_id)
+        return await cached_agreement_by_metric(store, state.async_redis, record, resamples)
+
+    @get(
+        "/{batch_id:str}/calibration",
+        operation_id="fitBatchCalibration",
+        responses=responses(401, 404, 409, 429, 503),
+        summary="Fit a calibration on the batch's labels",
+    )
+    async def get_calibration(
+        self,
+        store: NamedDependency[Store],
+        tenant: NamedDependency[str],
+        batch_id: BatchId,
+        folds: Annotated[int, QueryParameter(ge=2, le=20, description="cross-fitting folds")] = 5,
+        seed: Annotated[int, QueryParameter(ge=0, le=2**31 - 1, description="seed of the folds")] = 0,
+    ) -> CalibrationSpec:
+        """A calibration fitted on every labelled result of the batch (the file `juiz calibrate` writes; its
+        held-out, cross-fitted figures are inside). Pass it as `options.calibration` to grade unlabelled batches
+        with it. 409 when the labels can't support a fit (too few, a single class), with the reason."""
+        record = await anyio.to_thread.run_sync(owned_batch, store, tenant, batch_id)
+        try:
+            return await fitted_calibration(store, record, folds, seed)
+        except CalibrationUnavailable as exc:
+            raise HTTPException(
+                status_code=409, detail=f"cannot calibrate: {exc}", extra={"field": "manual_label"}
+            ) from None
 
     @get(
         "/{batch_id:str}/report",

@@ -3,6 +3,7 @@ workers, results listed most uncertain first (FAKE engine: score = item number m
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from litestar import Litestar
@@ -94,3 +95,69 @@ def test_results_most_uncertain_first(client: TestClient[Litestar], settings: Se
     assert {r["score"] for r in ranked if r["uncertain"]} == {0, 3}
     refused = client.get(batch["links"]["results"], params={"order": "uncertain", "follow": "true"})
     assert refused.status_code == 422 and "order" in refused.text
+
+
+def test_jsonl_upload_with_metrics_then_agreement_by_metric_and_a_fitted_calibration(
+    client: TestClient[Litestar], settings: Settings, run_worker: Any
+) -> None:
+    jsonl = "\n".join(json.dumps(item) for item in _labelled(24))
+    response = client.post(
+        "/v1/batches",
+        content=jsonl,
+        params={"metrics": "answer_relevance, groundedness", "samples": "1"},
+        headers={"Content-Type": "application/x-ndjson"},
+    )
+    assert response.status_code == 202, response.text
+    batch = response.json()
+    assert batch["options"]["metrics"] == ["answer_relevance", "groundedness"]
+    run_worker(settings)
+
+    by_metric = client.get(batch["links"]["agreement_by_metric"], params={"resamples": "20"})
+    assert by_metric.status_code == 200, by_metric.text
+    columns = by_metric.json()["columns"]
+    assert set(columns) == {
+        "answer_relevance",
+        "answer_relevance (expected)",
+        "groundedness",
+        "groundedness (expected)",
+        "verdict",
+        "verdict (expected)",
+    }
+    assert all(column["n"] == 24 for column in columns.values())
+    # FAKE engine: both metrics score item mod 4, exactly the labels' order, so each agrees fully.
+    assert columns["answer_relevance"]["accuracy"]["value"] == 1.0
+    assert by_metric.json()["verdict"]  # the rule the verdict columns used is shown
+
+    fitted = client.get(batch["links"]["calibration"], params={"folds": "3"})
+    assert fitted.status_code == 200, fitted.text
+    spec = fitted.json()
+    assert spec["features"] == ["answer_relevance.expected_score", "groundedness.expected_score"]
+    assert spec["cross_fitted"]["folds"] == 3
+    fresh = _submit(
+        client,
+        triples(4, label=None, prefix="u"),
+        {"metrics": ["answer_relevance", "groundedness"], "calibration": spec},
+    )
+    run_worker(settings)
+    for result in _all_results(client, fresh["links"]["results"]):
+        assert result["provenance"]["calibration"] == {"id": spec["id"], "sha256": spec["sha256"]}
+
+
+def test_calibration_of_a_batch_without_enough_labels_is_a_409_with_the_reason(
+    client: TestClient[Litestar], settings: Settings, run_worker: Any
+) -> None:
+    batch = _submit(client, triples(3, label="C"), {})
+    run_worker(settings)
+    response = client.get(batch["links"]["calibration"])
+    assert response.status_code == 409
+    assert "cannot calibrate" in response.json()["detail"]
+    assert response.json()["field"] == "manual_label"
+
+
+def test_jsonl_query_options_are_validated_naming_the_option(client: TestClient[Litestar]) -> None:
+    jsonl = json.dumps(triples(1)[0])
+    headers = {"Content-Type": "application/x-ndjson"}
+    unknown = client.post("/v1/batches", content=jsonl, params={"metrics": "answer_relevance,tone"}, headers=headers)
+    assert unknown.status_code == 422 and unknown.json()["field"].startswith("options.metrics")
+    fast_samples = client.post("/v1/batches", content=jsonl, params={"mode": "fast", "samples": "3"}, headers=headers)
+    assert fast_samples.status_code == 422 and "samples" in fast_samples.json()["detail"]
