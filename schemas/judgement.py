@@ -49,32 +49,29 @@ class Provenance(BaseModel):
     )
 
 
-class SegmentGrade(BaseModel):
+class Grade(BaseModel):
+    """The grade fields every graded unit shares: a metric of an item, or one segment of its context."""
+
+    status: MetricStatus
+    score: int | None = Field(default=None, ge=0, le=3)
+    normalized_score: float | None = Field(default=None, ge=0, le=1)
+    expected_score: float | None = Field(default=None, ge=0, le=1)
+    criteria: str | None = None
+    supporting_evidence: str | None = None
+    raw_output: str | None = None
+    error: str | None = None
+
+
+class SegmentGrade(Grade):
     """Context relevance of one retrieved segment for the question."""
 
     index: int = Field(ge=0, description="Position of the segment in the item's context (0-based).")
-    status: MetricStatus
-    score: int | None = Field(default=None, ge=0, le=3)
-    normalized_score: float | None = Field(default=None, ge=0, le=1)
-    expected_score: float | None = Field(default=None, ge=0, le=1)
-    criteria: str | None = None
-    supporting_evidence: str | None = None
-    raw_output: str | None = None
-    error: str | None = None
 
 
-class MetricResult(BaseModel):
+class MetricResult(Grade):
     """One metric's grade of one item, with its own provenance. `skipped` and `failed` carry the reason in `error`
     and never a score."""
 
-    status: MetricStatus
-    score: int | None = Field(default=None, ge=0, le=3)
-    normalized_score: float | None = Field(default=None, ge=0, le=1)
-    expected_score: float | None = Field(default=None, ge=0, le=1)
-    criteria: str | None = None
-    supporting_evidence: str | None = None
-    raw_output: str | None = None
-    error: str | None = None
     latency_s: float | None = None
     provenance: Provenance | None = None
     segments: list[SegmentGrade] | None = Field(
