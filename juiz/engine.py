@@ -199,6 +199,11 @@ class VLLMEngine:
             self._reaper.reap()  # whatever vLLM left of a failed start
             raise
         self._reaper.engine_started()
+        # A seeded sampled request gets a torch.Generator of its own; when vLLM drops a token it sampled for a
+        # partly prefilled request (chunked prefill) it rewinds that generator's offset, which only CUDA generators
+        # have: on CPU the engine dies ("CPU Generator does not use offset"). There, sampled replies draw from the
+        # engine's seeded generator instead (reproducible for the same batch, not per request).
+        self._per_request_seed = on_gpu
         self.startup_s = time.perf_counter() - started
         self.block_size: int | None = engine_kwargs.get("block_size")  # None: vLLM's default for the device
         self._model_id = model_id or model  # the name results record (a dev model's name, not its cache path)
@@ -245,7 +250,7 @@ class VLLMEngine:
             max_tokens=request.max_tokens,
             logprobs=request.logprobs or None,
             structured_outputs=structured,
-            seed=0,
+            seed=0 if self._per_request_seed or request.temperature == 0 else None,
         )
 
     def generate(

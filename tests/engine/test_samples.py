@@ -26,3 +26,14 @@ def test_n_samples_come_back_from_one_request(tiny_engine: JudgeEngine) -> None:
         if parsed:  # the majority is one of the replies' scores, and the result's score
             assert result.score == result.samples.majority and result.score in parsed
         assert result.uncertain is not None
+
+
+def test_sampled_replies_survive_chunked_prefill(tiny_engine: JudgeEngine) -> None:
+    """Regression: seeded sampled requests on CPU killed the engine ("CPU Generator does not use offset") as soon as
+    a step's token budget cut one of them mid-prefill. Enough long items that several steps are split that way."""
+    filler = " ".join(f"Segment {k} of the lecture covers point {k} of the topic in some detail." for k in range(40))
+    items = [Triple(id=f"long{i}", question=f"What does part {i} cover? ({i})", answer=filler) for i in range(16)]
+    results = Judge(tiny_engine).grade(items, BatchOptions(samples=5))
+    assert [r.status.value for r in results if r.status.value == "failed"] == []
+    assert all(r.samples is not None and r.samples.n == 5 for r in results)
+    assert tiny_engine.in_flight == 0
