@@ -277,8 +277,11 @@ class OpenAIEngine:
             "messages": conversation,
             "max_tokens": request.max_tokens,
             "temperature": request.temperature,
-            "seed": 0,
         }
+        if request.temperature == 0:
+            # Sampled requests go unseeded: a seeded one kills a vLLM CPU server's engine once chunked prefill splits
+            # it (see VLLMEngine), and juiz cannot tell which device serves it.
+            body["seed"] = 0
         if request.logprobs:
             body["logprobs"] = True
             body["top_logprobs"] = request.logprobs

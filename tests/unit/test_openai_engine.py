@@ -3,6 +3,7 @@ reply parsing, logprobs, retries of transient faults, permanent faults failing o
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import threading
@@ -101,6 +102,17 @@ def test_request_body_asks_vllm_for_the_reply_format_and_logprobs() -> None:
     assert cot["logprobs"] is True and cot["top_logprobs"] == 20
     assert cot["temperature"] == 0.0 and cot["max_tokens"] == COT_REQUEST.max_tokens and cot["model"] == "judge"
     assert all(h["authorization"] == "Bearer sekret" for h in server.headers)
+
+
+def test_greedy_requests_are_seeded_and_sampled_ones_are_not() -> None:
+    server = FakeServer()
+    engine = server.engine()
+    engine.generate([conv("a")], COT_REQUEST)
+    engine.generate([conv("b")], dataclasses.replace(COT_REQUEST, temperature=0.7, n=3))
+    greedy, sampled = server.bodies
+    assert greedy["seed"] == 0
+    assert "seed" not in sampled  # a seeded sampled request kills a vLLM CPU server's engine
+    assert sampled["temperature"] == 0.7
 
 
 def test_llama_cpp_gets_a_gbnf_grammar_and_other_servers_nothing() -> None:
