@@ -198,10 +198,16 @@ def read_triples(path: str | Path, field_map: FieldMap | None = None) -> list[Tr
     """Read every triple in a file, choosing the format by its extension; `field_map` renames the user's fields
     (JSONL, JSON, CSV; the seeds' report format has juiz's own headings).
 
+    A folder reads every file in it with a known extension, in name order (e.g. a folder of seed reports).
     Raises InputError for an unknown extension, an unreadable or empty file, malformed content or an invalid triple.
     """
     path = Path(path)
     source = str(path)
+    if path.is_dir():
+        files = sorted(p for p in path.iterdir() if p.is_file() and p.suffix.lower() in _known_suffixes())
+        if not files:
+            raise InputError(f"no file with a known extension ({', '.join(_known_suffixes())})", source=source)
+        return [t for file in files for t in read_triples(file, field_map)]
     suffix = path.suffix.lower()
     parsers: dict[str, Callable[[str, str, FieldMap | None], list[Triple]]] = {
         **dict.fromkeys(JSONL_SUFFIXES, _parse_jsonl),
@@ -217,6 +223,10 @@ def read_triples(path: str | Path, field_map: FieldMap | None = None) -> list[Tr
     if not triples:
         raise InputError("no triples", source=source)
     return triples
+
+
+def _known_suffixes() -> list[str]:
+    return sorted({*JSONL_SUFFIXES, ".json", ".csv", *REPORT_SUFFIXES})
 
 
 def parse_triples_jsonl(text: str, source: str, field_map: FieldMap | None = None) -> list[Triple]:

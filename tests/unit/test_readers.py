@@ -367,3 +367,14 @@ def test_read_judgements_errors_and_empty(tmp_path: Path) -> None:
     with pytest.raises(InputError) as caught:
         read_judgements(write(tmp_path, "r.jsonl", jsonl(good, bad)))
     assert (caught.value.line, caught.value.field) == (2, "status")
+
+
+def test_a_folder_reads_every_known_file_in_name_order(tmp_path: Path) -> None:
+    (tmp_path / "b.jsonl").write_text(json.dumps({"id": "b1", "question": "q", "answer": "a"}) + "\n")
+    (tmp_path / "a.json").write_text(json.dumps([{"id": "a1", "question": "q", "answer": "a"}]))
+    (tmp_path / "notes.log").write_text("not triples")
+    assert [t.id for t in read_triples(tmp_path)] == ["a1", "b1"]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(InputError, match="no file with a known extension"):
+        read_triples(empty)
