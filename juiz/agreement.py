@@ -340,7 +340,7 @@ def format_agreement(report: AgreementReport) -> str:
 
 def _by_metric_plan(judgements: Sequence[Judgement], mapping: LabelMapping) -> tuple[list[str], LabelMapping, bool]:
     """The metrics found in the results, the rule the verdict uses, and whether every metric it names was graded."""
-    graded = [m for m in METRICS if any(metric_of(j, m) is not None for j in judgements)]
+    graded: list[str] = [m for m in METRICS if any(metric_of(j, m) is not None for j in judgements)]
     rule = with_default_verdict(mapping)
     needed = {m for level in rule.verdict or [] for m in level.when}
     return graded, rule, rule.verdict is not None and needed <= set(graded)

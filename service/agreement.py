@@ -12,7 +12,7 @@ import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import anyio
 from pydantic import BaseModel
@@ -28,7 +28,7 @@ Report = TypeVar("Report", bound=BaseModel)
 # One bootstrap at a time per process: each one holds resamples × items integers while it runs.
 _LIMITER = anyio.CapacityLimiter(1)
 # Concurrent first requests for the same finished batch share one computation.
-_IN_FLIGHT: dict[str, asyncio.Future[BaseModel]] = {}
+_IN_FLIGHT: dict[str, asyncio.Future[Any]] = {}
 
 
 def capped_resamples(requested: int, items: int, max_work: int) -> int:
@@ -87,8 +87,8 @@ async def _cached(store: Store, redis: AsyncRedis, record: BatchRecord, requeste
         return kind.model.model_validate_json(cached)
     running = _IN_FLIGHT.get(key)
     if running is not None:
-        return await asyncio.shield(running)  # type: ignore[return-value]
-    future: asyncio.Future[BaseModel] = asyncio.get_running_loop().create_future()
+        return await asyncio.shield(running)
+    future: asyncio.Future[Report] = asyncio.get_running_loop().create_future()
     _IN_FLIGHT[key] = future
     try:
         report = await anyio.to_thread.run_sync(compute, limiter=_LIMITER)
