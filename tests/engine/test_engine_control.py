@@ -21,6 +21,11 @@ from schemas import BatchOptions, JudgementStatus, Triple
 pytestmark = pytest.mark.engine
 
 REQUEST = GenerationRequest(max_tokens=24, logprobs=0)  # plain text: several steps per call, no grammar to compile
+# Replies that can only come from an interrupted or foreign request: structured outputs force the marker, many steps
+# long. Exact replies can't tell: on some CPUs (bf16 AMX kernels) greedy text changes with the batch a reused
+# prefix block was computed in, so "the same text as before" is not a property of a clean engine.
+MARKER = "DOOMED"
+MARKED = GenerationRequest(max_tokens=80, regex=f"({MARKER} ){{20}}", logprobs=0)
 
 
 def conversations(tag: str, n: int) -> list[Conversation]:
@@ -41,34 +46,25 @@ def on_poll(n: int, action: Callable[[], None]) -> Callable[[], Collection[int]]
     return cancelled
 
 
-@pytest.fixture
-def reference(tiny_engine: VLLMEngine) -> list[str]:
-    results = tiny_engine.generate(conversations("probe", 4), REQUEST)
-    assert all(r.error is None and r.text for r in results)
-    return [r.text for r in results]
-
-
-def assert_clean_next_call(engine: VLLMEngine, reference: list[str]) -> None:
+def assert_clean_next_call(engine: VLLMEngine) -> None:
     assert engine.in_flight == 0  # nothing of the interrupted call left in the engine
     after = engine.generate(conversations("probe", 4), REQUEST)
     assert [r.error for r in after] == [None] * 4
-    assert [r.text for r in after] == reference  # its own replies, none of the interrupted call's
+    assert all(r.text and MARKER not in r.text for r in after)  # its own replies, none of the interrupted call's
 
 
-def test_a_deadline_mid_call_aborts_the_rest_and_the_next_call_is_clean(
-    tiny_engine: VLLMEngine, reference: list[str]
-) -> None:
+def test_a_deadline_mid_call_aborts_the_rest_and_the_next_call_is_clean(tiny_engine: VLLMEngine) -> None:
     control = CallControl(poll_s=0)
 
     def expire() -> None:
         control.deadline = time.monotonic()
 
     control.cancelled = on_poll(3, expire)
-    results = tiny_engine.generate(conversations("slow", 8), REQUEST, control)
+    results = tiny_engine.generate(conversations("slow", 8), MARKED, control)
     timed_out = [r for r in results if r.error is not None]
     assert timed_out, "the deadline passed after two steps of 24-token replies: something must still run"
     assert all(r.error.startswith("timed out after") and r.finish_reason == "abort" for r in timed_out)  # type: ignore[union-attr]
-    assert_clean_next_call(tiny_engine, reference)
+    assert_clean_next_call(tiny_engine)
 
 
 @pytest.mark.parametrize(
@@ -77,15 +73,15 @@ def test_a_deadline_mid_call_aborts_the_rest_and_the_next_call_is_clean(
     ids=["exception", "rq-job-timeout", "ctrl-c"],
 )
 def test_an_interruption_mid_call_leaves_nothing_in_the_engine(
-    tiny_engine: VLLMEngine, reference: list[str], interruption: BaseException
+    tiny_engine: VLLMEngine, interruption: BaseException
 ) -> None:
     def interrupt() -> None:
         raise interruption
 
     control = CallControl(poll_s=0, cancelled=on_poll(3, interrupt))
     with pytest.raises(type(interruption)):
-        tiny_engine.generate(conversations("doomed", 8), REQUEST, control)
-    assert_clean_next_call(tiny_engine, reference)
+        tiny_engine.generate(conversations("doomed", 8), MARKED, control)
+    assert_clean_next_call(tiny_engine)
 
 
 def test_a_cancelled_subset_is_aborted_and_the_rest_completes(tiny_engine: VLLMEngine) -> None:
@@ -97,14 +93,15 @@ def test_a_cancelled_subset_is_aborted_and_the_rest_completes(tiny_engine: VLLME
     assert tiny_engine.in_flight == 0
 
 
-def test_outputs_of_requests_that_are_not_this_calls_are_ignored(tiny_engine: VLLMEngine, reference: list[str]) -> None:
+def test_outputs_of_requests_that_are_not_this_calls_are_ignored(tiny_engine: VLLMEngine) -> None:
     """A request someone else left in the engine (what used to poison the next `llm.chat`) is never returned."""
     llm = tiny_engine._llm
     stranger = llm._preprocess_chat_one(conversations("stranger", 1)[0])  # type: ignore[arg-type]
-    llm.llm_engine.add_request("stranger-0", stranger, tiny_engine._sampling(REQUEST))
+    llm.llm_engine.add_request("stranger-0", stranger, tiny_engine._sampling(MARKED))
     try:
         results = tiny_engine.generate(conversations("probe", 4), REQUEST)
-        assert [r.text for r in results] == reference
+        assert [r.error for r in results] == [None] * 4
+        assert all(r.text and MARKER not in r.text for r in results)
     finally:
         llm.llm_engine.abort_request(["stranger-0"])
     assert tiny_engine.in_flight == 0
