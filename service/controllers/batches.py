@@ -42,6 +42,9 @@ STREAM_PAGE = 500
 FOLLOW_POLL_S = 0.5
 TERMINAL_STATUSES = frozenset(status.value.encode() for status in TERMINAL)
 
+Resamples = Annotated[
+    int, QueryParameter(ge=0, le=10_000, description="bootstrap resamples for the CIs (capped by agreement_max_work)")
+]
 BatchId = Annotated[
     str, Parameter(pattern=BATCH_ID_PATTERN, description="The batch id juiz gave (32 hexadecimal digits).")
 ]
@@ -308,9 +311,7 @@ class BatchController(Controller):
         store: NamedDependency[Store],
         tenant: NamedDependency[str],
         batch_id: BatchId,
-        resamples: Annotated[
-            int, QueryParameter(ge=0, le=10_000, description="bootstrap resamples for the CIs (capped, see below)")
-        ] = 1000,
+        resamples: Resamples = 1000,
     ) -> AgreementReport:
         """Agreement between the judge and the manual labels of the items graded so far (the batch's label mapping).
         Resamples × items is capped by `agreement_max_work` (resamples are lowered to fit; the report says how many
@@ -330,9 +331,7 @@ class BatchController(Controller):
         store: NamedDependency[Store],
         tenant: NamedDependency[str],
         batch_id: BatchId,
-        resamples: Annotated[
-            int, QueryParameter(ge=0, le=10_000, description="bootstrap resamples for the CIs (capped, see below)")
-        ] = 1000,
+        resamples: Resamples = 1000,
     ) -> AgreementByMetric:
         """Side by side against the same manual labels: each graded metric (its score, and its expected score cut by
         the label mapping's thresholds) and the verdict (the mapping's rule, or juiz's default), as `juiz agreement
