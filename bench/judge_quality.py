@@ -32,6 +32,7 @@ from sklearn.metrics import roc_auc_score
 
 from bench.common import GOLDEN, REPO, WORK, close_engine, load_engine, save, setup_logging, table
 from juiz.agreement import Signal, compute_agreement, metric_signal, verdict_signal
+from juiz.engine import CallControl, Completion, Conversation, GenerationRequest, JudgeEngine
 from juiz.judge import Judge
 from juiz.labels import DEFAULT_VERDICT, metric_of, with_default_verdict
 from juiz.models import DEFAULT_MODEL, TEST_MODEL
@@ -80,8 +81,10 @@ CELLS = {
     ),
     "fast-v1": Cell("fast-v1", "fast", {"answer_relevance": "juiz-1"}),
     "cr-cot": Cell("cr-cot", "cot", {"context_relevance": "juiz-1"}),
+    # Issue 19: yes/no checks read from token probabilities (the mode does not apply to check-based prompts).
+    "checks": Cell("checks", "fast", {"answer_relevance": "checks-1", "groundedness": "checks-1"}),
 }
-DEFAULT_CELLS = ("cot-v2", "cot-v1", "fast-v2", "fast-v1")
+DEFAULT_CELLS = ("checks", "cot-v2", "cot-v1", "fast-v2", "fast-v1")
 
 
 def labelled_set(split: str, limit: int | None) -> list[Triple]:
@@ -245,10 +248,52 @@ def verdict_continuous(j: Judgement) -> float | None:
     return None if any(v is None for v in values) else min(v for v in values if v is not None)
 
 
+class CountingEngine:
+    """The engine, counting what each cell costs: conversations, prompt tokens (and how many came from the prefix
+    cache), reply tokens."""
+
+    def __init__(self, engine: JudgeEngine) -> None:
+        self.engine = engine
+        self.counts: dict[str, int] = defaultdict(int)
+
+    @property
+    def model_id(self) -> str:
+        return self.engine.model_id
+
+    def generate(
+        self, conversations: Sequence[Conversation], request: GenerationRequest, control: CallControl | None = None
+    ) -> list[Completion]:
+        completions = self.engine.generate(conversations, request, control)
+        self.counts["calls"] += 1
+        for c in completions:
+            self.counts["conversations"] += 1
+            self.counts["prompt_tokens"] += c.prompt_tokens
+            self.counts["cached_prompt_tokens"] += c.cached_prompt_tokens
+            self.counts["reply_tokens"] += len(c.tokens)
+        return completions
+
+    def take(self) -> dict[str, int]:
+        counts, self.counts = dict(self.counts), defaultdict(int)
+        return counts
+
+
 def grade_cell(judge: Judge, cell: Cell, triples: Sequence[Triple]) -> tuple[list[Judgement], float]:
     started = time.perf_counter()
     results = judge.grade(triples, cell.options())
     return results, time.perf_counter() - started
+
+
+def cost_row(counts: dict[str, int], seconds: float, items: int) -> dict[str, Any]:
+    """What a cell cost per item, and the share of prompt tokens the prefix cache served."""
+    prompt = counts.get("prompt_tokens", 0)
+    return {
+        "s_per_item": round(seconds / max(1, items), 3),
+        "conversations_per_item": round(counts.get("conversations", 0) / max(1, items), 2),
+        "prompt_tokens_per_item": round(prompt / max(1, items), 1),
+        "reply_tokens_per_item": round(counts.get("reply_tokens", 0) / max(1, items), 1),
+        "prefix_cache_hit_rate": round(counts.get("cached_prompt_tokens", 0) / prompt, 3) if prompt else None,
+        "engine_calls": counts.get("calls", 0),
+    }
 
 
 def rag_rows(cell: Cell, triples: Sequence[Triple], results: Sequence[Judgement], seconds: float) -> list[dict]:
@@ -341,6 +386,8 @@ def print_tables(rows: Sequence[dict], golden: Sequence[dict]) -> None:
                     fmt(r["correct_as_C"]),
                     r["parse_errors"],
                     r["seconds_cell"],
+                    fmt(r.get("s_per_item")),
+                    fmt(r.get("prefix_cache_hit_rate")),
                 ]
                 for r in rows
             ],
@@ -363,6 +410,8 @@ def print_tables(rows: Sequence[dict], golden: Sequence[dict]) -> None:
                 "C→C",
                 "parse err",
                 "cell s",
+                "s/item",
+                "cache hit",
             ],
         )
     )
@@ -397,6 +446,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="tiny model, 6 items: plumbing only")
     parser.add_argument("--cells", default=",".join(DEFAULT_CELLS), help=f"comma-separated, from {', '.join(CELLS)}")
     parser.add_argument("--no-golden", action="store_true", help="skip TruLens's golden set")
+    parser.add_argument(
+        "--save-judgements", action="store_true", help="write each cell's results to bench/work/judgements/"
+    )
     # Issue 9 (bench.calibration_quality): JSON keys calibration, samples, hostile_pairs.
     parser.add_argument(
         "--calibration", action="store_true", help="raw vs calibrated per cell (with --split test: also grades dev)"
@@ -419,7 +471,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS", "3600")
     started = time.perf_counter()
     engine = load_engine(model)
-    judge = Judge(engine)
+    counting = CountingEngine(engine)
+    judge = Judge(counting)
     judge.warm_up()
     rows: list[dict] = []
     golden: list[dict] = []
@@ -450,11 +503,20 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         for cell in cells:
+            counting.take()
             results, seconds = grade_cell(judge, cell, triples)
+            cost = cost_row(counting.take(), seconds, len(triples))
             graded[cell.name] = results
-            log.info("cell %s: %d items in %.0fs", cell.name, len(triples), seconds)
+            log.info("cell %s: %d items in %.0fs (%s)", cell.name, len(triples), seconds, cost)
             cell_rows = rag_rows(cell, triples, results, seconds)
+            for row in cell_rows:
+                row.update(cost)
             rows += cell_rows
+            if args.save_judgements:
+                folder = WORK / "judgements"
+                folder.mkdir(parents=True, exist_ok=True)
+                with open(folder / f"{args.split}_{cell.name}.jsonl", "w", encoding="utf-8") as out:
+                    out.writelines(r.model_dump_json() + "\n" for r in results)
             replies[cell.name] = [
                 {"id": r.id, "category": _category(t), "label": t.manual_label, "verdict_inputs": _brief(r)}
                 for t, r in zip(triples, results, strict=True)

@@ -43,6 +43,9 @@ class GenerationRequest:
     logprobs: int = 20  # top-k log-probabilities per generated token
     temperature: float = 0.0
     n: int = 1  # replies drawn per conversation (vLLM's SamplingParams.n); replies 2..n in Completion.alternatives
+    # Read the probability of each group of words at the first reply token (e.g. (("yes", "sim"), ("no", "não"))):
+    # Completion.word_probs. The in-process engine reads them by token id, whatever the top-k holds.
+    word_groups: tuple[tuple[str, ...], ...] = ()
 
     def describe(self) -> dict[str, Any]:
         """What goes into each result's provenance."""
@@ -52,7 +55,28 @@ class GenerationRequest:
             "structured_output": "regex" if self.regex else ("choice" if self.choice else None),
             "logprobs": self.logprobs,
             **({"n": self.n} if self.n > 1 else {}),  # absent for one reply: older provenance and cache keys hold
+            **({"word_groups": [list(g) for g in self.word_groups]} if self.word_groups else {}),
         }
+
+
+def spellings(word: str) -> list[str]:
+    """The forms a reply may start with: as written, capitalised, upper case, each with and without a leading space."""
+    forms = dict.fromkeys(f for w in (word, word.capitalize(), word.upper()) for f in (w, " " + w))
+    return list(forms)
+
+
+def group_probs_from_text(candidates: dict[str, float], groups: Sequence[Sequence[str]]) -> tuple[float, ...]:
+    """Each group's probability from one position's {token text: log-probability}: the sum over the tokens whose text
+    (blanks stripped, case folded) is one of the group's words. Tokens of no group add nothing."""
+    wanted = [{w.casefold() for w in group} for group in groups]
+    sums = [0.0] * len(groups)
+    for text, logprob in candidates.items():
+        key = text.strip().casefold()
+        for index, words in enumerate(wanted):
+            if key in words:
+                sums[index] += math.exp(logprob)
+                break
+    return tuple(min(1.0, s) for s in sums)
 
 
 @dataclass
@@ -66,9 +90,10 @@ class Completion:
     cached_prompt_tokens: int = 0
     error: str | None = None  # set when this one conversation could not be generated
     alternatives: list[Completion] = field(default_factory=list)  # replies 2..n when GenerationRequest.n > 1
+    # With GenerationRequest.word_groups: each group's probability at the first reply token; None when not read.
+    word_probs: tuple[float, ...] | None = None
 
 
-ProgressCallback = Callable[[int], None]
 CANCELLED = "cancelled"
 
 
@@ -207,6 +232,7 @@ class VLLMEngine:
         self.startup_s = time.perf_counter() - started
         self.block_size: int | None = engine_kwargs.get("block_size")  # None: vLLM's default for the device
         self._model_id = model_id or model  # the name results record (a dev model's name, not its cache path)
+        self._token_group_cache: dict[tuple[tuple[str, ...], ...], list[list[int]]] = {}
         log.info("vLLM engine ready: model=%s eager=%s in %.1fs", model, enforce_eager, self.startup_s)
 
     @property
@@ -244,14 +270,42 @@ class VLLMEngine:
             structured = StructuredOutputsParams(regex=request.regex)
         elif request.choice is not None:
             structured = StructuredOutputsParams(choice=list(request.choice))
+        token_ids = [i for group in self._token_groups(request.word_groups) for i in group]
         return SamplingParams(
             temperature=request.temperature,
             n=request.n,
             max_tokens=request.max_tokens,
-            logprobs=request.logprobs or None,
+            # vLLM requires logprobs == len(logprob_token_ids) when both are set: the ids alone then.
+            logprobs=None if token_ids else (request.logprobs or None),
+            logprob_token_ids=token_ids or None,
             structured_outputs=structured,
             seed=0 if self._per_request_seed or request.temperature == 0 else None,
         )
+
+    def _token_groups(self, word_groups: tuple[tuple[str, ...], ...]) -> list[list[int]]:
+        """Token ids of every spelling of each group's words that the tokenizer writes as ONE token (a word split
+        into several tokens can't be read from one position, and its first piece is shared with other words)."""
+        if not word_groups:
+            return []
+        cached = self._token_group_cache.get(word_groups)
+        if cached is not None:
+            return cached
+        tokenizer = self._llm.get_tokenizer()
+        groups: list[list[int]] = []
+        seen: set[int] = set()
+        for words in word_groups:
+            ids = []
+            for word in words:
+                for form in spellings(word):
+                    encoded = tokenizer.encode(form, add_special_tokens=False)
+                    if len(encoded) == 1 and encoded[0] not in seen:
+                        seen.add(encoded[0])
+                        ids.append(int(encoded[0]))
+            groups.append(ids)
+        if sum(map(len, groups)) > MAX_READ_TOKEN_IDS:
+            raise EngineError(f"word groups span over {MAX_READ_TOKEN_IDS} token ids: {word_groups}")
+        self._token_group_cache[word_groups] = groups
+        return groups
 
     def generate(
         self, conversations: Sequence[Conversation], request: GenerationRequest, control: CallControl | None = None
@@ -277,7 +331,7 @@ class VLLMEngine:
                     results[index] = self._add(
                         engine, f"juiz-{call}-{index}", index, conversation, params, request, running
                     )
-                self._run(engine, running, results, control, started)
+                self._run(engine, running, results, control, started, self._token_groups(request.word_groups))
         finally:
             if running:  # an exception or an interruption (RQ's job timeout, Ctrl-C): leave nothing in the engine
                 self._abort(engine, list(running))
@@ -346,6 +400,7 @@ class VLLMEngine:
         results: list[Completion | None],
         control: CallControl | None,
         started: float,
+        token_groups: list[list[int]],
     ) -> None:
         """vLLM's step loop (`LLM._run_engine`) keeping this call's outputs only, obeying `control` between steps."""
         next_poll = started
@@ -379,7 +434,7 @@ class VLLMEngine:
                 if mine is None or not output.finished:
                     continue  # not this call's (a late output of a request aborted before): never ours to return
                 del running[output.request_id]
-                results[mine] = _completion_from_vllm(output)
+                results[mine] = _completion_from_vllm(output, token_groups)
 
     @staticmethod
     def _wait_s(control: CallControl | None, next_poll: float, now: float) -> float:
@@ -424,6 +479,8 @@ class VLLMEngine:
 
 # How often a call waiting on the engine checks that the engine core is still alive.
 ENGINE_HEALTH_POLL_S = 1.0
+# vLLM's bound on SamplingParams.logprob_token_ids (vllm.sampling_params.MAX_LOGPROB_TOKEN_IDS in 0.32).
+MAX_READ_TOKEN_IDS = 128
 
 
 @contextlib.contextmanager
@@ -437,15 +494,22 @@ def _engine_death_as_ours() -> Iterator[None]:
         raise EngineDeadError(f"the vLLM engine died: {exc}") from exc
 
 
-def _completion_from_vllm(out: Any) -> Completion:
+def _completion_from_vllm(out: Any, token_groups: list[list[int]]) -> Completion:
     """The first reply, with replies 2..n (GenerationRequest.n > 1: one request, the prompt's KV cache shared) as
     its alternatives."""
-    first = _reply_from_vllm(out, out.outputs[0])
-    first.alternatives = [_reply_from_vllm(out, gen) for gen in out.outputs[1:]]
+    first = _reply_from_vllm(out, out.outputs[0], token_groups)
+    first.alternatives = [_reply_from_vllm(out, gen, token_groups) for gen in out.outputs[1:]]
     return first
 
 
-def _reply_from_vllm(out: Any, gen: Any) -> Completion:
+def _group_probs_from_ids(position: dict[int, Any], token_groups: list[list[int]]) -> tuple[float, ...] | None:
+    """Each group's probability at one position from the log-probabilities vLLM returned for its token ids."""
+    if not all(i in position for group in token_groups for i in group):
+        return None  # the engine did not return every id asked for: unread, not guessed
+    return tuple(min(1.0, sum(math.exp(position[i].logprob) for i in group)) for group in token_groups)
+
+
+def _reply_from_vllm(out: Any, gen: Any, token_groups: list[list[int]]) -> Completion:
     tokens: list[str] = []
     top: list[dict[str, float]] = []
     for position in gen.logprobs or []:
@@ -462,6 +526,7 @@ def _reply_from_vllm(out: Any, gen: Any) -> Completion:
     if gen.token_ids is not None and len(tokens) != len(gen.token_ids):
         tokens = []  # logprobs missing or misaligned: the expected score will be null rather than wrong
         top = []
+    word_probs = _group_probs_from_ids(gen.logprobs[0], token_groups) if token_groups and gen.logprobs else None
     error = None
     if gen.finish_reason in ("error", "abort"):
         # vLLM gave up on this request (e.g. its grammar failed to compile): no reply to parse.
@@ -474,6 +539,7 @@ def _reply_from_vllm(out: Any, gen: Any) -> Completion:
         finish_reason=gen.finish_reason,
         prompt_tokens=len(out.prompt_token_ids or []),
         cached_prompt_tokens=int(getattr(out, "num_cached_tokens", 0) or 0),
+        word_probs=word_probs,
     )
 
 
@@ -509,17 +575,34 @@ class FakeEngine:
             if control is not None and control.cancelled is not None and now >= next_poll:
                 cancelled = set(control.cancelled())
                 next_poll = now + control.poll_s
-            completions.append(aborted(CANCELLED) if index in cancelled else self._sampled(conversation, request.n))
+            completions.append(aborted(CANCELLED) if index in cancelled else self._sampled(conversation, request))
         return completions
 
-    def _sampled(self, conversation: Conversation, n: int) -> Completion:
+    def _sampled(self, conversation: Conversation, request: GenerationRequest) -> Completion:
         """n replies (GenerationRequest.n): `reply` is asked n times, so a test's reply function can vary them."""
-        first = self._complete(conversation)
-        first.alternatives = [self._complete(conversation) for _ in range(n - 1)]
+        first = self._complete(conversation, request)
+        first.alternatives = [self._complete(conversation, request) for _ in range(request.n - 1)]
         return first
 
-    def _complete(self, conversation: Conversation) -> Completion:
+    @staticmethod
+    def _word_probs(text: str, groups: tuple[tuple[str, ...], ...]) -> tuple[float, ...]:
+        """A reply `p=0.8` puts 0.8 on the first group and the rest on the second; a reply that is one of a group's
+        words puts 0.9 on that group; anything else reads as no mass on any group."""
+        if text.startswith("p="):
+            p = float(text[2:])
+            return (p, 1.0 - p, *[0.0] * (len(groups) - 2))
+        probs = [0.0] * len(groups)
+        for index, words in enumerate(groups):
+            if text.strip().casefold() in {w.casefold() for w in words}:
+                probs = [0.1 / max(1, len(groups) - 1)] * len(groups)
+                probs[index] = 0.9
+        return tuple(probs)
+
+    def _complete(self, conversation: Conversation, request: GenerationRequest) -> Completion:
         text = self._reply(conversation)
+        if request.word_groups:
+            probs = self._word_probs(text, request.word_groups)
+            return Completion(text=text, tokens=[text], top_logprobs=[{}], finish_reason="length", word_probs=probs)
         tokens = re.findall(r"\d|\D+", text)
         top = [{tok: 0.0} for tok in tokens]
         for i in range(len(tokens) - 1, -1, -1):

@@ -22,6 +22,8 @@ from typing import Any
 
 import prompts
 from juiz import __version__
+from juiz.check_rule import apply_rule
+from juiz.checks import CHECK_REQUEST, REFERENCE_REQUEST, Ask, CheckJob, read_check, reference_text
 from juiz.engine import CallControl, Completion, Conversation, GenerationRequest, JudgeEngine
 from juiz.errors import EngineDeadError, PromptError, TransientEngineError
 from juiz.labels import label_for
@@ -38,7 +40,7 @@ from juiz.parsing import (
 )
 from juiz.uncertainty import annotate, combine_samples
 from schemas import BatchOptions, Judgement, JudgementStatus, Provenance, Segment, Triple
-from schemas.judgement import NEEDS_CONTEXT, MetricResult, MetricStatus, SegmentGrade
+from schemas.judgement import NEEDS_CONTEXT, CheckResult, CheckStatus, MetricResult, MetricStatus, SegmentGrade
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +51,8 @@ FAST_REQUEST = GenerationRequest(max_tokens=1, choice=SCORE_DIGITS, logprobs=20)
 SEGMENT_COT_REQUEST = GenerationRequest(max_tokens=SEGMENT_MAX_TOKENS, regex=SEGMENT_REPLY_REGEX, logprobs=20)
 # How context_relevance's item score comes from its segments' scores (see README, "Metrics").
 CONTEXT_AGGREGATE = "max"
+# The mode a check-based prompt's results record: they are neither cot nor fast (one yes/no token per check).
+CHECKS = "checks"
 
 
 def select_prompt(options: BatchOptions, question: str, metric: str | None = None) -> prompts.PromptTemplate:
@@ -93,9 +97,26 @@ def request_for(mode: str, metric: str = "answer_relevance") -> GenerationReques
     return SEGMENT_COT_REQUEST if metric == "context_relevance" else COT_REQUEST
 
 
+def prompt_version(options: BatchOptions, metric: str) -> str:
+    """The prompt version a batch uses for a metric: the one its options name, else the metric's default."""
+    for prompt_id in options.prompt_ids():
+        prompt_metric, version, _ = prompts.parse_prompt_id(prompt_id)
+        if prompt_metric == metric:
+            return version
+    return prompts.DEFAULT_VERSIONS[metric]
+
+
 def request_for_options(options: BatchOptions, metric: str) -> GenerationRequest:
     """The sampling one metric of a batch gets: `request_for`, with options.samples replies at the batch's
-    temperature (context relevance, graded once per segment, keeps one greedy reply)."""
+    temperature (context relevance, graded once per segment, keeps one greedy reply). A check-based prompt's is
+    one yes/no token per check, whatever the mode (options.samples does not apply: the probabilities are the
+    spread)."""
+    try:
+        checks = prompts.kind(metric, prompt_version(options, metric)) == "checks"
+    except prompts.PromptNotFound as exc:
+        raise PromptError(str(exc)) from exc
+    if checks:
+        return CHECK_REQUEST
     request = request_for(options.mode, metric)
     if metric == "context_relevance" or (options.samples == 1 and options.sampling_temperature == 0):
         return request
@@ -155,9 +176,11 @@ class Judge:
         Prompts differ per item and metric, so they still share one call; only a different sampling setting (cot,
         the shorter per-segment cot, fast) needs a call of its own. `control.cancelled()` names ITEM indices.
         """
-        tasks, skipped = self._plan(items)
+        tasks, jobs, skipped = self._plan(items)
         replies = self._run(tasks, control)
         by_item: list[dict[str, MetricResult]] = [dict(skipped.get(i, {})) for i in range(len(items))]
+        for (item, metric), result in self._grade_checks(jobs, control).items():
+            by_item[item][metric] = result
         segment_grades: dict[tuple[int, str], list[tuple[_Task, _Reply]]] = {}
         for task, reply in zip(tasks, replies, strict=True):
             if task.segment is None:
@@ -174,8 +197,9 @@ class Judge:
 
     def _plan(
         self, items: Sequence[tuple[Triple, BatchOptions]]
-    ) -> tuple[list[_Task], dict[int, dict[str, MetricResult]]]:
+    ) -> tuple[list[_Task], list[CheckJob], dict[int, dict[str, MetricResult]]]:
         tasks: list[_Task] = []
+        jobs: list[CheckJob] = []
         skipped: dict[int, dict[str, MetricResult]] = {}
         for i, (triple, options) in enumerate(items):
             segments = context_segments(triple.context)
@@ -197,9 +221,65 @@ class Judge:
                 fields = {"question": triple.question, "answer": triple.answer}
                 if metric == "groundedness":
                     fields["context"] = prompts.format_context(segments)
+                if template.kind == "checks":
+                    jobs.append(CheckJob.plan(i, metric, template, fields))
+                    continue
                 conversation = template.render(mode=options.mode, **fields)
                 tasks.append(_Task(i, metric, None, template, conversation, request, options.mode))
-        return tasks, skipped
+        return tasks, jobs, skipped
+
+    def _grade_checks(self, jobs: list[CheckJob], control: CallControl | None) -> dict[tuple[int, str], MetricResult]:
+        """Check-based metrics in three waves (juiz.checks): the references, each item's first check (so its prefix is
+        cached), then every other check; each wave is one engine call."""
+        if not jobs:
+            return {}
+        started = time.perf_counter()
+        with_reference = [job for job in jobs if job.needs_reference]
+        reference_replies = self._run(
+            [
+                _Task(job.item, job.metric, None, job.template, job.reference_conversation(), REFERENCE_REQUEST, CHECKS)
+                for job in with_reference
+            ],
+            control,
+        )
+        references = {id(job): reply.completion for job, reply in zip(with_reference, reference_replies, strict=True)}
+        planned: list[tuple[CheckJob, list[Ask], list[CheckResult]]] = []
+        for job in jobs:
+            reference = references.get(id(job))
+            asks, unasked = job.asks(reference_text(reference) if reference is not None else None)
+            planned.append((job, asks, unasked))
+        # An item whose reference was written has its prefix cached already; the others send one check first.
+        first = [(n, 0) for n, (job, asks, _) in enumerate(planned) if asks and id(job) not in references]
+        first_set = set(first)
+        rest = [(n, k) for n, (_, asks, _) in enumerate(planned) for k in range(len(asks)) if (n, k) not in first_set]
+        read: dict[tuple[int, int], CheckResult] = {}
+        for wave in (first, rest):
+            wave_replies = self._run(
+                [
+                    _Task(
+                        planned[n][0].item,
+                        planned[n][0].metric,
+                        None,
+                        planned[n][0].template,
+                        planned[n][1][k].conversation,
+                        CHECK_REQUEST,
+                        CHECKS,
+                    )
+                    for n, k in wave
+                ],
+                control,
+            )
+            for (n, k), reply in zip(wave, wave_replies, strict=True):
+                read[(n, k)] = read_check(planned[n][1][k], reply.completion)
+        latency = round(time.perf_counter() - started, 4)
+        results: dict[tuple[int, str], MetricResult] = {}
+        for n, (job, asks, unasked) in enumerate(planned):
+            checks = [read[(n, k)] for k in range(len(asks))] + unasked
+            reference = references.get(id(job))
+            results[(job.item, job.metric)] = _checks_result(
+                job, checks, reference_text(reference) if reference is not None else None, latency, self.engine.model_id
+            )
+        return results
 
     def _run(self, tasks: list[_Task], control: CallControl | None) -> list[_Reply]:
         """One engine call per sampling setting; identical conversations in it are generated once."""
@@ -386,6 +466,42 @@ def _context_relevance(graded: list[tuple[_Task, _Reply]], model: str) -> Metric
     )
 
 
+def _checks_result(
+    job: CheckJob, checks: list[CheckResult], reference: str | None, latency_s: float, model: str
+) -> MetricResult:
+    """A check-based metric's result: the rule's grade (juiz.check_rule), the checks, the reference."""
+    common: dict[str, Any] = {
+        "latency_s": latency_s,
+        "provenance": _provenance(model, job.template, CHECK_REQUEST, CHECKS),
+        "checks": checks,
+        "reference": reference,
+    }
+    if checks and all(c.status is CheckStatus.FAILED for c in checks):
+        errors = dict.fromkeys(c.error for c in checks if c.error)
+        return MetricResult(status=MetricStatus.FAILED, error="; ".join(e for e in errors if e)[:500], **common)
+    outcome = apply_rule(job.template, checks)
+    if not outcome.ok:
+        return MetricResult(
+            status=MetricStatus.PARSE_ERROR,
+            error=outcome.error,
+            criteria=outcome.criteria,
+            supporting_evidence=outcome.supporting_evidence,
+            raw_output=outcome.text,
+            **common,
+        )
+    assert outcome.score is not None
+    return MetricResult(
+        status=MetricStatus.OK,
+        score=outcome.score,
+        normalized_score=round(outcome.score / 3, 6),
+        expected_score=_rounded(outcome.expected_score),
+        criteria=outcome.criteria,
+        supporting_evidence=outcome.supporting_evidence,
+        raw_output=outcome.text,
+        **common,
+    )
+
+
 def _judgement(triple: Triple, options: BatchOptions, metrics: dict[str, MetricResult]) -> Judgement:
     """The result: the main metric's grade in the top-level fields, every metric under `metrics`, the label."""
     main = metrics[options.primary_metric]
@@ -429,11 +545,12 @@ def _with_origin(judgements: list[Judgement], engine: JudgeEngine) -> list[Judge
 
 
 def _provenance(model: str, template: prompts.PromptTemplate, request: GenerationRequest, mode: str) -> Provenance:
+    rule = {"rule": template.rule.version} if template.rule is not None else {}
     return Provenance(
         model=model,
         prompt=template.id,
         prompt_sha256=template.sha256,
-        sampling={**request.describe(), "mode": mode},
+        sampling={**request.describe(), "mode": CHECKS if template.kind == "checks" else mode, **rule},
         juiz_version=__version__,
     )
 

@@ -39,7 +39,15 @@ from tenacity import (
     stop_after_delay,
 )
 
-from juiz.engine import CANCELLED, CallControl, Completion, Conversation, GenerationRequest, aborted
+from juiz.engine import (
+    CANCELLED,
+    CallControl,
+    Completion,
+    Conversation,
+    GenerationRequest,
+    aborted,
+    group_probs_from_text,
+)
 from juiz.errors import EngineError, ModelError, TransientEngineError
 from juiz.parsing import CRITERIA_MAX_CHARS, EVIDENCE_MAX_CHARS
 from juiz.retry import WaitRetryAfter, retry_after_s
@@ -55,6 +63,8 @@ DIALECTS: tuple[str, ...] = ("auto", "vllm", "llama.cpp", "none")
 _OWNED_BY = {"vllm": "vllm", "llamacpp": "llama.cpp"}
 # Servers write an impossible token's log-probability as a large negative number (vLLM: -9999.0), JSON having no -inf.
 _IMPOSSIBLE_LOGPROB = -9000.0
+# The most candidates per position the OpenAI API returns (`top_logprobs` ≤ 20).
+OPENAI_MAX_TOP_LOGPROBS = 20
 
 # The reply format in llama.cpp's GBNF, built from the same bounds as parsing.COT_REPLY_REGEX (see there for why the
 # free-text parts are bounded). GBNF has no regex, so only the patterns juiz itself sends are translated; another
@@ -119,8 +129,12 @@ def _reason(response: httpx.Response) -> str:
     return str(body)[:500]
 
 
-def completion_from_choice(body: dict[str, Any]) -> Completion:
-    """One chat-completions response → Completion; tokens and top log-probabilities only where the server sent them."""
+def completion_from_choice(body: dict[str, Any], word_groups: tuple[tuple[str, ...], ...] = ()) -> Completion:
+    """One chat-completions response → Completion; tokens and top log-probabilities only where the server sent them.
+
+    With `word_groups`, each group's probability is summed from the first position's top log-probabilities: an
+    OpenAI-compatible server returns at most 20 candidates, so mass a model spread beyond them is missing (the check
+    then reads as low mass rather than a guess)."""
     choice = body["choices"][0]
     text = (choice.get("message") or {}).get("content") or ""
     tokens: list[str] = []
@@ -136,7 +150,9 @@ def completion_from_choice(body: dict[str, Any]) -> Completion:
         top.append(candidates)
     usage = body.get("usage") or {}
     details = usage.get("prompt_tokens_details") or {}
+    word_probs = group_probs_from_text(top[0], word_groups) if word_groups and top else None
     return Completion(
+        word_probs=word_probs,
         text=text,
         tokens=tokens,
         top_logprobs=top,
@@ -224,7 +240,7 @@ class OpenAIEngine:
         semaphore = asyncio.Semaphore(self._max_concurrency)
         async with self._client() as client:
             tasks = [
-                asyncio.create_task(self._one(client, semaphore, self.body(conversation, request)))
+                asyncio.create_task(self._one(client, semaphore, self.body(conversation, request), request.word_groups))
                 for conversation in conversations
             ]
             results: list[Completion | None] = [None] * len(tasks)
@@ -282,7 +298,10 @@ class OpenAIEngine:
             # Sampled requests go unseeded: a seeded one kills a vLLM CPU server's engine once chunked prefill splits
             # it (see VLLMEngine), and juiz cannot tell which device serves it.
             body["seed"] = 0
-        if request.logprobs:
+        if request.word_groups:
+            body["logprobs"] = True
+            body["top_logprobs"] = OPENAI_MAX_TOP_LOGPROBS
+        elif request.logprobs:
             body["logprobs"] = True
             body["top_logprobs"] = request.logprobs
         if self.dialect == "vllm":
@@ -296,7 +315,13 @@ class OpenAIEngine:
                 body["grammar"] = grammar
         return body
 
-    async def _one(self, client: httpx.AsyncClient, semaphore: asyncio.Semaphore, body: dict[str, Any]) -> Completion:
+    async def _one(
+        self,
+        client: httpx.AsyncClient,
+        semaphore: asyncio.Semaphore,
+        body: dict[str, Any],
+        word_groups: tuple[tuple[str, ...], ...] = (),
+    ) -> Completion:
         async with semaphore:
             async for attempt in self._retrying():
                 with attempt:
@@ -305,7 +330,7 @@ class OpenAIEngine:
                         raise ServerError(
                             response.status_code, _reason(response), retry_after_s(response.headers.get("Retry-After"))
                         )
-                    return completion_from_choice(response.json())
+                    return completion_from_choice(response.json(), word_groups)
         raise AssertionError("unreachable: tenacity re-raises the last error")
 
     def _retrying(self) -> AsyncRetrying:

@@ -28,6 +28,36 @@ class PromptNotFound(LookupError):
     """No prompt file for this metric, version and language."""
 
 
+CheckAsk = Literal["once", "per_sentence", "with_reference"]
+CheckRole = Literal["veto", "core", "info"]
+
+
+@dataclass(frozen=True)
+class CheckSpec:
+    """One yes/no question of a check-based prompt; yes always means good.
+
+    `ask`: once per item, once per sentence of the answer (`{sentence}` in the question), or with the judge's own
+    reference answer (`{reference}`). `role`: a veto can sink the answer alone, core checks make the score, info
+    checks are recorded (and may feed a calibration) but do not move the score. `user` replaces the item's layout for
+    this check (e.g. the reference before the answer, to ask a comparison in both orders)."""
+
+    name: str
+    question: str
+    ask: CheckAsk = "once"
+    role: CheckRole = "core"
+    user: str | None = None
+
+
+@dataclass(frozen=True)
+class CheckRule:
+    """How a check-based prompt's checks become a 0–3 score and an expected score (juiz.check_rule)."""
+
+    version: str
+    veto_below: float  # a veto check whose P(yes) is below this sinks the answer to 0
+    cuts: tuple[float, float, float]  # the core checks' mean P(yes) at or above cut k gives score k + 1
+    sentence_aggregate: Literal["min", "mean"]  # how a per-sentence check's P(yes) over the sentences enters
+
+
 @dataclass(frozen=True)
 class PromptTemplate:
     metric: str
@@ -39,6 +69,13 @@ class PromptTemplate:
     reply_cot: str
     reply_fast: str
     sha256: str
+    # Check-based prompts (kind "checks"): yes/no questions read from token probabilities instead of a written grade.
+    kind: Literal["score", "checks"] = "score"
+    reply_check: str = ""  # appended after each check's question: how to answer (one word)
+    checks: tuple[CheckSpec, ...] = ()
+    rule: CheckRule | None = None
+    reference: str = ""  # with `with_reference` checks: how the judge writes its own answer from the context
+    user_reference: str = ""  # the item's layout for that request (a prefix of `user`, so its KV cache is shared)
 
     @property
     def id(self) -> str:
@@ -57,6 +94,24 @@ class PromptTemplate:
             {"role": "system", "content": self.system},
             {"role": "user", "content": self.user.format_map(values) + "\n\n" + reply},
         ]
+
+    def render_check(self, check: CheckSpec, **fields: str) -> list[dict[str, str]]:
+        """One check's conversation: the item (the check's own layout or the prompt's), its question, how to answer.
+
+        Every check of an item starts with the same system message and item text, so the engine's prefix cache
+        computes the item once for all of its checks."""
+        layout = check.user or self.user
+        tags = set(re.findall(r"</(\w+)>", layout + check.question))
+        values = {name: _neutralise(text, tags) for name, text in fields.items()}
+        content = layout.format_map(values) + "\n\n" + check.question.format_map(values) + "\n" + self.reply_check
+        return [{"role": "system", "content": self.system}, {"role": "user", "content": content}]
+
+    def render_reference(self, **fields: str) -> list[dict[str, str]]:
+        """The request for the judge's own short answer from the context (shared by every answer to the question)."""
+        tags = set(re.findall(r"</(\w+)>", self.user_reference))
+        values = {name: _neutralise(text, tags) for name, text in fields.items()}
+        content = self.user_reference.format_map(values) + "\n\n" + self.reference
+        return [{"role": "system", "content": self.system}, {"role": "user", "content": content}]
 
 
 def format_context(segments: list[str]) -> str:
@@ -88,17 +143,44 @@ def load(metric: str, version: str, lang: str) -> PromptTemplate:
         raise PromptNotFound(f"no prompt {metric}@{version}.{lang}; available: {known}")
     raw = file.read_bytes()
     data = tomllib.loads(raw.decode("utf-8"))
+    common = {
+        "metric": data["metric"],
+        "version": data["version"],
+        "lang": data["lang"],
+        "description": data["description"],
+        "system": data["system"],
+        "user": data["user"],
+        "sha256": hashlib.sha256(raw).hexdigest(),
+    }
+    if data.get("kind", "score") == "score":
+        return PromptTemplate(**common, reply_cot=data["reply_cot"], reply_fast=data["reply_fast"])
+    rule = data["rule"]
     return PromptTemplate(
-        metric=data["metric"],
-        version=data["version"],
-        lang=data["lang"],
-        description=data["description"],
-        system=data["system"],
-        user=data["user"],
-        reply_cot=data["reply_cot"],
-        reply_fast=data["reply_fast"],
-        sha256=hashlib.sha256(raw).hexdigest(),
+        **common,
+        reply_cot="",
+        reply_fast="",
+        kind="checks",
+        reply_check=data["reply_check"],
+        checks=tuple(CheckSpec(**check) for check in data["checks"]),
+        rule=CheckRule(
+            version=rule["version"],
+            veto_below=float(rule["veto_below"]),
+            cuts=(float(rule["cuts"][0]), float(rule["cuts"][1]), float(rule["cuts"][2])),
+            sentence_aggregate=rule["sentence_aggregate"],
+        ),
+        reference=data.get("reference", ""),
+        user_reference=data.get("user_reference", ""),
     )
+
+
+def kind(metric: str, version: str) -> str:
+    """A version's kind ("score" or "checks"), the same in every language it exists in."""
+    for lang in LANGUAGES:
+        try:
+            return load(metric, version, lang).kind
+        except PromptNotFound:
+            continue
+    raise PromptNotFound(f"no prompt {metric}@{version} in any language; available: {', '.join(available())}")
 
 
 def available() -> list[str]:

@@ -68,6 +68,33 @@ class SegmentGrade(Grade):
     index: int = Field(ge=0, description="Position of the segment in the item's context (0-based).")
 
 
+class CheckStatus(StrEnum):
+    OK = "ok"
+    LOW_MASS = (
+        "low_mass"  # the judge's first token was neither yes nor no (mass below the floor): not read, not guessed
+    )
+    FAILED = "failed"  # no reply (engine error, too long, cancelled); `error` says why
+
+
+class CheckResult(BaseModel):
+    """One yes/no check of a check-based prompt (e.g. answer_relevance@checks-1), read from token probabilities.
+
+    Yes always means good. `p_yes` is P(yes) / (P(yes) + P(no)) at the reply's first token, over the single-token
+    spellings of yes and no in English and Portuguese; `mass` is P(yes) + P(no), how much of the judge's probability
+    the two answers held."""
+
+    name: str = Field(description="The check's name in its prompt file, e.g. attempts_answer.")
+    question: str = Field(description="The question asked, as the prompt file words it (before filling in).")
+    role: Literal["veto", "core", "info"] = Field(description="veto: can sink the answer alone; core: makes the score.")
+    p_yes: float | None = Field(default=None, ge=0, le=1)
+    mass: float | None = Field(default=None, ge=0, le=1)
+    status: CheckStatus
+    target: str | None = Field(
+        default=None, description="What this check was about: one sentence of the answer, or the judge's reference."
+    )
+    error: str | None = None
+
+
 class MetricResult(Grade):
     """One metric's grade of one item, with its own provenance. `skipped` and `failed` carry the reason in `error`
     and never a score."""
@@ -85,6 +112,14 @@ class MetricResult(Grade):
     )
     samples: SampleSummary | None = Field(
         default=None, description="With options.samples > 1: the sampled replies' scores and their spread."
+    )
+    checks: list[CheckResult] | None = Field(
+        default=None,
+        description="Check-based prompts only: every yes/no check asked, with its probability (per sentence where the "
+        "check is asked per sentence).",
+    )
+    reference: str | None = Field(
+        default=None, description="Check-based groundedness: the short answer the judge wrote itself from the context."
     )
 
 

@@ -19,7 +19,11 @@ def test_every_version_exists_in_both_languages() -> None:
     assert prompts.DEFAULT_VERSIONS["answer_relevance"] == "juiz-1"
 
 
-@pytest.mark.parametrize("prompt_id", prompts.available())
+SCORE_PROMPTS = [p for p in prompts.available() if prompts.kind(*prompts.parse_prompt_id(p)[:2]) == "score"]
+CHECK_PROMPTS = [p for p in prompts.available() if p not in SCORE_PROMPTS]
+
+
+@pytest.mark.parametrize("prompt_id", SCORE_PROMPTS)
 def test_prompt_renders_with_the_reply_template(prompt_id: str) -> None:
     metric, version, lang = prompts.parse_prompt_id(prompt_id)
     assert lang is not None
@@ -43,6 +47,41 @@ def test_prompt_renders_with_the_reply_template(prompt_id: str) -> None:
         "digit" in template.render(mode="fast", **fields)[1]["content"]
         or "dígito" in (template.render(mode="fast", **fields)[1]["content"])
     )
+
+
+@pytest.mark.parametrize("prompt_id", CHECK_PROMPTS)
+def test_check_prompts_share_the_item_prefix_and_ask_one_word(prompt_id: str) -> None:
+    metric, version, lang = prompts.parse_prompt_id(prompt_id)
+    assert lang is not None
+    template = prompts.load(metric, version, lang)
+    assert template.kind == "checks" and template.rule is not None and template.checks
+    assert len({c.name for c in template.checks}) == len(template.checks)
+    assert any(c.role == "core" for c in template.checks)
+    fields = {"question": "Q?", "answer": "A.", "context": "[1] C.", "sentence": "S s s.", "reference": "R."}
+    conversations = [template.render_check(c, **fields) for c in template.checks]
+    prefix = template.user.split("{answer}")[0].format_map({k: v for k, v in fields.items()})
+    for check, conversation in zip(template.checks, conversations, strict=True):
+        system, user = conversation
+        assert system["content"] == template.system
+        if check.user is None:  # every check of an item starts with the same text: one prefill for all of them
+            assert user["content"].startswith(prefix)
+        assert user["content"].endswith(template.reply_check)
+        assert ("Yes or No" in user["content"]) or ("Sim ou Não" in user["content"])
+        if check.ask == "per_sentence":
+            assert "S s s." in user["content"]
+        if check.ask == "with_reference":
+            assert "R." in user["content"]
+    if template.reference:
+        reference = template.render_reference(question="Q?", context="[1] C.")[1]["content"]
+        assert template.user.startswith(template.user_reference)  # the reference request warms the checks' prefix
+        assert reference.startswith(template.user_reference.format_map({"question": "Q?", "context": "[1] C."}))
+
+
+def test_check_prompts_exist_in_both_languages_with_the_same_checks() -> None:
+    for metric in ("answer_relevance", "groundedness"):
+        en, pt = (prompts.load(metric, "checks-1", lang) for lang in ("en", "pt"))
+        assert [(c.name, c.ask, c.role) for c in en.checks] == [(c.name, c.ask, c.role) for c in pt.checks]
+        assert en.rule == pt.rule
 
 
 def test_untrusted_text_cannot_close_its_delimiters() -> None:

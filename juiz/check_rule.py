@@ -1,0 +1,102 @@
+"""How a check-based prompt's yes/no checks become a grade in the seeds' form (the prompt file's `[rule]`).
+
+Every check is phrased so that yes means good; its value is P(yes) / (P(yes) + P(no)). A check asked per sentence of
+the answer enters as the minimum (or mean, as the rule says) over the sentences. Then, in order:
+
+1. **Vetoes first.** `veto` checks are the minority flags that must be able to sink an answer on their own (refuses,
+   only asks back, speaks to the grader): the weakest veto's value is the gate. Below `veto_below` the score is 0.
+2. **Strength.** The mean value of the `core` checks, capped by the gate: `strength = min(core mean, gate)`. This is
+   the expected score (0–1), so a vetoed answer also ranks low.
+3. **Score.** 0–3: how many of the rule's three `cuts` the strength reaches (0 when vetoed).
+
+`info` checks are kept in the result and may feed a calibration; they never move the score. Checks the judge did not
+answer yes or no to (low mass) or that failed are left out and named; when no core check could be read, the metric is
+a parse error, never a made-up grade.
+
+The written text is built from the checks that decided the score, so it can never contradict it:
+`Criteria:` what was checked, `Supporting Evidence:` each check's answer and probability, `Score: N`.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import prompts
+from schemas.judgement import CheckResult, CheckStatus
+
+
+@dataclass(frozen=True)
+class RuleOutcome:
+    ok: bool
+    score: int | None
+    expected_score: float | None
+    criteria: str
+    supporting_evidence: str
+    error: str | None = None
+
+    @property
+    def text(self) -> str:
+        """The grade in the seeds' form."""
+        score = "" if self.score is None else str(self.score)
+        return f"Criteria: {self.criteria}\nSupporting Evidence: {self.supporting_evidence}\nScore: {score}"
+
+
+def check_values(template: prompts.PromptTemplate, results: Sequence[CheckResult]) -> dict[str, float]:
+    """Each check's value (P(yes); per-sentence checks aggregated by the rule): only checks that were read."""
+    assert template.rule is not None
+    values: dict[str, float] = {}
+    for spec in template.checks:
+        read = [r.p_yes for r in results if r.name == spec.name and r.status is CheckStatus.OK and r.p_yes is not None]
+        if not read:
+            continue
+        if spec.ask == "per_sentence":
+            values[spec.name] = min(read) if template.rule.sentence_aggregate == "min" else statistics.fmean(read)
+        else:
+            values[spec.name] = read[0]
+    return values
+
+
+def _word(value: float) -> str:
+    return f"{'yes' if value >= 0.5 else 'no'} {value:.2f}"
+
+
+def apply_rule(template: prompts.PromptTemplate, results: Sequence[CheckResult]) -> RuleOutcome:
+    """The grade the rule gives these checks (see the module docstring)."""
+    rule = template.rule
+    assert rule is not None, "apply_rule needs a check-based prompt"
+    values = check_values(template, results)
+    vetoes = [c.name for c in template.checks if c.role == "veto"]
+    core = [c.name for c in template.checks if c.role == "core"]
+    unread = sorted({r.name for r in results if r.status is not CheckStatus.OK} - set(values))
+    criteria = f"yes/no checks, yes = good ({rule.version}): " + ", ".join(c.name for c in template.checks)
+    core_values = [values[name] for name in core if name in values]
+    if not core_values:
+        return RuleOutcome(
+            ok=False,
+            score=None,
+            expected_score=None,
+            criteria=criteria,
+            supporting_evidence="no core check could be read",
+            error=f"no core check was answered yes or no (unread: {', '.join(unread) or 'all'})",
+        )
+    gate_values = {name: values[name] for name in vetoes if name in values}
+    gate = min(gate_values.values(), default=1.0)
+    strength = min(statistics.fmean(core_values), gate)
+    vetoed_by = [name for name, value in gate_values.items() if value < rule.veto_below]
+    score = 0 if vetoed_by else sum(strength >= cut for cut in rule.cuts)
+    evidence = []
+    if vetoed_by:
+        evidence.append("vetoed: " + ", ".join(f"{n} {gate_values[n]:.2f} < {rule.veto_below:.2f}" for n in vetoed_by))
+    evidence.append("; ".join(f"{name} {_word(values[name])}" for name in [*vetoes, *core] if name in values))
+    evidence.append(f"strength {strength:.2f} (cuts {', '.join(f'{c:.2f}' for c in rule.cuts)})")
+    if unread:
+        evidence.append(f"unread: {', '.join(unread)}")
+    return RuleOutcome(
+        ok=True,
+        score=score,
+        expected_score=round(strength, 6),
+        criteria=criteria,
+        supporting_evidence="; ".join(evidence),
+    )

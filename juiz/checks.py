@@ -1,0 +1,116 @@
+"""Check-based grading (prompts of kind "checks"): one item's metric as a set of yes/no conversations.
+
+A check-based prompt asks narrow questions, each answered with one token, and reads P(yes) from the probabilities of
+the yes and no tokens (`GenerationRequest.word_groups`; the in-process engine reads them by token id, never from a
+truncated top-k). Groundedness also asks per sentence of the answer (juiz.sentences) and against a reference the
+judge first writes itself from the context, one greedy reply per distinct question and context.
+
+Every check of an item starts with the same system message and item text, so with the engine's prefix cache an
+item's K checks cost about one prefill. That only holds if the item's prefix is cached before its checks are
+scheduled: requests scheduled in the same step all compute it. So the judge sends work in waves (`Judge`): the
+references (which share the groundedness prefix up to the question), then each item's first check, then the rest.
+`juiz.check_rule` turns the results into a grade.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import prompts
+from juiz.engine import Completion, Conversation, GenerationRequest
+from juiz.sentences import split_sentences
+from schemas.judgement import CheckResult, CheckStatus
+
+# Yes and no in every language juiz has prompts for: a Portuguese prompt's "Sim"/"Não" read as yes/no.
+YES_NO: tuple[tuple[str, ...], ...] = (("yes", "sim"), ("no", "não", "nao"))
+CHECK_REQUEST = GenerationRequest(max_tokens=1, logprobs=0, word_groups=YES_NO)
+# The judge's own short answer from the context; greedy, a sentence or two.
+REFERENCE_REQUEST = GenerationRequest(max_tokens=96, logprobs=0)
+# Below this P(yes) + P(no) the judge was not answering yes or no (it started some other word): the check is not read.
+MIN_MASS = 0.25
+REFERENCE_MAX_CHARS = 600
+
+
+@dataclass(frozen=True)
+class Ask:
+    """One check's conversation for one item (and one sentence, for per-sentence checks)."""
+
+    check: prompts.CheckSpec
+    target: str | None
+    conversation: Conversation
+
+
+@dataclass
+class CheckJob:
+    """One item's metric graded by a check-based prompt."""
+
+    item: int
+    metric: str
+    template: prompts.PromptTemplate
+    fields: dict[str, str]
+    sentences: list[str] = field(default_factory=list)
+
+    @classmethod
+    def plan(cls, item: int, metric: str, template: prompts.PromptTemplate, fields: dict[str, str]) -> CheckJob:
+        per_sentence = any(c.ask == "per_sentence" for c in template.checks)
+        return cls(item, metric, template, fields, split_sentences(fields["answer"]) if per_sentence else [])
+
+    @property
+    def needs_reference(self) -> bool:
+        return any(c.ask == "with_reference" for c in self.template.checks)
+
+    def reference_conversation(self) -> Conversation:
+        fields = {k: v for k, v in self.fields.items() if k != "answer"}
+        return self.template.render_reference(**fields)
+
+    def asks(self, reference: str | None) -> tuple[list[Ask], list[CheckResult]]:
+        """The conversations to generate, and the checks that can't be asked (no reference) as failed results."""
+        asks: list[Ask] = []
+        unasked: list[CheckResult] = []
+        for check in self.template.checks:
+            if check.ask == "per_sentence":
+                for sentence in self.sentences:
+                    asks.append(
+                        Ask(check, sentence, self.template.render_check(check, **self.fields, sentence=sentence))
+                    )
+            elif check.ask == "with_reference":
+                if reference is None:
+                    unasked.append(_result(check, None, status=CheckStatus.FAILED, error="no reference answer"))
+                    continue
+                conversation = self.template.render_check(check, **self.fields, reference=reference)
+                asks.append(Ask(check, reference, conversation))
+            else:
+                asks.append(Ask(check, None, self.template.render_check(check, **self.fields)))
+        return asks, unasked
+
+
+def _result(check: prompts.CheckSpec, target: str | None, **values: object) -> CheckResult:
+    return CheckResult(name=check.name, question=check.question, role=check.role, target=target, **values)  # type: ignore[arg-type]
+
+
+def read_check(ask: Ask, completion: Completion) -> CheckResult:
+    """A check's result from its one-token reply: P(yes) normalised over yes + no, or why it could not be read."""
+    if completion.error is not None:
+        return _result(ask.check, ask.target, status=CheckStatus.FAILED, error=completion.error)
+    if completion.word_probs is None:
+        return _result(
+            ask.check, ask.target, status=CheckStatus.FAILED, error="the engine returned no yes/no probabilities"
+        )
+    yes, no = completion.word_probs[0], completion.word_probs[1]
+    mass = min(1.0, yes + no)
+    if mass < MIN_MASS:
+        return _result(
+            ask.check,
+            ask.target,
+            status=CheckStatus.LOW_MASS,
+            mass=round(mass, 6),
+            error=f"the judge answered neither yes nor no (P(yes)+P(no) = {mass:.3f} < {MIN_MASS}): "
+            f"it began {completion.text!r}",
+        )
+    return _result(ask.check, ask.target, status=CheckStatus.OK, p_yes=round(yes / (yes + no), 6), mass=round(mass, 6))
+
+
+def reference_text(completion: Completion) -> str | None:
+    """The judge's reference answer, or None when it could not be written."""
+    text = completion.text.strip()[:REFERENCE_MAX_CHARS]
+    return text if completion.error is None and text else None

@@ -1,0 +1,108 @@
+"""A deterministic sentence splitter for answers (groundedness checks ask about each sentence on its own).
+
+Rules, in order: line breaks and list bullets end a sentence; so do `.`, `!`, `?`, `…` and `;` followed by a blank and
+then a capital letter, a digit, a quote or an opening bracket, except after a known abbreviation, a single letter
+(initials) or a number's decimal point. Sentences with fewer than MIN_WORDS words or no letter are dropped as trivial.
+An answer of more than MAX_SENTENCES sentences is grouped into MAX_SENTENCES runs of consecutive sentences, so every
+word is still checked and the work per item stays bounded.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+
+MIN_WORDS = 3
+MAX_SENTENCES = 8
+
+# English and Portuguese abbreviations that end in a period without ending a sentence (compared case-folded).
+ABBREVIATIONS = frozenset(
+    [
+        "e.g",
+        "i.e",
+        "etc",
+        "vs",
+        "cf",
+        "al",
+        "mr",
+        "mrs",
+        "ms",
+        "dr",
+        "prof",
+        "sr",
+        "sra",
+        "srs",
+        "dra",
+        "st",
+        "no",
+        "nº",
+        "p.ex",
+        "ex",
+        "fig",
+        "approx",
+        "aprox",
+        "pág",
+        "pag",
+        "cap",
+        "vol",
+        "ed",
+        "jan",
+        "fev",
+        "feb",
+        "mar",
+        "abr",
+        "apr",
+        "mai",
+        "may",
+        "jun",
+        "jul",
+        "ago",
+        "aug",
+        "set",
+        "sep",
+        "out",
+        "oct",
+        "nov",
+        "dez",
+        "dec",
+    ]
+)
+_BULLET = re.compile(r"^\s*(?:[-*•]|\d+[.)])\s+")
+_BOUNDARY = re.compile(r"(?<=[.!?…;])\s+(?=[\"'“‘(\[A-ZÀ-ÖØ-Þ0-9])")
+
+
+def _ends_with_abbreviation(text: str) -> bool:
+    last = text.rsplit(None, 1)[-1] if text.strip() else ""
+    word = last.rstrip(".").lstrip("(\"'“‘").casefold()
+    return last.endswith(".") and (word in ABBREVIATIONS or len(word) == 1)
+
+
+def _split_line(line: str) -> list[str]:
+    pieces: list[str] = []
+    start = 0
+    for match in _BOUNDARY.finditer(line):
+        candidate = line[start : match.start()]
+        if _ends_with_abbreviation(candidate):
+            continue
+        pieces.append(candidate)
+        start = match.end()
+    pieces.append(line[start:])
+    return pieces
+
+
+def _trivial(sentence: str) -> bool:
+    return len(sentence.split()) < MIN_WORDS or not re.search(r"[^\W\d_]", sentence)
+
+
+def split_sentences(text: str) -> list[str]:
+    """The answer's non-trivial sentences, in order, at most MAX_SENTENCES (longer answers in grouped runs)."""
+    sentences = []
+    for line in text.splitlines():
+        line = _BULLET.sub("", line).strip()
+        if line:
+            sentences += [s.strip() for s in _split_line(line) if s.strip()]
+    kept = [s for s in sentences if not _trivial(s)]
+    if len(kept) <= MAX_SENTENCES:
+        return kept
+    bounds = [len(kept) * k // MAX_SENTENCES for k in range(MAX_SENTENCES + 1)]  # runs as even as they can be
+    return [" ".join(kept[a:b]) for a, b in itertools.pairwise(bounds)]

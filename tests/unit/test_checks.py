@@ -1,0 +1,181 @@
+"""Check-based grading (issue 19) on the FAKE engine: reading P(yes), the rule, the waves, the seeds' form."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+import prompts
+from juiz.check_rule import apply_rule
+from juiz.checks import CHECK_REQUEST, YES_NO, Ask, read_check
+from juiz.engine import Completion, Conversation, FakeEngine, group_probs_from_text, spellings
+from juiz.judge import Judge, request_for_options
+from juiz.openai_engine import completion_from_choice
+from juiz.parsing import parse_reply
+from schemas import BatchOptions, JudgementStatus, Triple
+from schemas.judgement import CheckResult, CheckStatus, MetricStatus
+
+AR = prompts.load("answer_relevance", "checks-1", "en")
+GROUNDED = prompts.load("groundedness", "checks-1", "en")
+CHECKS = BatchOptions.model_validate(
+    {
+        "metrics": ["answer_relevance", "groundedness"],
+        "prompt": ["answer_relevance@checks-1", "groundedness@checks-1"],
+    }
+)
+
+
+def results(template: prompts.PromptTemplate, p: dict[str, float], default: float = 0.9) -> list[CheckResult]:
+    return [
+        CheckResult(name=c.name, question=c.question, role=c.role, p_yes=p.get(c.name, default), mass=0.99, status="ok")
+        for c in template.checks
+    ]
+
+
+def test_word_groups_sum_every_spelling_and_ignore_other_tokens() -> None:
+    assert {"yes", " yes", "Yes", " Yes", "YES", " YES"} == set(spellings("yes"))
+    probs = group_probs_from_text(
+        {"Yes": math.log(0.5), " yes": math.log(0.1), "Sim": math.log(0.1), "No": math.log(0.2), "The": math.log(0.1)},
+        YES_NO,
+    )
+    assert probs == pytest.approx((0.7, 0.2))
+
+
+def test_openai_back_end_reads_yes_no_from_the_first_positions_top_logprobs() -> None:
+    body = {
+        "choices": [
+            {
+                "message": {"content": "Yes"},
+                "finish_reason": "length",
+                "logprobs": {
+                    "content": [
+                        {
+                            "token": "Yes",
+                            "logprob": math.log(0.6),
+                            "top_logprobs": [
+                                {"token": "Yes", "logprob": math.log(0.6)},
+                                {"token": "No", "logprob": math.log(0.3)},
+                                {"token": "Maybe", "logprob": math.log(0.1)},
+                            ],
+                        }
+                    ]
+                },
+            }
+        ]
+    }
+    assert completion_from_choice(body, YES_NO).word_probs == pytest.approx((0.6, 0.3))
+    assert completion_from_choice(body).word_probs is None
+
+
+def ask() -> Ask:
+    return Ask(AR.checks[0], None, [])
+
+
+def test_p_yes_is_normalised_over_yes_and_no() -> None:
+    result = read_check(ask(), Completion(text="Yes", word_probs=(0.6, 0.2)))
+    assert result.status is CheckStatus.OK
+    assert result.p_yes == pytest.approx(0.75) and result.mass == pytest.approx(0.8)
+
+
+def test_low_mass_is_recorded_not_guessed() -> None:
+    result = read_check(ask(), Completion(text="The", word_probs=(0.05, 0.05)))
+    assert result.status is CheckStatus.LOW_MASS and result.p_yes is None
+    assert "neither yes nor no" in (result.error or "")
+
+
+def test_engine_error_is_a_failed_check() -> None:
+    result = read_check(ask(), Completion(text="", error="too long"))
+    assert result.status is CheckStatus.FAILED and result.error == "too long"
+
+
+def test_rule_vetoes_first_then_cuts_the_core_mean() -> None:
+    good = apply_rule(AR, results(AR, {}))
+    assert good.ok and good.score == 3 and good.expected_score == pytest.approx(0.9)
+    vetoed = apply_rule(AR, results(AR, {"speaks_to_asker": 0.2}))
+    assert vetoed.score == 0 and vetoed.expected_score == pytest.approx(0.2)
+    assert "vetoed: speaks_to_asker" in vetoed.supporting_evidence
+    weak = apply_rule(AR, results(AR, {"exact_question": 0.5, "specific": 0.5, "complete": 0.5}))
+    assert weak.score == sum(cut <= 0.5 for cut in AR.rule.cuts)  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("p", [0.05, 0.3, 0.5, 0.7, 0.95])
+def test_the_written_grade_is_in_the_seeds_form_and_never_contradicts_the_score(p: float) -> None:
+    outcome = apply_rule(AR, results(AR, {}, default=p))
+    parsed = parse_reply(outcome.text)
+    assert parsed.ok and parsed.score == outcome.score
+
+
+def test_no_readable_core_check_is_a_parse_error_not_a_score() -> None:
+    unread = [
+        CheckResult(name=c.name, question=c.question, role=c.role, status="low_mass", mass=0.01) for c in AR.checks
+    ]
+    outcome = apply_rule(AR, unread)
+    assert not outcome.ok and outcome.score is None
+
+
+def by_check(conversation: Conversation) -> str:
+    user = conversation[-1]["content"]
+    if "one or two short sentences" in user:  # the reference request
+        return "Paris is the capital."
+    if "<answer>\nI cannot help" in user:
+        return "No" if "refusing" in user else "Yes"
+    return "Yes"
+
+
+def items() -> list[Triple]:
+    context = "Paris is the capital of France. It has 2 million people."
+    return [
+        Triple(id="good", question="What is the capital of France?", answer="Paris is the capital.", context=context),
+        Triple(
+            id="refusal", question="What is the capital of France?", answer="I cannot help with that.", context=context
+        ),
+    ]
+
+
+def test_checks_go_in_three_waves_with_one_reference_per_question_and_context() -> None:
+    engine = FakeEngine(by_check)
+    results_ = Judge(engine).grade(items(), CHECKS)
+    # references (identical for both answers: generated once), first AR check per item, then all the rest
+    assert engine.calls[0] == 1
+    assert engine.calls[1] == 2
+    grounded_checks = sum(1 for c in results_[0].metrics["groundedness"].checks)  # type: ignore[index,union-attr]
+    assert engine.calls[2] == (len(AR.checks) - 1) * 2 + grounded_checks * 2
+    good, refusal = results_
+    assert good.status is JudgementStatus.OK and good.score == 3 and good.automated_label == "C"
+    assert refusal.score == 0 and refusal.automated_label == "I"
+    assert good.metrics["groundedness"].reference == "Paris is the capital."  # type: ignore[index]
+    for r in results_:
+        assert parse_reply(r.raw_output or "").score == r.score  # the seeds' form, never contradicting the score
+        assert r.provenance.prompt == "answer_relevance@checks-1.en"
+        assert r.provenance.sampling["mode"] == "checks" and r.provenance.sampling["rule"] == "rule-1"
+
+
+def test_sentences_are_checked_one_by_one() -> None:
+    [result] = Judge(FakeEngine(by_check)).grade(items()[:1], CHECKS)
+    checks = result.metrics["groundedness"].checks  # type: ignore[index,union-attr]
+    assert {c.target for c in checks if c.name == "sentence_stated"} == {"Paris is the capital."}
+
+
+def test_a_failed_reference_fails_only_the_reference_checks() -> None:
+    def no_reference(conversation: Conversation) -> str:
+        return "" if "one or two short sentences" in conversation[-1]["content"] else "Yes"
+
+    [result] = Judge(FakeEngine(no_reference)).grade(items()[:1], CHECKS)
+    grounded = result.metrics["groundedness"]  # type: ignore[index]
+    assert grounded.status is MetricStatus.OK
+    failed = {c.name for c in grounded.checks or [] if c.status is CheckStatus.FAILED}
+    assert failed == {"same_as_reference", "reference_same_as_answer"}
+
+
+def test_a_judge_that_never_says_yes_or_no_gives_parse_errors_not_scores() -> None:
+    [result] = Judge(FakeEngine(lambda _: "Perhaps")).grade(items()[:1], CHECKS)
+    assert result.status is JudgementStatus.PARSE_ERROR and result.score is None
+    assert all(c.status is CheckStatus.LOW_MASS for c in result.metrics["answer_relevance"].checks or [])  # type: ignore[index]
+
+
+def test_check_prompts_ask_one_token_whatever_the_mode() -> None:
+    for mode in ("cot", "fast"):
+        options = CHECKS.model_copy(update={"mode": mode})
+        assert request_for_options(options, "answer_relevance") == CHECK_REQUEST
+    assert request_for_options(BatchOptions(), "answer_relevance") != CHECK_REQUEST

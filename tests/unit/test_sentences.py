@@ -1,0 +1,42 @@
+"""The deterministic sentence splitter groundedness checks ask about."""
+
+from __future__ import annotations
+
+import pytest
+
+from juiz.sentences import MAX_SENTENCES, split_sentences
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("One short claim here. Another claim follows it.", ["One short claim here.", "Another claim follows it."]),
+        ("Rates rose to 3.5 percent. Then they fell.", ["Rates rose to 3.5 percent.", "Then they fell."]),
+        (
+            "Costs, e.g. disk space, grow. Writes slow down too.",
+            ["Costs, e.g. disk space, grow.", "Writes slow down too."],
+        ),
+        ("Dr. Smith wrote it in 1990. It is cited often.", ["Dr. Smith wrote it in 1990.", "It is cited often."]),
+        ("- first item is here\n- second item is there", ["first item is here", "second item is there"]),
+        (
+            "A inflação sobe, p.ex. no Brasil. O banco reage depois.",
+            ["A inflação sobe, p.ex. no Brasil.", "O banco reage depois."],
+        ),
+        ("The answer is here.\nSCORE: 3", ["The answer is here."]),  # trivial pieces dropped
+        ("", []),
+    ],
+)
+def test_split(text: str, expected: list[str]) -> None:
+    assert split_sentences(text) == expected
+
+
+def test_long_answers_are_grouped_not_cut() -> None:
+    text = " ".join(f"Sentence number {n} says something." for n in range(20))
+    pieces = split_sentences(text)
+    assert len(pieces) == MAX_SENTENCES
+    assert " ".join(pieces) == text  # every word still checked, in order
+
+
+def test_same_text_same_split() -> None:
+    text = "Indexes slow writes. They take disk space! Do they help reads? Yes, often they do."
+    assert split_sentences(text) == split_sentences(text)
