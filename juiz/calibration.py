@@ -38,7 +38,7 @@ from schemas.calibration import (
     ReliabilityBin,
     calibration_sha256,
 )
-from schemas.judgement import METRICS, Judgement, MetricStatus
+from schemas.judgement import METRICS, CheckStatus, Judgement, MetricResult, MetricStatus
 from schemas.labels import LabelMapping
 
 MIN_ITEMS = 12  # below this, k folds of a few items each say nothing
@@ -256,11 +256,34 @@ FEATURE_SIGNAL = "expected_score"
 
 def feature_names(judgements: Sequence[Judgement]) -> list[str]:
     """One feature per metric graded `ok` somewhere in these results, in juiz's fixed metric order (METRICS):
-    `<metric>.expected_score`. The order is recorded in the calibration and never re-derived when applying it."""
+    `<metric>.expected_score`; for a metric graded by a check-based prompt, also each check's P(yes):
+    `<metric>.check.<name>` (in the prompt's order). The order is recorded in the calibration and never re-derived
+    when applying it."""
     graded = {name for j in judgements for name, m in (j.metrics or {}).items() if m.status is MetricStatus.OK}
     if not judgements or any(j.metrics is None for j in judgements):  # results written before `metrics` existed
         graded.add("answer_relevance")
-    return [f"{metric}.{FEATURE_SIGNAL}" for metric in METRICS if metric in graded]
+    names = []
+    for metric in METRICS:
+        if metric not in graded:
+            continue
+        names.append(f"{metric}.{FEATURE_SIGNAL}")
+        checks: dict[str, None] = {}
+        for j in judgements:
+            result = (j.metrics or {}).get(metric)
+            if result is not None and result.status is MetricStatus.OK:
+                checks.update(dict.fromkeys(c.name for c in result.checks or []))
+        names += [f"{metric}.{CHECK_FEATURE}.{name}" for name in checks]
+    return names
+
+
+CHECK_FEATURE = "check"
+
+
+def check_feature(result: MetricResult, name: str) -> float | None:
+    """A check's P(yes) as a feature: the lowest over its results (a check asked per sentence has one per sentence,
+    and one unsupported sentence is what matters); None when it was never read."""
+    read = [c.p_yes for c in result.checks or [] if c.name == name and c.status is CheckStatus.OK]
+    return min(p for p in read if p is not None) if read else None
 
 
 def feature_vector(judgement: Judgement, names: Sequence[str]) -> tuple[list[float] | None, str | None]:
@@ -278,7 +301,12 @@ def feature_vector(judgement: Judgement, names: Sequence[str]) -> tuple[list[flo
             return None, f"{metric} was not graded"
         if result.status is not MetricStatus.OK:
             return None, f"{metric} has no grade ({result.status.value})"
-        if result.expected_score is not None:
+        if name.startswith(f"{metric}.{CHECK_FEATURE}."):
+            value = check_feature(result, name.split(".", 2)[2])
+            if value is None:
+                return None, f"{metric}'s check {name.split('.', 2)[2]} was not read"
+            values.append(value)
+        elif result.expected_score is not None:
             values.append(float(result.expected_score))
         elif result.score is not None:
             values.append(result.score / 3.0)

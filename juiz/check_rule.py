@@ -62,6 +62,17 @@ def _word(value: float) -> str:
     return f"{'yes' if value >= 0.5 else 'no'} {value:.2f}"
 
 
+def _shown(template: prompts.PromptTemplate, results: Sequence[CheckResult], name: str, value: float) -> str:
+    """A check as the evidence shows it; a per-sentence check with each sentence's P(yes)."""
+    per_sentence = [r.p_yes for r in results if r.name == name and r.status is CheckStatus.OK and r.target]
+    spec = next(c for c in template.checks if c.name == name)
+    if spec.ask != "per_sentence" or len(per_sentence) < 2:
+        return f"{name} {_word(value)}"
+    assert template.rule is not None
+    each = ", ".join(f"{p:.2f}" for p in per_sentence if p is not None)
+    return f"{name} {_word(value)} ({template.rule.sentence_aggregate} of {len(per_sentence)} sentences: {each})"
+
+
 def apply_rule(template: prompts.PromptTemplate, results: Sequence[CheckResult]) -> RuleOutcome:
     """The grade the rule gives these checks (see the module docstring)."""
     rule = template.rule
@@ -89,7 +100,9 @@ def apply_rule(template: prompts.PromptTemplate, results: Sequence[CheckResult])
     evidence = []
     if vetoed_by:
         evidence.append("vetoed: " + ", ".join(f"{n} {gate_values[n]:.2f} < {rule.veto_below:.2f}" for n in vetoed_by))
-    evidence.append("; ".join(f"{name} {_word(values[name])}" for name in [*vetoes, *core] if name in values))
+    evidence.append(
+        "; ".join(_shown(template, results, name, values[name]) for name in [*vetoes, *core] if name in values)
+    )
     evidence.append(f"strength {strength:.2f} (cuts {', '.join(f'{c:.2f}' for c in rule.cuts)})")
     if unread:
         evidence.append(f"unread: {', '.join(unread)}")
