@@ -21,52 +21,15 @@ EXIT_FAILURE = 1
 
 
 def _add_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--metric",
-        action="append",
-        choices=["answer_relevance", "groundedness", "context_relevance"],
-        help="metric to grade; repeat for several (default: answer_relevance). groundedness and context_relevance "
-        "read the items' context and are skipped on items without one",
-    )
-    parser.add_argument(
-        "--prompt",
-        action="append",
-        help="prompt id, e.g. answer_relevance@juiz-1 (default) or answer_relevance@trulens-1; repeat for other "
-        "metrics (one per metric)",
-    )
-    parser.add_argument(
-        "--lang", choices=["auto", "en", "pt"], default="auto", help="prompt language (default: per question)"
-    )
-    parser.add_argument(
-        "--mode", choices=["cot", "fast"], default="cot", help="cot: reasoning + score; fast: score only"
-    )
-    parser.add_argument(
-        "--samples",
-        type=int,
-        default=1,
-        help="CoT replies per item and metric, drawn in one engine call: the score is their majority and each result "
-        "gets their spread (default 1)",
-    )
-    parser.add_argument(
-        "--temperature", type=float, default=None, help="sampling temperature (default 0; 0.7 with --samples > 1)"
-    )
-    parser.add_argument(
-        "--calibration",
-        type=Path,
-        default=None,
-        metavar="FILE",
-        help="a calibration from `juiz calibrate`: each result gets calibrated class probabilities and label",
-    )
-    _add_label_mapping(parser)
+    from juiz.options import add_option_flags
+
+    add_option_flags(parser)  # derived from schemas.BatchOptions: one flag per option
 
 
 def _add_label_mapping(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--label-mapping",
-        metavar="JSON_OR_FILE",
-        help='manual labels ↔ scores, e.g. \'{"classes": [{"name": "N", "scores": [0, 1]}, '
-        '{"name": "Y", "scores": [2, 3]}]}\' or a file holding it (default: I ↔ 0, P ↔ 1-2, C ↔ 3)',
-    )
+    from juiz.options import add_option_flags
+
+    add_option_flags(parser, only=["label_mapping"])
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -190,66 +153,25 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _options(args: argparse.Namespace):  # type: ignore[no-untyped-def]
-    from pydantic import ValidationError
+    from juiz.options import options_from_args
 
-    from schemas import BatchOptions
-
-    try:
-        return BatchOptions(
-            metrics=args.metric or ["answer_relevance"],
-            prompt=args.prompt[0] if args.prompt and len(args.prompt) == 1 else args.prompt,
-            lang=args.lang,
-            mode=args.mode,
-            label_mapping=_label_mapping(args.label_mapping),
-            samples=args.samples,
-            temperature=args.temperature,
-            calibration=_calibration(args.calibration),
-        )
-    except ValidationError as exc:
-        error = exc.errors()[0]
-        field = ".".join(str(p) for p in error["loc"]) or None
-        raise InputError(str(error["msg"]), source="options", field=field) from exc
+    return options_from_args(args)
 
 
 def _calibration(path: Path | None):  # type: ignore[no-untyped-def]
-    """--calibration FILE: a calibration JSON from `juiz calibrate`, checked against its own sha256."""
-    from pydantic import ValidationError
-
-    from schemas.calibration import CalibrationSpec
-
+    """--calibration FILE of `juiz agreement`: a calibration JSON from `juiz calibrate`, checked against its sha256."""
     if path is None:
         return None
-    try:
-        return CalibrationSpec.model_validate_json(path.read_bytes())
-    except OSError as exc:
-        raise InputError(f"not a readable file ({exc.strerror})", source="--calibration") from exc
-    except ValidationError as exc:
-        error = exc.errors()[0]
-        field = ".".join(str(p) for p in error["loc"]) or None
-        raise InputError(error["msg"], source=str(path), field=field) from exc
+    from juiz.options import json_option
+
+    return json_option("calibration", str(path))
 
 
 def _label_mapping(value: str | None):  # type: ignore[no-untyped-def]
     """--label-mapping: inline JSON, or a file holding it; a clear error naming the flag otherwise."""
-    from pydantic import ValidationError
+    from juiz.options import json_option
 
-    from schemas import LabelMapping
-
-    if value is None:
-        return LabelMapping()
-    text = value
-    if not value.lstrip().startswith("{"):
-        try:
-            text = Path(value).read_text(encoding="utf-8")
-        except OSError as exc:
-            message = f"not inline JSON and not a readable file ({exc.strerror})"
-            raise InputError(message, source="--label-mapping") from exc
-    try:
-        return LabelMapping.model_validate_json(text)
-    except ValidationError as exc:
-        error = exc.errors()[0]
-        field = ".".join(str(p) for p in error["loc"]) or None
-        raise InputError(error["msg"], source="--label-mapping", field=field) from exc
+    return json_option("label_mapping", value)
 
 
 def _score(args: argparse.Namespace) -> int:

@@ -75,6 +75,15 @@ class Settings(BaseSettings):
     max_extra_chars: int = Field(
         16_000, ge=0, description="Most characters of JSON an item's extra (passed-through) fields may take."
     )
+    max_segments: int = Field(
+        256, ge=1, description="Most context segments one item may have (more: 422); each is a conversation of its own."
+    )
+    max_batch_conversations: int = Field(
+        1_000_000,
+        ge=1,
+        description="Most engine conversations one batch may make: items x metrics x samples, one per segment for "
+        "context_relevance (more: 413).",
+    )
     max_json_depth: int = Field(
         32, ge=4, le=1000, description="Deepest nesting of JSON arrays/objects accepted in a request body."
     )
@@ -227,10 +236,9 @@ class Settings(BaseSettings):
             with _reading(env):
                 return cls(**overrides)
         except ValidationError as exc:
-            error = exc.errors()[0]
-            field = str(error["loc"][0]) if error["loc"] else None
-            source = ENV_PREFIX + field.upper() if field else "settings"
-            raise InputError(str(error["msg"]).removeprefix("Value error, "), source=source) from None
+            error = InputError.from_validation(exc)
+            field = (error.field or "").partition(".")[0]
+            raise InputError(error.message, source=ENV_PREFIX + field.upper() if field else "settings") from None
 
     @property
     def tenants_by_key(self) -> dict[str, str]:
