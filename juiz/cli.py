@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 import time
 from collections.abc import Sequence
@@ -211,12 +210,15 @@ def build_engine(model: str | None, backend: str | None = None, base_url: str | 
     """The real engine for the CLI: vLLM in process on the named (or configured, or default) model, or (`--engine
     openai`, `--base-url`, or JUIZ_ENGINE=openai) a client of an OpenAI-compatible server serving that model."""
     from juiz.engine import VLLMEngine
-    from juiz.models import DEFAULT_MODEL, resolve_model
+    from juiz.models import resolve_model
+    from juiz.settings import Settings
 
-    if base_url or (backend or os.environ.get("JUIZ_ENGINE", "vllm")) == "openai":
+    overrides = {"engine": "openai" if base_url else backend, "engine_base_url": base_url}
+    settings = Settings.from_env(None, **{k: v for k, v in overrides.items() if v})
+    if settings.engine == "openai":
         return _server_engine(model, base_url)
 
-    name = model or os.environ.get("JUIZ_MODEL") or DEFAULT_MODEL
+    name = model or settings.model
     print(f"loading judge model {name} …", file=sys.stderr)
     from juiz.judge import Judge
 
@@ -314,7 +316,10 @@ def _check(args: argparse.Namespace) -> int:
     options = _options(args)
     validate_options(options)
     if args.server:
-        judgements = _grade_on_server(args.server, args.api_key or os.environ.get("JUIZ_API_KEY"), triples, options)
+        from juiz.settings import Settings
+
+        api_key = args.api_key or Settings.from_env().api_key.get_secret_value() or None
+        judgements = _grade_on_server(args.server, api_key, triples, options)
     else:
         from juiz.judge import Judge
 

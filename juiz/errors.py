@@ -4,9 +4,14 @@ JuizError
 ├── InputError            bad user input: a file, line/item and field are named (CLI exit 2, HTTP 4xx)
 ├── PromptError           a prompt id or prompt file that does not exist or does not render
 ├── ModelError            a model path that is missing or not loadable, a model that was never pulled
-└── EngineError           the judge engine failed as a whole (the items are marked `failed`)
-    ├── TransientEngineError   worth retrying later (connection refused, timeout)
-    └── EngineDeadError        the engine can't serve any request any more (its process died): stop the worker
+├── EngineError           the judge engine failed as a whole (the items are marked `failed`)
+│   ├── TransientEngineError   worth retrying later (connection refused, timeout)
+│   └── EngineDeadError        the engine can't serve any request any more (its process died): stop the worker
+├── IdempotencyConflict   an Idempotency-Key used before with another request body (HTTP 409)
+├── StartError            a child process of a local stack died or did not get ready
+├── juiz.calibration.CalibrationUnavailable   labels that can't support a fit (also a ValueError; HTTP 409)
+├── juiz.client.ApiError                      a juiz API answered an error
+└── service.errors.LimitExceeded              a configured limit was exceeded (HTTP 413)
 """
 
 from __future__ import annotations
@@ -92,3 +97,11 @@ class StartError(JuizError):
 
 def _clean_loc(loc: tuple[int | str, ...]) -> list[str]:
     return [str(part) for part in loc if not (isinstance(part, str) and _UNION_TAG.match(part))]
+
+
+class IdempotencyConflict(JuizError):
+    """The Idempotency-Key was used before with a different request body."""
+
+    def __init__(self, batch_id: str) -> None:
+        self.batch_id = batch_id
+        super().__init__(f"Idempotency-Key already used for batch {batch_id} with a different request")

@@ -187,6 +187,32 @@ class Settings(BaseSettings):
         5.0, gt=0, description="How often a worker moves due retries from RQ's schedule back to their queue."
     )
     log_level: str = Field("INFO", description="Log level of API and worker processes.")
+    retry_after_s: int = Field(
+        5, ge=1, description="Retry-After (seconds) on a 503 (Redis unreachable, not ready); a 429 says its window's."
+    )
+    redis_health_check_s: int = Field(
+        10,
+        ge=0,
+        description="A pooled Redis connection idle this long is checked (PING) before use, so one left stale by a "
+        "Redis restart is replaced instead of failing a request; 0: never.",
+    )
+    metrics_key: SecretStr = Field(
+        SecretStr(""),
+        description="Bearer key for /metrics and /ready from a non-loopback client; empty: loopback clients only.",
+    )
+    trusted_proxies: str = Field(
+        "",
+        description="Addresses (comma-separated IPs or CIDRs) whose X-Forwarded-For is believed; empty: none, the "
+        "peer's address is the client's (rate limits per client, loopback checks).",
+    )
+    api_key: SecretStr = Field(
+        SecretStr(""), description="The key clients (`juiz check --server`) send to a juiz API; not the server's."
+    )
+    home: str = Field("~/.cache/juiz", description="Where development models are provisioned (`juiz models pull`).")
+    # A text, not `bool | None`: every field must survive a round trip through the environment (child processes).
+    enforce_eager: Literal["auto", "1", "0"] = Field(
+        "auto", description="vllm back end: 1 runs eager (no compiled graphs), 0 compiles; auto: eager on CPU only."
+    )
 
     @field_validator("api_keys")
     @classmethod

@@ -33,7 +33,8 @@ BATCH_ID_PATTERN = r"^[0-9a-f]{32}$"  # uuid4().hex, as juiz.store makes them
 CURSOR_PATTERN = r"^[0-9]{0,15}$"
 
 _DESCRIPTIONS = {
-    401: "Missing or unknown API key (`Authorization: Bearer <key>`).",
+    401: "Missing or unknown API key (`Authorization: Bearer <key>`; the metrics key on /metrics and /ready).",
+    403: "/metrics and /ready: not a loopback client and no JUIZ_METRICS_KEY configured.",
     404: "No such batch for this API key (another tenant's batch is not revealed).",
     409: "Conflicts with the current state: an Idempotency-Key used with a different request body, or a batch "
     "whose manual labels cannot support a calibration (too few, one class).",
