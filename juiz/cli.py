@@ -9,7 +9,8 @@ import argparse
 import logging
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from juiz import __version__
@@ -31,7 +32,17 @@ def _add_label_mapping(parser: argparse.ArgumentParser) -> None:
     add_option_flags(parser, only=["label_mapping"])
 
 
-def build_parser() -> argparse.ArgumentParser:
+@dataclass(frozen=True)
+class Command:
+    """A subcommand added from outside the core: `juiz_cli` adds serve, worker and demo, which import the service
+    and the workers (the core package imports neither)."""
+
+    name: str
+    add: Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]
+    run: Callable[[argparse.Namespace], int]
+
+
+def build_parser(extra: Sequence[Command] = ()) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="juiz", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"juiz {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log engine start-up and progress details")
@@ -107,23 +118,14 @@ def build_parser() -> argparse.ArgumentParser:
     pull.add_argument("names", nargs="*", help="default: all development models")
     models_sub.add_parser("list", help="list development models and where they are")
 
-    serve = sub.add_parser("serve", help="run the HTTP API (configured by JUIZ_* environment variables)")
-    serve.add_argument("--host", default=None, help="address to listen on (default: JUIZ_HOST or 127.0.0.1)")
-    serve.add_argument("--port", type=int, default=None, help="port to listen on (default: JUIZ_PORT or 8000)")
-
-    worker = sub.add_parser("worker", help="run a grading worker: one vLLM engine per process, jobs from Redis")
-    worker.add_argument(
-        "--gpus", default=None, help="'all' or indices like 0,1: one worker per GPU (default: one worker, CPU or GPU)"
-    )
-    worker.add_argument("--burst", action="store_true", help="quit when the queues are empty")
-
-    demo = sub.add_parser("demo", help="run Redis, the API and a worker locally and grade the seeds over HTTP")
-    demo.add_argument("--seeds", type=Path, default=None, help="folder of seed reports (default: examples/seeds)")
+    for command in extra or ():
+        command.add(sub)
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(argv: Sequence[str] | None = None, extra: Sequence[Command] = ()) -> int:
+    """The core's commands, and `extra` ones; bad input is one line and exit 2, other juiz errors exit 1."""
+    args = build_parser(extra).parse_args(argv)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -135,9 +137,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "calibrate": _calibrate,
         "report": _report,
         "models": _models,
-        "serve": _serve,
-        "worker": _worker,
-        "demo": _demo,
+        **{command.name: command.run for command in extra},
     }
     try:
         return handlers[args.command](args)
@@ -473,23 +473,9 @@ def _models(args: argparse.Namespace) -> int:
     return 0
 
 
-def _serve(args: argparse.Namespace) -> int:
-    from service.server import serve
-
-    return serve(host=args.host, port=args.port)
-
-
-def _worker(args: argparse.Namespace) -> int:
-    from workers.worker import launch, select_gpus
-
-    return launch(select_gpus(args.gpus), burst=args.burst)
-
-
-def _demo(args: argparse.Namespace) -> int:
-    from service.demo import SEEDS, run_demo
-
-    return run_demo(args.seeds or SEEDS)
-
-
 if __name__ == "__main__":
-    raise SystemExit(main())
+    # `python -m juiz.cli serve|worker|demo` keeps working for scripts written before those commands moved out of the
+    # core (bench/stack.py starts its API so): the console script's full command set, from the package above.
+    from juiz_cli import main as console_main
+
+    raise SystemExit(console_main())
