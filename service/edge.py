@@ -25,6 +25,7 @@ from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
 from juiz.errors import InputError
 from service.openapi import DOCS_PATH
+from service.views import API_PREFIX
 
 # The API answers JSON, never a page: nothing may load, frame or run. The documentation pages (Swagger UI) run one
 # inline script Litestar writes, with the OpenAPI document in it; 'unsafe-inline' is allowed there only.
@@ -120,6 +121,8 @@ def index_query_parameters(app: Litestar) -> None:
 async def refuse_unknown_query_parameters(request: Request[Any, Any, Any]) -> None:
     """Before a /v1 request: a query parameter its route does not declare is a 422 naming it (a misspelt `limt`
     would otherwise silently give the default)."""
+    if not request.url.path.startswith(API_PREFIX):  # /health and the probes document no 422
+        return
     declared = request.app.state.query_parameters.get((request.scope.get("path_template", ""), request.method))
     if declared is None:
         return
