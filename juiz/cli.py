@@ -183,6 +183,7 @@ def _score(args: argparse.Namespace) -> int:
     triples = read_triples(args.input, _field_map(args.field_map))
     options = _options(args)
     validate_options(options)  # a bad prompt id fails now, not after the engine has loaded
+    _check_labels(triples, options, args.input)
     if args.batch_size < 0:
         raise InputError("must be 0 (all at once) or a positive number", source="--batch-size")
     engine = build_engine(args.model, args.engine, args.base_url)
@@ -204,6 +205,17 @@ def _score(args: argparse.Namespace) -> int:
     print(summarize(judgements, options.label_mapping, elapsed))
     print(f"results: {args.output}")
     return 0
+
+
+def _check_labels(triples, options, source: Path) -> None:  # type: ignore[no-untyped-def]
+    """Manual labels the label mapping does not know stop the run before any grading (exit 2 naming the item)."""
+    from juiz.labels import check_labels
+
+    try:
+        check_labels([t.manual_label for t in triples], options.label_mapping)
+    except InputError as exc:
+        item = triples[exc.line or 0].id
+        raise InputError(f"item {item}: {exc.message}", source=str(source), field="manual_label") from None
 
 
 def build_engine(model: str | None, backend: str | None = None, base_url: str | None = None):  # type: ignore[no-untyped-def]
@@ -315,6 +327,7 @@ def _check(args: argparse.Namespace) -> int:
     triples = read_triples(args.input, _field_map(args.field_map))
     options = _options(args)
     validate_options(options)
+    _check_labels(triples, options, args.input)
     if args.server:
         from juiz.settings import Settings
 

@@ -17,7 +17,7 @@ from litestar.exceptions import HTTPException
 
 from juiz.errors import InputError
 from juiz.judge import context_segments, validate_options
-from juiz.labels import class_of_label, resolve_numeric_scale
+from juiz.labels import check_labels
 from juiz.options import OPTIONS, loads_strict, options_from_text
 from juiz.options import validate_options as validate_option_fields
 from juiz.readers import (
@@ -170,18 +170,13 @@ def _read_item(
 
 
 def _check_labels(items: list[Triple], options: BatchOptions, *, source: str, lines: list[int] | None) -> None:
-    """Every manual label must be a class name or alias of the batch's label mapping, or a number on its scale: an
-    unknown label accepted here would make every agreement and calibration of the batch a 422 later."""
-    mapping = options.label_mapping
-    scale = resolve_numeric_scale((item.manual_label for item in items), mapping)
-    for index, item in enumerate(items):
-        if item.manual_label is None:
-            continue
-        try:
-            class_of_label(item.manual_label, mapping, scale)
-        except InputError as exc:
-            line = lines[index] if lines is not None else (index if source == ITEMS_SOURCE else None)
-            raise InputError(exc.message, source=source, line=line, field="manual_label") from None
+    """juiz.labels.check_labels, naming the item by its index (JSON) or line (JSONL)."""
+    try:
+        check_labels([item.manual_label for item in items], options.label_mapping)
+    except InputError as exc:
+        position = exc.line or 0
+        line = lines[position] if lines is not None else (position if source == ITEMS_SOURCE else None)
+        raise InputError(exc.message, source=source, line=line, field="manual_label") from None
 
 
 def conversations(item: Triple, options: BatchOptions) -> int:

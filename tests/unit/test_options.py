@@ -133,3 +133,17 @@ def test_cli_help_lists_every_option() -> None:
     text = build_parser()._subparsers._group_actions[0].choices["score"].format_help()  # type: ignore[union-attr]
     for flag in ("--metric", "--prompt", "--lang", "--mode", "--samples", "--temperature", "--calibration"):
         assert flag in text
+
+
+def test_cli_refuses_labels_the_mapping_does_not_know_before_any_engine(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    items = tmp_path / "in.jsonl"
+    items.write_text(
+        '{"id": "a", "question": "Q?", "answer": "A", "manual_label": "C"}\n'
+        '{"id": "b", "question": "Q?", "answer": "A", "manual_label": "maybe"}\n',
+        encoding="utf-8",
+    )
+    code = main(["score", str(items), "-o", str(tmp_path / "o.jsonl")])
+    err = capsys.readouterr().err
+    assert code == 2 and "item b" in err and "'maybe'" in err and "loading" not in err
