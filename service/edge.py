@@ -80,7 +80,7 @@ def is_loopback(host: str | None) -> bool:
         return False
 
 
-def operations_guard(connection: ASGIConnection[Any, Any, Any, Any], _: BaseRouteHandler) -> None:
+def operations_guard(connection: ASGIConnection[Any, Any, Any, Any], _handler: BaseRouteHandler) -> None:
     """/metrics and /ready show worker names, the model and every tenant's volume: a loopback client (a sidecar, the
     container's own health check) or one presenting JUIZ_METRICS_KEY as a bearer token; anyone else a 401/403.
     The client address is the peer's (uvicorn rewrites it from X-Forwarded-For only for JUIZ_TRUSTED_PROXIES)."""
