@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from juiz.errors import InputError
+from juiz.errors import InputError, JuizError
 from juiz.labels import class_of_label, resolve_numeric_scale
 from juiz.store import Store
 from schemas.labels import LabelMapping
 from schemas.triple import Label
 
 
-class LabelRejected(ValueError):
+class LabelRejected(JuizError, ValueError):
     """A label the batch's label mapping does not know."""
 
 

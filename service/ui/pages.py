@@ -27,6 +27,7 @@ from litestar.params import FromPath, QueryParameter
 from litestar.response import Redirect, Stream
 
 from juiz.errors import InputError, PromptError
+from juiz.options import OPTIONS, options_from_text
 from juiz.readers import JSONL_SUFFIXES, REPORT_SUFFIXES, read_triples
 from juiz.report import render_report
 from juiz.store import BatchRecord, Store
@@ -190,13 +191,18 @@ class UIController(Controller):
             "lang": str(form.get("lang") or "auto"),
             "label_mapping": str(form.get("label_mapping") or "").strip(),
         }
+        # Every option the form sends, read as the JSONL upload's query is (both derived from BatchOptions).
+        options = {
+            name: [str(v) for v in form.getall(name, []) if str(v).strip()] for name in OPTIONS if form.getall(name, [])
+        }
+        options = {name: texts for name, texts in options.items() if texts}
         upload = form.get("file")
         try:
             if not isinstance(upload, UploadFile) or not upload.filename:
                 raise InputError("choose a file to upload", field="file")
             content = await upload.read()
             record = await anyio.to_thread.run_sync(
-                self._create, store, current.tenant, upload.filename, content, values
+                self._create, store, current.tenant, upload.filename, content, options
             )
         except (InputError, PromptError, LimitExceeded) as exc:
             problem = str(exc)
@@ -207,7 +213,7 @@ class UIController(Controller):
         return session.with_cookie(request, Redirect(batch_base(record.id), status_code=303))
 
     @staticmethod
-    def _create(store: Store, tenant: str, filename: str, content: bytes, values: dict[str, Any]) -> BatchRecord:
+    def _create(store: Store, tenant: str, filename: str, content: bytes, form: dict[str, list[str]]) -> BatchRecord:
         suffix = Path(filename).suffix.lower()
         if suffix not in UPLOAD_SUFFIXES:
             raise InputError(f"unknown file type '{suffix or '(none)'}'; expected one of {', '.join(UPLOAD_SUFFIXES)}")
@@ -218,15 +224,7 @@ class UIController(Controller):
                 triples = read_triples(path)
             except InputError as exc:
                 raise InputError(exc.message, source=Path(filename).name, line=exc.line, field=exc.field) from None
-        options: dict[str, Any] = {"metrics": values["metrics"], "mode": values["mode"], "lang": values["lang"]}
-        if values["prompt"]:
-            prompts = [p.strip() for p in values["prompt"].split(",") if p.strip()]
-            options["prompt"] = prompts[0] if len(prompts) == 1 else prompts
-        if values["label_mapping"]:
-            try:
-                options["label_mapping"] = json.loads(values["label_mapping"])
-            except json.JSONDecodeError as exc:
-                raise InputError(f"not JSON: {exc.msg}", field="options.label_mapping") from None
+        options = options_from_text(form, source="form")
         # The API's own intake: the same limits, lengths, depth and option checks as POST /v1/batches.
         body = json.dumps({"items": [t.model_dump(mode="json") for t in triples], "options": options}).encode()
         submission = read_submission(body, "application/json", {}, store.settings)
