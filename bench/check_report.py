@@ -122,12 +122,76 @@ def fit_cuts(results: list[Judgement], metric: str) -> tuple[tuple[float, float,
     return (c1, *best), round(kappa, 3), _spearman([float(t) for t in y], score_of(c1))
 
 
+def _ordinal_proba(train_x: np.ndarray, train_y: np.ndarray, x: np.ndarray, n: int) -> np.ndarray:
+    """Frank & Hall: one binary model per cut "class > k"; class probabilities from the differences."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    above = []
+    for k in range(n - 1):
+        target = (train_y > k).astype(int)
+        model = make_pipeline(StandardScaler(), LogisticRegression(C=1.0, max_iter=1000)).fit(train_x, target)
+        above.append(model.predict_proba(x)[:, 1])
+    for k in range(1, len(above)):  # keep the cumulative probabilities monotone
+        above[k] = np.minimum(above[k], above[k - 1])
+    cumulative = [np.ones(len(x)), *above, np.zeros(len(x))]
+    return np.stack([cumulative[k] - cumulative[k + 1] for k in range(n)], axis=1)
+
+
+def calibration_models(results: list[Judgement]) -> list[list[object]]:
+    """Cross-fitted (5 folds): multinomial, multinomial with balanced class weights, ordinal; same features."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import StratifiedKFold
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    from juiz.calibration import _labelled
+    from schemas import LabelMapping
+
+    data = _labelled(results, LabelMapping())
+    x, y, n = data.features, data.labels, 3
+    variants: dict[str, object] = {"multinomial": None, "multinomial, balanced": "balanced", "ordinal": "ordinal"}
+    rows: list[list[object]] = []
+    for name, kind in variants.items():
+        proba = np.zeros((len(y), n))
+        for train, held in StratifiedKFold(n_splits=5, shuffle=True, random_state=0).split(x, y):
+            if kind == "ordinal":
+                proba[held] = _ordinal_proba(x[train], y[train], x[held], n)
+            else:
+                model = make_pipeline(
+                    StandardScaler(),
+                    LogisticRegression(C=1.0, max_iter=1000, class_weight=kind),  # type: ignore[arg-type]
+                ).fit(x[train], y[train])
+                proba[np.ix_(held, model.classes_)] = model.predict_proba(x[held])
+        predicted = proba.argmax(axis=1)
+        expected = proba @ np.arange(n)
+        rows.append(
+            [
+                name,
+                len(y),
+                len(data.names),
+                round(float(np.mean(predicted == y)), 3),
+                round(float(cohen_kappa_score(y, predicted, weights="quadratic")), 3),
+                _spearman([float(t) for t in y], [float(e) for e in expected]),
+            ]
+        )
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--split", default="dev")
     parser.add_argument("--cell", default="checks-2")
     parser.add_argument("--fit-cuts", action="store_true", help="the rule's cuts that agree best with the labels")
+    parser.add_argument(
+        "--calibration-models", action="store_true", help="multinomial vs balanced vs ordinal (cross-fitted)"
+    )
     args = parser.parse_args(argv)
+    if args.calibration_models:
+        header = ["model", "n", "features", "accuracy", "quadratic κ", "ρ (expected class)"]
+        print(table(calibration_models(load(args.split, args.cell)), header))
+        return 0
     if args.fit_cuts:
         if args.split != "dev":
             parser.error("cuts are fitted on dev only")
