@@ -27,11 +27,14 @@ from litestar.params import FromPath, QueryParameter
 from litestar.response import Redirect, Stream
 
 from juiz.errors import InputError, PromptError
+from juiz.labels import class_of_label, resolve_numeric_scale
 from juiz.readers import JSONL_SUFFIXES, REPORT_SUFFIXES, read_triples
 from juiz.report import render_report
 from juiz.store import BatchRecord, Store
 from schemas import AgreementReport, Judgement
 from schemas.judgement import METRICS
+from schemas.labels import LabelMapping
+from schemas.triple import Label
 from service.auth import tenant_for
 from service.controllers.batches import owned_batch
 from service.errors import LimitExceeded
@@ -388,6 +391,7 @@ class UIController(Controller):
         if relevance is not None and relevance.segments:
             segment_grades = {g.index: g for g in relevance.segments}
         extra = (judgement.model_extra if judgement is not None else triple.model_extra if triple else None) or {}
+        mapping = record.options.label_mapping
         return session.with_cookie(
             request,
             html(
@@ -401,7 +405,8 @@ class UIController(Controller):
                 segments=segments,
                 segment_grades=segment_grades,
                 metric_results=metric_results,
-                classes=[c.name for c in record.options.label_mapping.classes],
+                classes=[c.name for c in mapping.classes],
+                manual_class=manual_class_name(source.manual_label, mapping),
                 label_by=extra.get("manual_label_by"),
                 label_at=extra.get("manual_label_at"),
                 back=request.query_params.get("back", ""),
@@ -476,6 +481,17 @@ class UIController(Controller):
             media_type="text/markdown; charset=utf-8",
             headers={"Content-Disposition": f'attachment; filename="juiz-{batch_id}-report.md"'},
         )
+
+
+def manual_class_name(label: Label | None, mapping: LabelMapping) -> str | None:
+    """The class a stored label stands for (`PC`, `correct`, `2` → its class), None when unset or unknown: the
+    label form preselects it, so saving without a change keeps the label."""
+    if label is None:
+        return None
+    try:
+        return mapping.classes[class_of_label(label, mapping, resolve_numeric_scale([label], mapping))].name
+    except InputError:
+        return None
 
 
 def _agreement(index: BatchIndex, store: Store, record: BatchRecord) -> tuple[AgreementReport | None, bool, str | None]:
