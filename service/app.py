@@ -13,6 +13,7 @@ from contextlib import asynccontextmanager
 from litestar import Litestar
 from litestar.datastructures import State
 from litestar.di import Provide
+from litestar.exceptions import HTTPException
 from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 
@@ -26,6 +27,7 @@ from service.metrics import HTTP_METRICS, registry_for
 from service.openapi import assets_router, document_limits, forbid_extra_fields, openapi_config
 from service.ratelimit import enforce_rate_limit
 from service.ui import ui_router
+from service.ui.router import http_exception
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +70,7 @@ def create_app(settings: Settings | None = None, redis: Redis | None = None) -> 
             "store": Provide(provide_store, sync_to_thread=False),
             "tenant": Provide(provide_tenant, sync_to_thread=False),
         },
-        exception_handlers=EXCEPTION_HANDLERS,
+        exception_handlers={**EXCEPTION_HANDLERS, HTTPException: http_exception},  # /ui paths: HTML errors
         before_request=enforce_rate_limit,
         middleware=[HTTP_METRICS.middleware],
         on_startup=[forbid_extra_fields, document_limits],

@@ -89,6 +89,23 @@ def _float(value: str | None) -> float | None:
         return None
 
 
+MIN_PACE_S = 1.0
+
+
+def pace(record: BatchRecord, cached: int = 0) -> float | None:
+    """Judgements per second, or None when it means nothing: a batch over in under a second, or one mostly served
+    from the result cache (its 'pace' was Redis reads, shown as ~1,000 judgements/s)."""
+    view = batch_view(record)
+    if view.judgements_per_s is None or record.started_at is None:
+        return None
+    if cached * 2 >= max(record.counts.done, 1):
+        return None
+    end = (record.finished_at or record.updated_at) if record.terminal else None
+    if end is not None and end - record.started_at < MIN_PACE_S:
+        return None
+    return view.judgements_per_s
+
+
 def batch_base(batch_id: str) -> str:
     return f"/ui/batches/{batch_id}"
 
@@ -105,9 +122,10 @@ class UIController(Controller):
 
     @get("/signin", sync_to_thread=False)
     def signin_form(self, request: Request[Any, Any, Any]) -> Response[Any]:
+        back = request.query_params.get("next", "")
         if session.open_api(request):
-            return Redirect("/ui/batches")
-        return html("signin.html", error=None)
+            return Redirect(back if session.safe_next(back) else "/ui/batches")
+        return html("signin.html", error=None, next=back if session.safe_next(back) else "")
 
     @post("/signin", status_code=303)
     async def signin(self, request: Request[Any, Any, Any], store: NamedDependency[Store]) -> Response[Any]:
@@ -115,16 +133,20 @@ class UIController(Controller):
         session.check_origin(request)
         retry_after = await anyio.to_thread.run_sync(session.signin_retry_after, store, request)
         if retry_after is not None:
-            response = html("signin.html", error="Too many attempts: wait a minute and try again.", status_code=429)
+            response = html(
+                "signin.html", error="Too many attempts: wait a minute and try again.", status_code=429, next=""
+            )
             response.headers["Retry-After"] = str(retry_after)
             return response
         form = await request.form()
         key = str(form.get("api_key") or "").strip()
+        back = str(form.get("next") or "")
+        back = back if session.safe_next(back) else ""
         tenant = tenant_for(key, request.app.state.tenants_by_key) if key else None
         if tenant is None:
-            return html("signin.html", error="That API key is not known.", status_code=401)
+            return html("signin.html", error="That API key is not known.", status_code=401, next=back)
         new = await anyio.to_thread.run_sync(session.create, store, tenant)
-        response = Redirect("/ui/batches", status_code=303)
+        response = Redirect(back or "/ui/batches", status_code=303)
         response.set_cookie(session.cookie_for(new, request))
         return response
 
@@ -148,7 +170,12 @@ class UIController(Controller):
         page: Annotated[int, QueryParameter(ge=1)] = 1,
     ) -> Response[Any]:
         current = session.require(store, request)
-        return session.with_cookie(request, self._batches_page(request, store, current, page))
+        flash = session.pop_flash(store, current)
+        if flash is not None:  # a refused upload, redirected here: its error and the form as it was sent
+            response = self._batches_page(request, store, current, page, flash["error"], flash["form"], 422)
+        else:
+            response = self._batches_page(request, store, current, page)
+        return session.with_cookie(request, response)
 
     def _batches_page(
         self,
@@ -167,7 +194,7 @@ class UIController(Controller):
             status_code=status_code,
             session=current,
             signed_in=not session.open_api(request),
-            batches=[(r, batch_view(r)) for r in records],
+            batches=[(r, pace(r)) for r in records],
             stamp=_stamp,
             page=page,
             pages=pages,
@@ -202,11 +229,9 @@ class UIController(Controller):
                 self._create, store, current.tenant, upload.filename, content, values
             )
         except (InputError, PromptError, LimitExceeded) as exc:
-            problem = str(exc)
-            response = await anyio.to_thread.run_sync(
-                lambda: self._batches_page(request, store, current, 1, problem, values, 422)
-            )
-            return session.with_cookie(request, response)
+            # Post/redirect/get: the error page is a GET, so reloading it doesn't send the upload again.
+            await anyio.to_thread.run_sync(session.put_flash, store, current, {"error": str(exc), "form": values})
+            return session.with_cookie(request, Redirect("/ui/batches#new-title", status_code=303))
         return session.with_cookie(request, Redirect(batch_base(record.id), status_code=303))
 
     @staticmethod
@@ -261,8 +286,7 @@ class UIController(Controller):
         record = await anyio.to_thread.run_sync(owned_batch, store, current.tenant, batch_id)
         await anyio.to_thread.run_sync(store.cancel_batch, record)
         back = str(form.get("next") or "")
-        # Only back to a page of ours: never an open redirect.
-        target = back if back.startswith("/ui/") and "//" not in back and "\\" not in back else batch_base(batch_id)
+        target = back if session.safe_next(back) else batch_base(batch_id)
         return Redirect(target, status_code=303)
 
     # --- one batch ----------------------------------------------------------------------------------------------
@@ -296,6 +320,7 @@ class UIController(Controller):
             query.metric or mapping.metric or ("answer_relevance" if "answer_relevance" in metrics else metrics[0])
         )
         page = page_of(index, query, _int(params.get("page")) or 1, PER_PAGE)
+        cached = sum(1 for r in index.rows if r.cached)
         agreement, complete, agreement_error = _agreement(index, store, record)
         histograms = [
             (
@@ -314,7 +339,8 @@ class UIController(Controller):
                 session=current,
                 signed_in=not session.open_api(request),
                 record=record,
-                view=batch_view(record),
+                pace=pace(record, cached),
+                cached=cached,
                 stamp=_stamp,
                 histograms=histograms,
                 agreement=agreement,

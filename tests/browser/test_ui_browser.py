@@ -162,6 +162,7 @@ def test_sign_in_upload_watch_label_and_xss(
     assert driver.execute_script("return window.juizTestMarker") == 1
     save(driver, screenshots, "batches", full_page=False)
     running.find_element(By.XPATH, ".//button[normalize-space()='Cancel']").click()
+    wait.until(ec.alert_is_present()).accept()  # the page asks first
     wait.until(ec.url_contains("/ui/batches"))
     cancelled = driver.find_element(By.CSS_SELECTOR, f"a[href='/ui/batches/{big.json()['id']}']")
     assert cancelled.find_element(By.XPATH, "./ancestor::tr//span[contains(@class,'status')]").text == "cancelled"

@@ -1,5 +1,5 @@
-// juiz web page: live progress while a batch runs, and the agreement intervals once they are computed. The only
-// script of the page (CSP: script-src 'self').
+// juiz web page: live progress while a batch runs, the agreement intervals once they are computed, a notice when
+// the session ends, confirmations, a fresh page after back/forward. The only script of the page (CSP: 'self').
 // Elements with data-progress-url are refreshed from that URL every second until their batch is over; with
 // data-reload-when-done the page reloads then, to draw the finished batch's charts and table.
 "use strict";
@@ -28,10 +28,40 @@
     });
   }
 
+  // The session ended (signed out elsewhere, expired, keys rotated): say so and offer a sign-in that comes back here,
+  // instead of polling on in silence.
+  function signedOut() {
+    if (document.getElementById("signed-out")) {
+      return;
+    }
+    const banner = document.createElement("p");
+    banner.id = "signed-out";
+    banner.className = "error banner";
+    banner.setAttribute("role", "alert");
+    const link = document.createElement("a");
+    link.href = "/ui/signin?next=" + encodeURIComponent(window.location.pathname + window.location.search);
+    link.textContent = "Sign in again";
+    banner.append("Your session has ended: this page no longer updates. ", link);
+    document.querySelector("main").prepend(banner);
+  }
+
+  // Our own fetches: marked, so a lost session answers 401 instead of a redirect to the sign-in form.
+  function get(url, accept) {
+    return fetch(url, { credentials: "same-origin", headers: { Accept: accept, "X-Juiz-Fetch": "1" } }).then(
+      (response) => {
+        if (response.status === 401) {
+          signedOut();
+          return Promise.reject(401);
+        }
+        return response;
+      },
+    );
+  }
+
   function follow(element) {
     const url = element.getAttribute("data-progress-url");
     const tick = () => {
-      fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } })
+      get(url, "application/json")
         .then((response) => (response.ok ? response.json() : Promise.reject(response.status)))
         .then((data) => {
           fill(element, data);
@@ -43,7 +73,11 @@
           }
           window.setTimeout(tick, POLL_MS);
         })
-        .catch(() => window.setTimeout(tick, POLL_MS * 5));
+        .catch((status) => {
+          if (status !== 401) {
+            window.setTimeout(tick, POLL_MS * 5);
+          }
+        });
     };
     window.setTimeout(tick, POLL_MS);
   }
@@ -53,7 +87,7 @@
   function awaitAgreement(element) {
     const url = element.getAttribute("data-agreement-url");
     const tick = () => {
-      fetch(url, { credentials: "same-origin", headers: { Accept: "text/html" } })
+      get(url, "text/html")
         .then((response) => {
           if (response.status === 202) {
             window.setTimeout(tick, POLL_MS * 2);
@@ -68,13 +102,35 @@
             element.setAttribute("aria-busy", "false");
           }
         })
-        .catch(() => window.setTimeout(tick, POLL_MS * 5));
+        .catch((status) => {
+          if (status !== 401) {
+            window.setTimeout(tick, POLL_MS * 5);
+          }
+        });
     };
     window.setTimeout(tick, POLL_MS);
   }
 
+  // Forms that can't be undone (cancel a batch) ask first.
+  function confirmFirst(form) {
+    form.addEventListener("submit", (event) => {
+      if (!window.confirm(form.getAttribute("data-confirm"))) {
+        event.preventDefault();
+      }
+    });
+  }
+
+  // A page restored from the back/forward cache is the document as it was (a label since saved shows its old
+  // value, despite no-store): fetch it afresh.
+  window.addEventListener("pageshow", (event) => {
+    if (event.persisted) {
+      window.location.reload();
+    }
+  });
+
   document.addEventListener("DOMContentLoaded", () => {
     document.querySelectorAll("[data-progress-url]").forEach(follow);
     document.querySelectorAll("[data-agreement-url]").forEach(awaitAgreement);
+    document.querySelectorAll("form[data-confirm]").forEach(confirmFirst);
   });
 })();
