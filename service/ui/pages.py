@@ -40,7 +40,7 @@ from service.controllers.batches import owned_batch
 from service.errors import LimitExceeded
 from service.intake import read_submission
 from service.ui import charts, session
-from service.ui.labels import LabelRejected, check_label, invalidate_agreement
+from service.ui.labels import LabelRejected, check_label, invalidate_agreement, saved_calibration
 from service.ui.render import html
 from service.ui.rows import (
     SORT_KEYS,
@@ -171,7 +171,9 @@ class UIController(Controller):
     ) -> Response[Any]:
         current = session.require(store, request)
         flash = session.pop_flash(store, current)
-        if flash is not None:  # a refused upload, redirected here: its error and the form as it was sent
+        if (
+            flash is not None and "error" in flash
+        ):  # a refused upload, redirected here: its error and the form as it was sent
             response = self._batches_page(request, store, current, page, flash["error"], flash["form"], 422)
         else:
             response = self._batches_page(request, store, current, page)
@@ -202,8 +204,17 @@ class UIController(Controller):
             metrics=METRICS,
             error=error,
             form=form
-            or {"metrics": ["answer_relevance"], "mode": "cot", "lang": "auto", "prompt": "", "label_mapping": ""},
+            or {
+                "metrics": ["answer_relevance"],
+                "mode": "cot",
+                "lang": "auto",
+                "prompt": "",
+                "label_mapping": "",
+                "calibration": True,
+            },
             max_items=store.settings.max_items,
+            saved_calibration=saved_calibration(store, current.tenant),
+            calibration_saved=request.query_params.get("calibration") == "saved",
         )
 
     @post("/batches", status_code=303)  # the app-wide max_body_bytes bounds the upload (413 beyond it)
@@ -219,6 +230,7 @@ class UIController(Controller):
             "mode": str(form.get("mode") or "cot"),
             "lang": str(form.get("lang") or "auto"),
             "label_mapping": str(form.get("label_mapping") or "").strip(),
+            "calibration": form.get("calibration") == "saved",
         }
         upload = form.get("file")
         try:
@@ -255,6 +267,11 @@ class UIController(Controller):
                 options["label_mapping"] = json.loads(values["label_mapping"])
             except json.JSONDecodeError as exc:
                 raise InputError(f"not JSON: {exc.msg}", field="options.label_mapping") from None
+        if values.get("calibration"):
+            spec = saved_calibration(store, tenant)
+            if spec is None:
+                raise InputError("no saved calibration: fit one from a label queue's end", field="options.calibration")
+            options["calibration"] = spec.model_dump(mode="json")
         # The API's own intake: the same limits, lengths, depth and option checks as POST /v1/batches.
         body = json.dumps({"items": [t.model_dump(mode="json") for t in triples], "options": options}).encode()
         submission = read_submission(body, "application/json", {}, store.settings)
@@ -330,6 +347,7 @@ class UIController(Controller):
             )
             for m in metrics
         ]
+        query_fields = [(k, v) for k, v in params.items() if k != "page"]  # the queue's "this table's order"
         page_base = urlencode([(k, v) for k, v in params.items() if k != "page"])
         sort_base = urlencode([(k, v) for k, v in params.items() if k not in ("page", "sort", "dir")])
         return session.with_cookie(
@@ -352,6 +370,7 @@ class UIController(Controller):
                 metrics=metrics,
                 classes=[c.name for c in mapping.classes],
                 page_base=page_base,
+                query_fields=query_fields,
                 sort_base=sort_base,
                 sort_keys=SORT_KEYS,
                 graded=index.covered,
@@ -397,6 +416,7 @@ class UIController(Controller):
         current = session.require(store, request)
         record = owned_batch(store, current.tenant, batch_id)
         index = row_cache(state, store).index(record)
+        flash = session.pop_flash(store, current) or {}
         row = index.by_index.get(item_index)
         judgement: Judgement | None = None
         if row is not None:
@@ -437,6 +457,7 @@ class UIController(Controller):
                 label_at=extra.get("manual_label_at"),
                 back=request.query_params.get("back", ""),
                 message=request.query_params.get("saved"),
+                conflict=flash.get("conflict"),
             ),
         )
 
@@ -454,24 +475,14 @@ class UIController(Controller):
         session.check_csrf(current, request, form.get("csrf"))
         raw = str(form.get("manual_label") or "").strip()
         label = None if raw in ("", "(none)") else raw
-        await anyio.to_thread.run_sync(self._set_label, state, store, current.tenant, batch_id, item_index, label)
+        seen = str(form.get("seen") or "")
+        _, conflict = await anyio.to_thread.run_sync(
+            save_label, state, store, current.tenant, batch_id, item_index, label, seen
+        )
+        if conflict:
+            await anyio.to_thread.run_sync(session.put_flash, store, current, {"conflict": conflict})
         target = f"{batch_base(batch_id)}/items/{item_index}?saved=1"
         return session.with_cookie(request, Redirect(target + "#labels", status_code=303))
-
-    @staticmethod
-    def _set_label(state: State, store: Store, tenant: str, batch_id: str, item_index: int, label: str | None) -> None:
-        record = owned_batch(store, tenant, batch_id)
-        cache = row_cache(state, store)
-        row = cache.index(record).by_index.get(item_index)
-        if row is None:
-            raise NotFoundException(detail=f"item {item_index} of batch {batch_id} is not graded yet")
-        try:
-            check_label(label, record.options.label_mapping)
-        except LabelRejected as exc:
-            raise InputError(str(exc), field="manual_label") from None
-        judgement, version = store.set_manual_label(batch_id, row.position, label, tenant, time.time())
-        invalidate_agreement(store, batch_id)
-        cache.updated(record, row.position, judgement, version)
 
     # --- exports ------------------------------------------------------------------------------------------------
 
@@ -507,6 +518,37 @@ class UIController(Controller):
             media_type="text/markdown; charset=utf-8",
             headers={"Content-Disposition": f'attachment; filename="juiz-{batch_id}-report.md"'},
         )
+
+
+def save_label(
+    state: State, store: Store, tenant: str, batch_id: str, item_index: int, label: Label | None, seen: str | None
+) -> tuple[Label | None, str | None]:
+    """Set an item's manual label as `tenant`: (the label it replaced, a note when that one was set by someone
+    after the reader saw the item). `seen` is the manual_label_at the reader's page showed ("" for none; None: not
+    known). Last write wins; the note is how the overwrite is made visible instead of silent."""
+    record = owned_batch(store, tenant, batch_id)
+    cache = row_cache(state, store)
+    row = cache.index(record).by_index.get(item_index)
+    if row is None:
+        raise NotFoundException(detail=f"item {item_index} of batch {batch_id} is not graded yet")
+    try:
+        check_label(label, record.options.label_mapping)
+    except LabelRejected as exc:
+        raise InputError(str(exc), field="manual_label") from None
+    before = store.results_at(batch_id, [row.position])[0]
+    extra = (before.model_extra if before is not None else None) or {}
+    previous = None if before is None else before.manual_label
+    judgement, version = store.set_manual_label(batch_id, row.position, label, tenant, time.time())
+    invalidate_agreement(store, batch_id)
+    cache.updated(record, row.position, judgement, version)
+    changed_at = str(extra.get("manual_label_at") or "")
+    conflict = None
+    if seen is not None and changed_at and changed_at != seen and previous != label:
+        conflict = (
+            f"This replaced the label {previous!s} that {extra.get('manual_label_by')} set at {changed_at}, "
+            "after the page was shown to you."
+        )
+    return previous, conflict
 
 
 def manual_class_name(label: Label | None, mapping: LabelMapping) -> str | None:

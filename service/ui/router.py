@@ -19,6 +19,7 @@ from litestar.static_files import create_static_files_router
 
 from juiz.errors import InputError
 from service.errors import http_exception as api_http_exception
+from service.ui.annotate import AnnotationController
 from service.ui.pages import UIController
 from service.ui.render import html
 from service.ui.session import UI_PATH, CsrfRejected, SignInRequired, safe_next
@@ -91,7 +92,7 @@ def ui_router() -> Router:
     )
     return Router(
         path="/ui",
-        route_handlers=[UIController, static],
+        route_handlers=[UIController, AnnotationController, static],
         after_request=no_store,
         response_headers=[ResponseHeader(name=name, value=value) for name, value in SECURITY_HEADERS.items()],
         exception_handlers={

@@ -115,3 +115,67 @@ def test_cancel_asks_first(browser: WebDriver, stack: Stack) -> None:
     button.click()
     wait.until(ec.alert_is_present()).accept()
     wait.until(lambda _: status(stack, batch_id) == "cancelled")
+
+
+def agreement_n(driver: WebDriver) -> int:
+    return int(driver.find_element(By.CSS_SELECTOR, '[data-testid="agreement-n"]').text)
+
+
+def test_label_ten_items_through_the_queue_with_the_keyboard_only(browser: WebDriver, stack: Stack) -> None:
+    """Start the queue, then only keys: C/P/I label and advance, S skips, U undoes; the batch page's agreement
+    then counts 10 more labelled items. The end offers the calibration fit; saving it takes one more click."""
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.keys import Keys
+
+    driver, wait = browser, WebDriverWait(browser, DEADLINE_S)
+    batch = items(30, label=None)
+    for item in batch[:12]:
+        item["manual_label"] = "C"
+    batch_id = submit(stack, batch)
+    wait.until(lambda _: status(stack, batch_id) == "done")
+    sign_in(driver, stack)
+    batch_url = f"{stack.url}/ui/batches/{batch_id}"
+    driver.get(batch_url)
+    before = agreement_n(driver)
+    assert before == 12
+
+    # Keyboard only: tab to the queue's size, choose 10, Enter submits its form.
+    size = driver.find_element(By.ID, "q-size")
+    driver.execute_script("arguments[0].focus()", driver.find_element(By.ID, "q-order"))
+    ActionChains(driver).send_keys(Keys.TAB).perform()
+    assert driver.switch_to.active_element == size
+    Select(size).select_by_visible_text("10")  # the select is focused; a key press would do the same
+    ActionChains(driver).send_keys(Keys.TAB).send_keys(Keys.ENTER).perform()
+    progress = (By.CSS_SELECTOR, '[data-testid="queue-progress"]')
+    wait.until(ec.text_to_be_present_in_element(progress, "0 of 10 labelled"))
+
+    def press(key: str, then: str) -> None:
+        old = driver.find_element(By.TAG_NAME, "html")
+        ActionChains(driver).send_keys(key).perform()
+        wait.until(ec.staleness_of(old))
+        wait.until(ec.text_to_be_present_in_element(progress, then))
+
+    press("s", "0 of 10 labelled")  # skip the first…
+    press("u", "0 of 10 labelled")  # …and come back to it
+    keys = "cpicpicpic"
+    for n, key in enumerate(keys[:9], start=1):
+        press(key, f"{n} of 10 labelled")
+    press("i", "10 of 10 labelled")  # a mistake on the last item…
+    press("u", "9 of 10 labelled")  # …undone: the label is gone again
+    assert driver.find_element(By.CSS_SELECTOR, '[data-testid="manual-label"]').text == "none"
+    press("c", "10 of 10 labelled")
+    assert "End of the queue" in driver.find_element(By.ID, "item").text
+    assert int(driver.find_element(By.CSS_SELECTOR, '[data-testid="agreement-n"]').text) == before + 10
+
+    driver.get(batch_url)
+    assert agreement_n(driver) == before + 10
+
+    # From the queue's end: fit, then save (two clicks); the upload form then offers it.
+    driver.back()
+    driver.find_element(By.XPATH, "//button[normalize-space()='Fit a calibration on these labels']").click()
+    save = wait.until(
+        ec.element_to_be_clickable((By.XPATH, "//button[normalize-space()='Save it for the next batches']"))
+    )
+    save.click()
+    wait.until(ec.text_to_be_present_in_element((By.CSS_SELECTOR, "[role=status]"), "Calibration saved"))
+    assert driver.find_element(By.CSS_SELECTOR, "input[name=calibration]").is_selected()

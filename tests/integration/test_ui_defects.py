@@ -131,3 +131,24 @@ def test_a_batch_served_from_the_cache_shows_no_pace(
     assert "4 from the result cache" in page
     assert re.search(r'data-field="rate">–<', page), "a pace was shown for cached results"
     assert first != again
+
+
+def test_an_overwrite_of_a_label_set_meanwhile_is_visible(
+    make_client: MakeClient, keyed: Settings, run_worker: Any
+) -> None:
+    """Two readers on one item: the second save wins (last write), and its page says whose label it replaced."""
+    first, second = make_client(keyed), make_client(keyed)
+    batch_id = submit(first, KEYS["alice"], triples(2, label=None))
+    run_worker(keyed)
+    sign_in(first, "alice")
+    sign_in(second, "alice")
+    url = f"/ui/batches/{batch_id}/items/0"
+    seen_by_second = second.get(url).text
+    csrf_first = csrf_of(first.get(url).text)
+    assert first.post(f"{url}/label", data={"csrf": csrf_first, "manual_label": "P", "seen": ""}).status_code == 200
+    seen = re.search(r'name="seen" value="([^"]*)"', seen_by_second).group(1)  # type: ignore[union-attr]
+    saved = second.post(f"{url}/label", data={"csrf": csrf_of(seen_by_second), "manual_label": "C", "seen": seen}).text
+    assert 'data-testid="conflict"' in saved and "replaced the label P that alice set" in saved
+    assert 'data-testid="manual-label">C' in saved
+    again = first.post(f"{url}/label", data={"csrf": csrf_first, "manual_label": "C", "seen": ""}).text
+    assert 'data-testid="conflict"' not in again  # the same label again is no conflict

@@ -120,6 +120,27 @@
     });
   }
 
+  // The label queue: a key names a button (data-key: the class's letter, S skip, U undo); pressing it presses the
+  // button, so the keyboard does exactly what the mouse does. Typing in a field or with a modifier is left alone.
+  function queueKeys(section) {
+    let sent = false;
+    document.addEventListener("keydown", (event) => {
+      const target = event.target;
+      if (sent || event.ctrlKey || event.metaKey || event.altKey || event.repeat) {
+        return;
+      }
+      if (target && /^(INPUT|SELECT|TEXTAREA)$/.test(target.tagName)) {
+        return;
+      }
+      const button = section.querySelector('button[data-key="' + CSS.escape(event.key.toLowerCase()) + '"]');
+      if (button) {
+        sent = true; // one step per page: a held or doubled key doesn't label the next item unseen
+        event.preventDefault();
+        button.click();
+      }
+    });
+  }
+
   // A page restored from the back/forward cache is the document as it was (a label since saved shows its old
   // value, despite no-store): fetch it afresh.
   window.addEventListener("pageshow", (event) => {
@@ -132,5 +153,6 @@
     document.querySelectorAll("[data-progress-url]").forEach(follow);
     document.querySelectorAll("[data-agreement-url]").forEach(awaitAgreement);
     document.querySelectorAll("form[data-confirm]").forEach(confirmFirst);
+    document.querySelectorAll("[data-queue-keys]").forEach(queueKeys);
   });
 })();
