@@ -41,7 +41,7 @@ from service.errors import LimitExceeded
 from service.intake import read_submission
 from service.ui import charts, session
 from service.ui.labels import LabelRejected, check_label, invalidate_agreement, saved_calibration
-from service.ui.render import html
+from service.ui.render import fragment, html
 from service.ui.rows import (
     SORT_KEYS,
     BatchIndex,
@@ -171,9 +171,8 @@ class UIController(Controller):
     ) -> Response[Any]:
         current = session.require(store, request)
         flash = session.pop_flash(store, current)
-        if (
-            flash is not None and "error" in flash
-        ):  # a refused upload, redirected here: its error and the form as it was sent
+        # A refused upload, redirected here: its error and the form as it was sent.
+        if flash is not None and "error" in flash:
             response = self._batches_page(request, store, current, page, flash["error"], flash["form"], 422)
         else:
             response = self._batches_page(request, store, current, page)
@@ -317,66 +316,32 @@ class UIController(Controller):
         batch_id: FromPath[str],
     ) -> Response[Any]:
         current = session.require(store, request)
-        record = owned_batch(store, current.tenant, batch_id)
-        index = row_cache(state, store).index(record)
-        params = request.query_params
-        mapping = record.options.label_mapping
-        metrics = metrics_present(index.rows) or list(record.options.metrics)
-        query = Query(
-            status=params.get("status", ""),
-            metric=params.get("metric", "") if params.get("metric", "") in METRICS else "",
-            score=_int(params.get("score")),
-            label=params.get("label", ""),
-            disagreement=params.get("disagreement", ""),
-            min_uncertainty=_float(params.get("min_uncertainty")),
-            uncertain=params.get("uncertain") == "1",
-            sort=params.get("sort", "disagreement") if params.get("sort") in SORT_KEYS else "disagreement",
-            descending=params.get("dir", "desc") != "asc",
-        )
-        query.metric = (
-            query.metric or mapping.metric or ("answer_relevance" if "answer_relevance" in metrics else metrics[0])
-        )
-        page = page_of(index, query, _int(params.get("page")) or 1, PER_PAGE)
-        cached = sum(1 for r in index.rows if r.cached)
-        agreement, complete, agreement_error = _agreement(index, store, record)
-        histograms = [
-            (
-                m,
-                charts.score_histogram(score_counts(index.rows, m), m),
-                charts.expected_histogram(expected_bins(index.rows, m), m),
-            )
-            for m in metrics
-        ]
-        query_fields = [(k, v) for k, v in params.items() if k != "page"]  # the queue's "this table's order"
-        page_base = urlencode([(k, v) for k, v in params.items() if k != "page"])
-        sort_base = urlencode([(k, v) for k, v in params.items() if k not in ("page", "sort", "dir")])
-        return session.with_cookie(
-            request,
-            html(
-                "batch.html",
-                session=current,
-                signed_in=not session.open_api(request),
-                record=record,
-                pace=pace(record, cached),
-                cached=cached,
-                stamp=_stamp,
-                histograms=histograms,
-                agreement=agreement,
-                agreement_complete=complete,
-                agreement_error=agreement_error,
-                heat_map=None if agreement is None else charts.heat_map(agreement.confusion_matrix, agreement.classes),
-                page=page,
-                query=query,
-                metrics=metrics,
-                classes=[c.name for c in mapping.classes],
-                page_base=page_base,
-                query_fields=query_fields,
-                sort_base=sort_base,
-                sort_keys=SORT_KEYS,
-                graded=index.covered,
-                calibrated=any(r.calibrated_label is not None for r in index.rows),
-            ),
-        )
+        context = _batch_context(request, state, store, current, batch_id)
+        return session.with_cookie(request, html("batch.html", **context))
+
+    @get("/batches/{batch_id:str}/live", sync_to_thread=True)
+    def live(
+        self,
+        request: Request[Any, Any, Any],
+        state: State,
+        store: NamedDependency[Store],
+        batch_id: FromPath[str],
+    ) -> dict[str, Any]:
+        """The parts of the batch page that move while it runs (scores, agreement, the items table under the page's
+        own filters), rendered as the page renders them: its script swaps them in place, with no reload."""
+        current = session.require(store, request)
+        context = _batch_context(request, state, store, current, batch_id)
+        record = context["record"]
+        return {
+            "terminal": record.terminal,
+            "graded": context["graded"],
+            "agreement_pending": not context["agreement_complete"],
+            "html": {
+                "scores-body": fragment("_scores.html", **context),
+                "agreement-body": fragment("_agreement.html", **context),
+                "items-body": fragment("_items.html", **context),
+            },
+        }
 
     @get("/batches/{batch_id:str}/agreement", sync_to_thread=True)
     def agreement(
@@ -560,6 +525,68 @@ def manual_class_name(label: Label | None, mapping: LabelMapping) -> str | None:
         return mapping.classes[class_of_label(label, mapping, resolve_numeric_scale([label], mapping))].name
     except InputError:
         return None
+
+
+def _batch_context(
+    request: Request[Any, Any, Any], state: State, store: Store, current: session.Session, batch_id: str
+) -> dict[str, Any]:
+    """What the batch page draws, for its filters (the query string): the whole page, or its moving parts."""
+    record = owned_batch(store, current.tenant, batch_id)
+    index = row_cache(state, store).index(record)
+    params = request.query_params
+    mapping = record.options.label_mapping
+    metrics = metrics_present(index.rows) or list(record.options.metrics)
+    query = Query(
+        status=params.get("status", ""),
+        metric=params.get("metric", "") if params.get("metric", "") in METRICS else "",
+        score=_int(params.get("score")),
+        label=params.get("label", ""),
+        disagreement=params.get("disagreement", ""),
+        min_uncertainty=_float(params.get("min_uncertainty")),
+        uncertain=params.get("uncertain") == "1",
+        sort=params.get("sort", "disagreement") if params.get("sort") in SORT_KEYS else "disagreement",
+        descending=params.get("dir", "desc") != "asc",
+    )
+    query.metric = (
+        query.metric or mapping.metric or ("answer_relevance" if "answer_relevance" in metrics else metrics[0])
+    )
+    page = page_of(index, query, _int(params.get("page")) or 1, PER_PAGE)
+    cached = sum(1 for r in index.rows if r.cached)
+    agreement, complete, agreement_error = _agreement(index, store, record)
+    histograms = [
+        (
+            m,
+            charts.score_histogram(score_counts(index.rows, m), m),
+            charts.expected_histogram(expected_bins(index.rows, m), m),
+        )
+        for m in metrics
+    ]
+    query_fields = [(k, v) for k, v in params.items() if k != "page"]  # the queue's "this table's order"
+    page_base = urlencode([(k, v) for k, v in params.items() if k != "page"])
+    sort_base = urlencode([(k, v) for k, v in params.items() if k not in ("page", "sort", "dir")])
+    return dict(
+        session=current,
+        signed_in=not session.open_api(request),
+        record=record,
+        pace=pace(record, cached),
+        cached=cached,
+        stamp=_stamp,
+        histograms=histograms,
+        agreement=agreement,
+        agreement_complete=complete,
+        agreement_error=agreement_error,
+        heat_map=None if agreement is None else charts.heat_map(agreement.confusion_matrix, agreement.classes),
+        page=page,
+        query=query,
+        metrics=metrics,
+        classes=[c.name for c in mapping.classes],
+        page_base=page_base,
+        query_fields=query_fields,
+        sort_base=sort_base,
+        sort_keys=SORT_KEYS,
+        graded=index.covered,
+        calibrated=any(r.calibrated_label is not None for r in index.rows),
+    )
 
 
 def _agreement(index: BatchIndex, store: Store, record: BatchRecord) -> tuple[AgreementReport | None, bool, str | None]:

@@ -179,3 +179,27 @@ def test_label_ten_items_through_the_queue_with_the_keyboard_only(browser: WebDr
     save.click()
     wait.until(ec.text_to_be_present_in_element((By.CSS_SELECTOR, "[role=status]"), "Calibration saved"))
     assert driver.find_element(By.CSS_SELECTOR, "input[name=calibration]").is_selected()
+
+
+def test_a_running_batch_page_grows_its_table_without_a_reload(browser: WebDriver, stack: Stack) -> None:
+    driver, wait = browser, WebDriverWait(browser, DEADLINE_S)
+    batch_id = submit(stack, items(400))
+    sign_in(driver, stack)
+    driver.get(f"{stack.url}/ui/batches/{batch_id}?sort=index&dir=asc")
+    driver.execute_script("window.juizTestMarker = 1; document.getElementById('items').scrollIntoView();")
+    # What the reader sees stays put: the table's heading keeps its place in the viewport (the charts above it
+    # grow, and the browser's scroll anchoring moves scrollY to match).
+    where = "return document.getElementById('items-title').getBoundingClientRect().top"
+    seen_at = driver.execute_script(where)
+
+    def rows() -> int:
+        return len(driver.find_elements(By.CSS_SELECTOR, "table.items tbody tr"))
+
+    first = rows()
+    assert first < 50, "the batch was already a page further than this test needs"
+    wait.until(lambda _: rows() > first)
+    wait.until(lambda _: rows() > first + 4)  # and again: it keeps following
+    assert driver.execute_script("return window.juizTestMarker") == 1  # the same document: no reload
+    assert driver.find_elements(By.CSS_SELECTOR, "#scores-body svg.chart")
+    assert abs(driver.execute_script(where) - seen_at) <= 2
+    httpx.delete(f"{stack.url}/v1/batches/{batch_id}", headers={"Authorization": f"Bearer {stack.key}"}, timeout=30)

@@ -1,7 +1,7 @@
 // juiz web page: live progress while a batch runs, the agreement intervals once they are computed, a notice when
 // the session ends, confirmations, a fresh page after back/forward. The only script of the page (CSP: 'self').
 // Elements with data-progress-url are refreshed from that URL every second until their batch is over; with
-// data-reload-when-done the page reloads then, to draw the finished batch's charts and table.
+// data-live-url (the batch page) the charts, agreement and table are refreshed in place as results arrive.
 "use strict";
 
 (function () {
@@ -58,6 +58,36 @@
     );
   }
 
+  // The batch page while its batch runs: when the graded count moved (and once more at the end), fetch the parts
+  // that move — scores, agreement, the items table under this page's own filters, rendered and escaped by the
+  // server — and swap them in place. No reload: the scroll position, open <details> elsewhere and focus stay.
+  let shownDone = null;
+  function refresh(element, data) {
+    if (data.done === shownDone && !data.terminal) {
+      return;
+    }
+    shownDone = data.done;
+    get(element.getAttribute("data-live-url") + window.location.search, "application/json")
+      .then((response) => (response.ok ? response.json() : Promise.reject(response.status)))
+      .then((parts) => {
+        Object.entries(parts.html).forEach(([id, html]) => {
+          const target = document.getElementById(id);
+          if (target) {
+            target.innerHTML = html;
+          }
+        });
+        const agreement = document.getElementById("agreement-body");
+        if (parts.agreement_pending && agreement && !agreement.hasAttribute("data-agreement-url")) {
+          agreement.setAttribute("data-agreement-url", element.getAttribute("data-live-url").replace(/live$/, "agreement"));
+          agreement.setAttribute("aria-busy", "true");
+          awaitAgreement(agreement);
+        }
+      })
+      .catch(() => {
+        shownDone = null; // try again on the next tick
+      });
+  }
+
   function follow(element) {
     const url = element.getAttribute("data-progress-url");
     const tick = () => {
@@ -65,10 +95,10 @@
         .then((response) => (response.ok ? response.json() : Promise.reject(response.status)))
         .then((data) => {
           fill(element, data);
+          if (element.hasAttribute("data-live-url")) {
+            refresh(element, data);
+          }
           if (data.terminal) {
-            if (element.hasAttribute("data-reload-when-done")) {
-              window.location.reload();
-            }
             return;
           }
           window.setTimeout(tick, POLL_MS);
