@@ -21,6 +21,7 @@ from juiz.settings import Settings
 from juiz.store import Store
 from service.auth import provide_tenant
 from service.controllers import BatchController, GradeController, HealthController
+from service.controllers.compare import CompareController
 from service.controllers.items import ItemController
 from service.errors import EXCEPTION_HANDLERS
 from service.metrics import HTTP_METRICS, registry_for
@@ -63,6 +64,7 @@ def create_app(settings: Settings | None = None, redis: Redis | None = None) -> 
             GradeController,
             HealthController,
             ItemController,  # manual labels (issue 11)
+            CompareController,  # two runs side by side (issue 18)
             assets_router(),
             ui_router(),  # the web page under /ui (issue 11)
         ],

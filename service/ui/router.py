@@ -20,6 +20,7 @@ from litestar.static_files import create_static_files_router
 from juiz.errors import InputError
 from service.errors import http_exception as api_http_exception
 from service.ui.annotate import AnnotationController
+from service.ui.compare import CompareController
 from service.ui.pages import UIController
 from service.ui.render import html
 from service.ui.session import UI_PATH, CsrfRejected, SignInRequired, safe_next
@@ -92,7 +93,7 @@ def ui_router() -> Router:
     )
     return Router(
         path="/ui",
-        route_handlers=[UIController, AnnotationController, static],
+        route_handlers=[UIController, AnnotationController, CompareController, static],
         after_request=no_store,
         response_headers=[ResponseHeader(name=name, value=value) for name, value in SECURITY_HEADERS.items()],
         exception_handlers={

@@ -193,13 +193,34 @@ def test_a_running_batch_page_grows_its_table_without_a_reload(browser: WebDrive
     seen_at = driver.execute_script(where)
 
     def rows() -> int:
-        return len(driver.find_elements(By.CSS_SELECTOR, "table.items tbody tr"))
+        """The table's rows: the count line's 'N of M graded items match' (the table shows 50 a page)."""
+        line = driver.find_element(By.CSS_SELECTOR, "#items-body p.muted").text
+        return int(line.split(" of ", 1)[1].split(" ", 1)[0])
 
     first = rows()
-    assert first < 50, "the batch was already a page further than this test needs"
+    assert first < 400, "the batch was over before the page was seen"
     wait.until(lambda _: rows() > first)
     wait.until(lambda _: rows() > first + 4)  # and again: it keeps following
+    assert driver.find_elements(By.CSS_SELECTOR, "table.items tbody tr a")
     assert driver.execute_script("return window.juizTestMarker") == 1  # the same document: no reload
     assert driver.find_elements(By.CSS_SELECTOR, "#scores-body svg.chart")
     assert abs(driver.execute_script(where) - seen_at) <= 2
     httpx.delete(f"{stack.url}/v1/batches/{batch_id}", headers={"Authorization": f"Bearer {stack.key}"}, timeout=30)
+
+
+def test_compare_two_runs_shows_a_changed_item(browser: WebDriver, stack: Stack) -> None:
+    driver, wait = browser, WebDriverWait(browser, DEADLINE_S)
+    first = items(6, label="C")  # the fake engine: score = N % 4 of [item-N]
+    second = items(6, label=None)
+    second[0]["question"] = second[0]["question"].replace("[item-0]", "[item-3]")  # d0: 0 → 3
+    a, b = submit(stack, first), submit(stack, second)
+    wait.until(lambda _: status(stack, a) == "done" and status(stack, b) == "done")
+    sign_in(driver, stack)
+    driver.find_element(By.LINK_TEXT, "Compare").click()
+    Select(wait.until(ec.presence_of_element_located((By.ID, "c-a")))).select_by_value(a)
+    Select(driver.find_element(By.ID, "c-b")).select_by_value(b)
+    driver.find_element(By.XPATH, "//button[normalize-space()='Compare']").click()
+    changed = wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, '[data-testid="changed"] tbody tr')))
+    cells = [td.text for td in changed.find_elements(By.TAG_NAME, "td")]
+    assert cells[0].startswith("d0") and cells[2:] == ["I", "C", "0 → 3", "3"], cells
+    assert driver.find_element(By.CSS_SELECTOR, '[data-testid="shared"]').text == "6"
