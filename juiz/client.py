@@ -166,6 +166,9 @@ class _Requests:
     def report(self, batch_id: str) -> Call[str]:
         return Call("GET", f"/v1/batches/{batch_id}/report", lambda r: r.text)
 
+    def rename(self, batch_id: str, name: str) -> Call[BatchView]:
+        return Call("PATCH", f"/v1/batches/{batch_id}", _view, json={"name": name})
+
     def compare(self, a: str, b: str, resamples: int) -> Call[CompareReport]:
         return Call(
             "GET",
@@ -365,6 +368,10 @@ class JuizClient:
     def report(self, batch_id: str) -> str:
         return self._run(self._requests.report(batch_id))
 
+    def rename(self, batch_id: str, name: str) -> BatchView:
+        """Name the batch ("" removes the name)."""
+        return self._run(self._requests.rename(batch_id, name))
+
     def compare(self, a: str, b: str, *, resamples: int = 1000) -> CompareReport:
         """Two batches on the items they share by id: agreement of each with the labels, score deltas, changes."""
         return self._run(self._requests.compare(a, b, resamples))
@@ -477,6 +484,9 @@ class AsyncJuizClient:
 
     async def report(self, batch_id: str) -> str:
         return await self._run(self._requests.report(batch_id))
+
+    async def rename(self, batch_id: str, name: str) -> BatchView:
+        return await self._run(self._requests.rename(batch_id, name))
 
     async def compare(self, a: str, b: str, *, resamples: int = 1000) -> CompareReport:
         return await self._run(self._requests.compare(a, b, resamples))

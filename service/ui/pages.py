@@ -56,6 +56,7 @@ from service.ui.rows import (
 from service.views import batch_view
 
 PER_PAGE = 50
+INTERNAL_EXTRA = {"manual_label_by", "manual_label_at"}  # juiz's own, shown in the labels section
 BATCHES_PER_PAGE = 25
 UPLOAD_SUFFIXES = (*JSONL_SUFFIXES, ".json", ".csv", *REPORT_SUFFIXES)
 EXPORT_PAGE = 1000
@@ -275,6 +276,7 @@ class UIController(Controller):
         body = json.dumps({"items": [t.model_dump(mode="json") for t in triples], "options": options}).encode()
         submission = read_submission(body, "application/json", {}, store.settings)
         record, _ = store.create_batch(tenant, submission.options, submission.items)
+        store.set_batch_name(record.id, Path(filename).stem[:200])  # named after its file, until renamed
         return record
 
     @get("/batches/{batch_id:str}/progress", sync_to_thread=True)
@@ -291,6 +293,18 @@ class UIController(Controller):
             "judgements_per_s": view.judgements_per_s,
             "eta_s": view.eta_s,
         }
+
+    @post("/batches/{batch_id:str}/name", status_code=303)
+    async def rename(
+        self, request: Request[Any, Any, Any], store: NamedDependency[Store], batch_id: FromPath[str]
+    ) -> Response[Any]:
+        current = await anyio.to_thread.run_sync(session.require, store, request)
+        form = await request.form()
+        session.check_csrf(current, request, form.get("csrf"))
+        record = await anyio.to_thread.run_sync(owned_batch, store, current.tenant, batch_id)
+        name = str(form.get("name") or "").strip()[:200]
+        await anyio.to_thread.run_sync(store.set_batch_name, record.id, name)
+        return Redirect(batch_base(batch_id), status_code=303)
 
     @post("/batches/{batch_id:str}/cancel", status_code=303)
     async def cancel(
@@ -403,6 +417,12 @@ class UIController(Controller):
             segment_grades = {g.index: g for g in relevance.segments}
         extra = (judgement.model_extra if judgement is not None else triple.model_extra if triple else None) or {}
         mapping = record.options.label_mapping
+        # The item's own extra fields (what the uploader sent beside question/answer/context), shown as sent.
+        metadata = [
+            (name, value if isinstance(value, str) else json.dumps(value, ensure_ascii=False))
+            for name, value in extra.items()
+            if name not in INTERNAL_EXTRA
+        ]
         return session.with_cookie(
             request,
             html(
@@ -423,6 +443,7 @@ class UIController(Controller):
                 back=request.query_params.get("back", ""),
                 message=request.query_params.get("saved"),
                 conflict=flash.get("conflict"),
+                metadata=metadata,
             ),
         )
 

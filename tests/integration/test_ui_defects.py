@@ -152,3 +152,35 @@ def test_an_overwrite_of_a_label_set_meanwhile_is_visible(
     assert 'data-testid="manual-label">C' in saved
     again = first.post(f"{url}/label", data={"csrf": csrf_first, "manual_label": "C", "seen": ""}).text
     assert 'data-testid="conflict"' not in again  # the same label again is no conflict
+
+
+def test_batch_names_from_the_file_editable_on_the_page_and_over_the_api(
+    make_client: MakeClient, keyed: Settings
+) -> None:
+    client = make_client(keyed)
+    csrf = sign_in(client, "alice")
+    body = json.dumps({"question": "q?", "answer": "a", "course": "ML-101", "tags": ["week 3", "<b>"]}).encode()
+    created = client.post(
+        "/ui/batches",
+        data={"csrf": csrf},
+        files={"file": ("lectures-week3.jsonl", body, "application/x-ndjson")},
+        follow_redirects=False,
+    )
+    batch_url = created.headers["location"]
+    batch_id = batch_url.rsplit("/", 1)[1]
+    assert '<span data-testid="batch-name">lectures-week3</span>' in client.get(batch_url).text
+    assert "lectures-week3" in client.get("/ui/batches").text
+    alice = {"Authorization": f"Bearer {KEYS['alice']}"}
+    assert client.get(f"/v1/batches/{batch_id}", headers=alice).json()["name"] == "lectures-week3"
+
+    renamed = client.post(f"{batch_url}/name", data={"csrf": csrf, "name": "week 3, prompt juiz-2"})
+    assert '<span data-testid="batch-name">week 3, prompt juiz-2</span>' in renamed.text
+    api = client.patch(f"/v1/batches/{batch_id}", json={"name": "from the API"}, headers=alice)
+    assert api.status_code == 200 and api.json()["name"] == "from the API"
+    assert client.patch(f"/v1/batches/{batch_id}", json={"nom": "x"}, headers=alice).status_code == 422
+    bob = {"Authorization": f"Bearer {KEYS['bob']}"}
+    assert client.patch(f"/v1/batches/{batch_id}", json={"name": "mine"}, headers=bob).status_code == 404
+
+    # The item's extra fields are shown on its page (escaped), before it is graded too.
+    item = client.get(f"{batch_url}/items/0").text
+    assert 'data-testid="metadata"' in item and "ML-101" in item and "&lt;b&gt;" in item
