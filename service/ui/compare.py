@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import logging
+import threading
+from collections import OrderedDict
 from typing import Any
 
 from litestar import Controller, Request, Response, get
@@ -9,10 +12,13 @@ from litestar.di import NamedDependency
 from litestar.exceptions import NotFoundException
 
 from juiz.store import Store
+from schemas.compare import CompareReport
 from service.controllers.compare import compare_batches
 from service.ui import charts, session
 from service.ui.render import html
-from service.ui.rows import PAGE_RESAMPLES
+from service.ui.rows import _BOOTSTRAPS, PAGE_RESAMPLES
+
+log = logging.getLogger(__name__)
 
 PICKABLE = 100  # the newest batches offered in the pickers
 SORTS = {
@@ -31,6 +37,48 @@ STATS = [
 ]
 
 
+_REPORTS: OrderedDict[tuple[Any, ...], tuple[CompareReport, bool]] = OrderedDict()
+_LOCK = threading.Lock()
+CACHED_REPORTS = 8
+
+
+def _state(store: Store, batch_id: str) -> tuple[int, int]:
+    return store.result_count(batch_id), store.labels_version(batch_id)
+
+
+def report_for(store: Store, tenant: str, a: str, b: str) -> tuple[CompareReport, bool]:
+    """(report, complete): the point figures at once (well under a second on 2,000 items); the bootstrap intervals
+    (seconds: two reports) in the page's background thread, as for the batch page, cached until results or labels
+    of either batch change. `complete` once the intervals are in."""
+    key = (tenant, a, b, *_state(store, a), *_state(store, b))
+    with _LOCK:
+        cached = _REPORTS.get(key)
+        if cached is not None:
+            _REPORTS.move_to_end(key)
+            return cached
+    points = compare_batches(store, tenant, a, b, 0)
+    complete = points.shared == 0
+
+    def remember(report: CompareReport, done: bool) -> None:
+        with _LOCK:
+            _REPORTS[key] = (report, done)
+            while len(_REPORTS) > CACHED_REPORTS:
+                _REPORTS.popitem(last=False)
+
+    remember(points, complete)
+    if not complete:
+
+        def bootstrap() -> None:
+            try:
+                remember(compare_batches(store, tenant, a, b, PAGE_RESAMPLES), True)
+            except Exception:  # never leave the page waiting: it keeps the points
+                log.exception("compare bootstrap of %s and %s failed", a, b)
+                remember(points, True)
+
+        _BOOTSTRAPS.submit(bootstrap)
+    return points, complete
+
+
 class CompareController(Controller):
     path = "/compare"
     include_in_schema = False
@@ -42,10 +90,10 @@ class CompareController(Controller):
         params = request.query_params
         a, b = params.get("a", ""), params.get("b", "")
         records, _ = store.list_batches(current.tenant, 0, PICKABLE)
-        report = None
+        report, complete = None, True
         if a and b:
             try:
-                report = compare_batches(store, current.tenant, a, b, PAGE_RESAMPLES)
+                report, complete = report_for(store, current.tenant, a, b)
             except NotFoundException:
                 raise NotFoundException(detail="one of the two batches is not yours or is gone") from None
         sort = params.get("sort", "delta") if params.get("sort") in SORTS else "delta"
@@ -68,6 +116,7 @@ class CompareController(Controller):
                 a=a,
                 b=b,
                 report=report,
+                complete=complete,
                 changed=changed,
                 deltas=deltas,
                 stats=STATS,
@@ -75,4 +124,15 @@ class CompareController(Controller):
                 descending=descending,
                 sorts=list(SORTS),
             ),
+        )
+
+    @get("/stats", sync_to_thread=True)
+    def stats(self, request: Request[Any, Any, Any], store: NamedDependency[Store]) -> Response[Any]:
+        """The side-by-side agreement alone: 202 while its intervals are computed, 200 once they are in (the page's
+        script swaps it in then)."""
+        current = session.require(store, request)
+        a, b = request.query_params.get("a", ""), request.query_params.get("b", "")
+        report, complete = report_for(store, current.tenant, a, b)
+        return html(
+            "_compare_stats.html", status_code=200 if complete else 202, report=report, complete=complete, stats=STATS
         )

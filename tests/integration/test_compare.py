@@ -10,6 +10,7 @@ from litestar import Litestar
 from litestar.testing import TestClient
 
 from juiz.settings import Settings
+from service.ui.rows import _BOOTSTRAPS
 from tests.integration.helpers import triples
 from tests.integration.test_ui import submit
 
@@ -53,3 +54,8 @@ def test_compare_page_lists_the_changed_items_sortable(
     by_delta_asc = client.get("/ui/compare", params={"a": a, "b": b, "sort": "delta", "dir": "asc"}).text
     assert re.findall(r'/items/\d+">(t\d+)</a>', by_delta_asc) == ["t1", "t0"]
     assert "<svg" in page.text and 'data-testid="compare-agreement"' in page.text
+    # The intervals come from a background bootstrap; the stats alone answer 202 until they are in.
+    assert client.get("/ui/compare/stats", params={"a": a, "b": b}).status_code in (200, 202)
+    _BOOTSTRAPS.submit(lambda: None).result()  # one job at a time: the bootstrap is over after this one
+    stats = client.get("/ui/compare/stats", params={"a": a, "b": b})
+    assert stats.status_code == 200 and "percentile bootstrap, 200 resamples" in stats.text
