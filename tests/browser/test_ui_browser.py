@@ -131,6 +131,7 @@ def test_sign_in_upload_watch_label_and_xss(
     # Live progress: the page's script follows the batch and reloads it once done.
     wait.until(ec.text_to_be_present_in_element((By.CSS_SELECTOR, ".summary [data-field=status]"), "done"))
     wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "svg.chart")))
+    wait.until(lambda d: not d.find_elements(By.XPATH, "//button[normalize-space()='Cancel batch']"))  # over
     assert "24" in driver.find_element(By.CSS_SELECTOR, ".summary [data-field=done]").text
     before = agreement_cell(driver)
     # Nothing the page loaded came from anywhere but juiz itself.

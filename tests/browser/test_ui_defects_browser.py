@@ -4,6 +4,7 @@ sign-in that comes back, and the confirmation before a cancel."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -14,6 +15,7 @@ from selenium.webdriver.support.select import Select
 from selenium.webdriver.support.ui import WebDriverWait
 
 from tests.browser.conftest import Stack
+from tests.browser.test_ui_browser import save
 
 DEADLINE_S = 60
 
@@ -121,7 +123,9 @@ def agreement_n(driver: WebDriver) -> int:
     return int(driver.find_element(By.CSS_SELECTOR, '[data-testid="agreement-n"]').text)
 
 
-def test_label_ten_items_through_the_queue_with_the_keyboard_only(browser: WebDriver, stack: Stack) -> None:
+def test_label_ten_items_through_the_queue_with_the_keyboard_only(
+    browser: WebDriver, stack: Stack, screenshots: Path
+) -> None:
     """Start the queue, then only keys: C/P/I label and advance, S skips, U undoes; the batch page's agreement
     then counts 10 more labelled items. The end offers the calibration fit; saving it takes one more click."""
     from selenium.webdriver.common.action_chains import ActionChains
@@ -155,6 +159,7 @@ def test_label_ten_items_through_the_queue_with_the_keyboard_only(browser: WebDr
         wait.until(ec.staleness_of(old))
         wait.until(ec.text_to_be_present_in_element(progress, then))
 
+    save(driver, screenshots, "queue")
     press("s", "0 of 10 labelled")  # skip the first…
     press("u", "0 of 10 labelled")  # …and come back to it
     keys = "cpicpicpic"
@@ -173,10 +178,10 @@ def test_label_ten_items_through_the_queue_with_the_keyboard_only(browser: WebDr
     # From the queue's end: fit, then save (two clicks); the upload form then offers it.
     driver.back()
     driver.find_element(By.XPATH, "//button[normalize-space()='Fit a calibration on these labels']").click()
-    save = wait.until(
+    keep = wait.until(
         ec.element_to_be_clickable((By.XPATH, "//button[normalize-space()='Save it for the next batches']"))
     )
-    save.click()
+    keep.click()
     wait.until(ec.text_to_be_present_in_element((By.CSS_SELECTOR, "[role=status]"), "Calibration saved"))
     assert driver.find_element(By.CSS_SELECTOR, "input[name=calibration]").is_selected()
 
@@ -208,7 +213,7 @@ def test_a_running_batch_page_grows_its_table_without_a_reload(browser: WebDrive
     httpx.delete(f"{stack.url}/v1/batches/{batch_id}", headers={"Authorization": f"Bearer {stack.key}"}, timeout=30)
 
 
-def test_compare_two_runs_shows_a_changed_item(browser: WebDriver, stack: Stack) -> None:
+def test_compare_two_runs_shows_a_changed_item(browser: WebDriver, stack: Stack, screenshots: Path) -> None:
     driver, wait = browser, WebDriverWait(browser, DEADLINE_S)
     first = items(6, label="C")  # the fake engine: score = N % 4 of [item-N]
     second = items(6, label=None)
@@ -224,3 +229,7 @@ def test_compare_two_runs_shows_a_changed_item(browser: WebDriver, stack: Stack)
     cells = [td.text for td in changed.find_elements(By.TAG_NAME, "td")]
     assert cells[0].startswith("d0") and cells[2:] == ["I", "C", "0 → 3", "3"], cells
     assert driver.find_element(By.CSS_SELECTOR, '[data-testid="shared"]').text == "6"
+    # The intervals arrive from the background and are swapped in.
+    wait.until(lambda d: not d.find_elements(By.CSS_SELECTOR, "[data-agreement-url]"))
+    assert "percentile bootstrap" in driver.find_element(By.ID, "compare-stats").text
+    save(driver, screenshots, "compare")

@@ -22,6 +22,10 @@
     element.querySelectorAll('[data-field="status"]').forEach((node) => {
       node.className = "status s-" + data.status;
     });
+    if (data.terminal) {
+      // A batch that is over can't be cancelled: its cancel form goes (the page is not reloaded any more).
+      element.querySelectorAll("[data-while-running]").forEach((node) => node.remove());
+    }
     element.querySelectorAll('progress[data-field="bar"]').forEach((bar) => {
       bar.max = data.total;
       bar.value = data.done;
