@@ -46,6 +46,8 @@ def _table_query(form: Any) -> Query:
         disagreement=str(form.get("disagreement") or ""),
         min_uncertainty=_float(form.get("min_uncertainty")),
         uncertain=form.get("uncertain") == "1",
+        field=str(form.get("field") or ""),
+        value=str(form.get("value") or "").strip(),
         sort=str(form.get("sort")) if form.get("sort") in SORT_KEYS else "disagreement",
         descending=form.get("dir", "desc") != "asc",
     )

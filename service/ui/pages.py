@@ -43,12 +43,14 @@ from service.ui import charts, session
 from service.ui.labels import LabelRejected, check_label, invalidate_agreement, saved_calibration
 from service.ui.render import fragment, html
 from service.ui.rows import (
+    INTERNAL_FIELDS,
     SORT_KEYS,
     BatchIndex,
     Query,
     RowCache,
     agreement_of,
     expected_bins,
+    field_names,
     metrics_present,
     page_of,
     score_counts,
@@ -56,7 +58,6 @@ from service.ui.rows import (
 from service.views import batch_view
 
 PER_PAGE = 50
-INTERNAL_EXTRA = {"manual_label_by", "manual_label_at"}  # juiz's own, shown in the labels section
 BATCHES_PER_PAGE = 25
 UPLOAD_SUFFIXES = (*JSONL_SUFFIXES, ".json", ".csv", *REPORT_SUFFIXES)
 EXPORT_PAGE = 1000
@@ -421,7 +422,7 @@ class UIController(Controller):
         metadata = [
             (name, value if isinstance(value, str) else json.dumps(value, ensure_ascii=False))
             for name, value in extra.items()
-            if name not in INTERNAL_EXTRA
+            if name not in INTERNAL_FIELDS  # juiz's own, shown in the labels section
         ]
         return session.with_cookie(
             request,
@@ -565,6 +566,8 @@ def _batch_context(
         disagreement=params.get("disagreement", ""),
         min_uncertainty=_float(params.get("min_uncertainty")),
         uncertain=params.get("uncertain") == "1",
+        field=params.get("field", ""),
+        value=params.get("value", "").strip(),
         sort=params.get("sort", "disagreement") if params.get("sort") in SORT_KEYS else "disagreement",
         descending=params.get("dir", "desc") != "asc",
     )
@@ -607,6 +610,7 @@ def _batch_context(
         sort_keys=SORT_KEYS,
         graded=index.covered,
         calibrated=any(r.calibrated_label is not None for r in index.rows),
+        fields=field_names(index.rows),
     )
 
 

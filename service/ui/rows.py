@@ -78,6 +78,7 @@ class Row:
     uncertain: bool | None = None  # flagged for a human look (issue 9)
     calibrated_label: str | None = None  # with options.calibration
     cached: bool = False  # served from the result cache: no engine time behind it
+    fields: dict[str, str] = field(default_factory=dict)  # the item's own scalar extra fields, as text (metadata)
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +116,8 @@ class Query:
     disagreement: str = ""  # "yes", "no" or ""
     min_uncertainty: float | None = None
     uncertain: bool = False  # only results the judge flagged `uncertain`
+    field: str = ""  # an extra field (metadata) of the items: only items that have it…
+    value: str = ""  # …and whose value contains this (case-insensitive)
     sort: str = "disagreement"
     descending: bool = True
 
@@ -183,7 +186,35 @@ def row_of(position: int, index: int, judgement: Judgement, mapping: LabelMappin
         uncertain=getattr(judgement, "uncertain", None),
         calibrated_label=None if calibrated is None else calibrated.label,
         cached=bool(getattr(judgement, "cached", False)),
+        fields=metadata_of(judgement),
     )
+
+
+INTERNAL_FIELDS = frozenset({"manual_label_by", "manual_label_at"})  # juiz's own extras, not the uploader's
+FIELD_CHARS = 80
+MAX_FIELDS = 30
+
+
+def metadata_of(judgement: Judgement) -> dict[str, str]:
+    """The uploader's scalar extra fields (course, speaker, split…) as short text: what the table filters and
+    shows as a column. Lists and objects are left to the item page."""
+    out: dict[str, str] = {}
+    for name, value in (judgement.model_extra or {}).items():
+        if name in INTERNAL_FIELDS or isinstance(value, dict | list) or value is None:
+            continue
+        text = str(value)
+        out[name] = text if len(text) <= FIELD_CHARS else text[:FIELD_CHARS] + "…"
+    return out
+
+
+def field_names(rows: Iterable[Row]) -> list[str]:
+    """The extra fields the batch's items have, for the table's field filter (the first MAX_FIELDS, sorted)."""
+    seen: set[str] = set()
+    for row in rows:
+        seen.update(row.fields)
+        if len(seen) > MAX_FIELDS:
+            break
+    return sorted(seen)[:MAX_FIELDS]
 
 
 class RowCache:
@@ -310,6 +341,10 @@ def _matches(view: ViewRow, query: Query, mapping: LabelMapping) -> bool:
     if query.min_uncertainty is not None:
         uncertainty = view.uncertainty
         if uncertainty is None or uncertainty < query.min_uncertainty:
+            return False
+    if query.field:
+        value = row.fields.get(query.field)
+        if value is None or (query.value and query.value.casefold() not in value.casefold()):
             return False
     return bool(row.uncertain) or not query.uncertain
 

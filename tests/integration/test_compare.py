@@ -59,3 +59,15 @@ def test_compare_page_lists_the_changed_items_sortable(
     _BOOTSTRAPS.submit(lambda: None).result()  # one job at a time: the bootstrap is over after this one
     stats = client.get("/ui/compare/stats", params={"a": a, "b": b})
     assert stats.status_code == 200 and "percentile bootstrap, 200 resamples" in stats.text
+
+
+def test_the_sync_client_compares_and_renames(
+    client: TestClient[Litestar], settings: Settings, run_worker: Any
+) -> None:
+    from juiz.client import JuizClient
+
+    a, b = two_runs(client, settings, run_worker)
+    juiz = JuizClient(http=client)
+    report = juiz.compare(a, b, resamples=0)
+    assert report.shared == 8 and {i.id for i in report.changed} == {"t0", "t1"}
+    assert juiz.rename(b, "re-run").name == "re-run" and juiz.batch(b).name == "re-run"

@@ -181,6 +181,22 @@ def test_batch_names_from_the_file_editable_on_the_page_and_over_the_api(
     bob = {"Authorization": f"Bearer {KEYS['bob']}"}
     assert client.patch(f"/v1/batches/{batch_id}", json={"name": "mine"}, headers=bob).status_code == 404
 
-    # The item's extra fields are shown on its page (escaped), before it is graded too.
+    # The item's extra fields are shown on its page (escaped), before it is graded too…
     item = client.get(f"{batch_url}/items/0").text
     assert 'data-testid="metadata"' in item and "ML-101" in item and "&lt;b&gt;" in item
+
+
+def test_items_table_filters_by_an_extra_field_and_shows_it_as_a_column(
+    client: TestClient[Litestar], settings: Settings, run_worker: Any
+) -> None:
+    items = triples(4)
+    for n, item in enumerate(items):
+        item["course"] = "ML-101" if n % 2 else "NLP-201"
+    batch_id = submit(client, "", items)
+    run_worker(settings)
+    page = client.get(
+        f"/ui/batches/{batch_id}", params={"field": "course", "value": "ml", "sort": "index", "dir": "asc"}
+    )
+    assert '<option value="course" selected>course</option>' in page.text
+    assert re.findall(r'/items/(\d+)">\d+</a>', page.text) == ["1", "3"]
+    assert re.findall(r'data-testid="field-value">([^<]+)<', page.text) == ["ML-101", "ML-101"]

@@ -156,3 +156,20 @@ def test_intervals_come_from_a_background_bootstrap_once_the_batch_is_over() -> 
     report, complete = agreement_of(index, 10_000, final=True)
     assert complete and report.bootstrap.resamples == 200 and report.accuracy.value == 0.25
     assert report.accuracy.ci95 is not None
+
+
+def test_items_filter_by_an_extra_field() -> None:
+    from dataclasses import replace
+
+    from service.ui.rows import field_names
+
+    rows = [
+        replace(row(0, 3, "C", "C", 1.0), fields={"course": "ML-101", "week": "3"}),
+        replace(row(1, 0, "C", "I", 0.0), fields={"course": "NLP-201"}),
+        row(2, 2, "C", "P", 0.5),
+    ]
+    index = index_of(rows)
+    assert field_names(rows) == ["course", "week"]
+    assert ids(page_of(index, Query(field="course", sort="index", descending=False), 1, 10).rows) == [0, 1]
+    assert ids(page_of(index, Query(field="course", value="ml-1"), 1, 10).rows) == [0]
+    assert ids(page_of(index, Query(field="week"), 1, 10).rows) == [0]
