@@ -200,3 +200,27 @@ def test_items_table_filters_by_an_extra_field_and_shows_it_as_a_column(
     assert '<option value="course" selected>course</option>' in page.text
     assert re.findall(r'/items/(\d+)">\d+</a>', page.text) == ["1", "3"]
     assert re.findall(r'data-testid="field-value">([^<]+)<', page.text) == ["ML-101", "ML-101"]
+
+
+def test_the_item_page_shows_a_check_based_metrics_checks(
+    client: TestClient[Litestar], settings: Settings, run_worker: Any, redis: Any
+) -> None:
+    batch_id = submit(client, "", triples(1))
+    run_worker(settings)
+    key = f"juiz:batch:{batch_id}:results"
+    index, _, raw = redis.lindex(key, 0).decode().partition("\n")
+    result = json.loads(raw)
+    metric = result["metrics"]["answer_relevance"]
+    metric["checks"] = [
+        {"name": "attempts_answer", "question": "Does it <try> to answer?", "role": "veto", "p_yes": 0.91,
+         "mass": 0.99, "status": "ok"},
+        {"name": "complete", "question": "Is it complete?", "role": "core", "status": "low_mass"},
+    ]  # fmt: skip
+    redis.lset(key, 0, f"{index}\n{json.dumps(result)}")
+    page = client.get(f"/ui/batches/{batch_id}/items/0").text
+    table = page[page.index('data-testid="checks"') :]
+    rows = re.findall(
+        r"<tr><td class=\"mono\">(\w+).*?</td><td>(.*?)</td>\s*<td class=\"num\">([\d.–]+)</td>", table, re.S
+    )
+    assert rows == [("attempts_answer", "Does it &lt;try&gt; to answer?", "0.91"), ("complete", "Is it complete?", "–")]
+    assert "low_mass" in table
