@@ -6,7 +6,7 @@ computed on the same shared items, so the two figures (and their bootstrap inter
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from juiz.agreement import compute_agreement
 from juiz.labels import label_for
@@ -33,8 +33,11 @@ def compare_runs(
     mapping: LabelMapping,
     *,
     resamples: int,
+    judge_label: Callable[[Judgement], str | None] | None = None,
 ) -> CompareReport:
-    """`a` and `b` are (input index, judgement) pairs; `mapping` (batch a's) names the classes of both."""
+    """`a` and `b` are (input index, judgement) pairs; `mapping` (batch a's) names the classes of both.
+    `judge_label` reads a result's judge class (default: from its grades; the web page passes the one it indexed)."""
+    label = judge_label or (lambda j: label_for(j, mapping))
     by_a, by_b = first_by_id(a), first_by_id(b)
     shared = [i for i in by_a if i in by_b]
     items: list[ComparedItem] = []
@@ -57,8 +60,8 @@ def compare_runs(
                 score_a=ja.score,
                 score_b=jb.score,
                 delta=delta,
-                label_a=label_for(ja, mapping),
-                label_b=label_for(jb, mapping),
+                label_a=label(ja),
+                label_b=label(jb),
             )
         )
     return CompareReport(

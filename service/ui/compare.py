@@ -8,15 +8,19 @@ from collections import OrderedDict
 from typing import Any
 
 from litestar import Controller, Request, Response, get
+from litestar.datastructures import State
 from litestar.di import NamedDependency
 from litestar.exceptions import NotFoundException
 
+from juiz.compare import compare_runs
 from juiz.store import Store
 from schemas.compare import CompareReport
-from service.controllers.compare import compare_batches
+from service.agreement import capped_resamples
+from service.controllers.batches import owned_batch
 from service.ui import charts, session
+from service.ui.pages import row_cache
 from service.ui.render import html
-from service.ui.rows import _BOOTSTRAPS, PAGE_RESAMPLES
+from service.ui.rows import _BOOTSTRAPS, PAGE_RESAMPLES, indexed_rows
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +50,19 @@ def _state(store: Store, batch_id: str) -> tuple[int, int]:
     return store.result_count(batch_id), store.labels_version(batch_id)
 
 
-def report_for(store: Store, tenant: str, a: str, b: str) -> tuple[CompareReport, bool]:
+def compare_rows(state: State, store: Store, tenant: str, a: str, b: str, resamples: int) -> CompareReport:
+    """/v1/compare's report, from the page's row indexes (kept per process) instead of the parsed results."""
+    record_a, record_b = owned_batch(store, tenant, a), owned_batch(store, tenant, b)
+    cache = row_cache(state, store)
+    rows_a, rows_b = indexed_rows(cache.index(record_a)), indexed_rows(cache.index(record_b))
+    shared = len({j.id for _, j in rows_a} & {j.id for _, j in rows_b})
+    used = capped_resamples(resamples, shared, store.settings.agreement_max_work // 2)
+    return compare_runs(
+        a, rows_a, b, rows_b, record_a.options.label_mapping, resamples=used, judge_label=lambda j: j.automated_label
+    )
+
+
+def report_for(state: State, store: Store, tenant: str, a: str, b: str) -> tuple[CompareReport, bool]:
     """(report, complete): the point figures at once (well under a second on 2,000 items); the bootstrap intervals
     (seconds: two reports) in the page's background thread, as for the batch page, cached until results or labels
     of either batch change. `complete` once the intervals are in."""
@@ -56,7 +72,7 @@ def report_for(store: Store, tenant: str, a: str, b: str) -> tuple[CompareReport
         if cached is not None:
             _REPORTS.move_to_end(key)
             return cached
-    points = compare_batches(store, tenant, a, b, 0)
+    points = compare_rows(state, store, tenant, a, b, 0)
     complete = points.shared == 0
 
     def remember(report: CompareReport, done: bool) -> None:
@@ -70,7 +86,7 @@ def report_for(store: Store, tenant: str, a: str, b: str) -> tuple[CompareReport
 
         def bootstrap() -> None:
             try:
-                remember(compare_batches(store, tenant, a, b, PAGE_RESAMPLES), True)
+                remember(compare_rows(state, store, tenant, a, b, PAGE_RESAMPLES), True)
             except Exception:  # never leave the page waiting: it keeps the points
                 log.exception("compare bootstrap of %s and %s failed", a, b)
                 remember(points, True)
@@ -84,7 +100,7 @@ class CompareController(Controller):
     include_in_schema = False
 
     @get("/", sync_to_thread=True)
-    def compare(self, request: Request[Any, Any, Any], store: NamedDependency[Store]) -> Response[Any]:
+    def compare(self, request: Request[Any, Any, Any], state: State, store: NamedDependency[Store]) -> Response[Any]:
         """Pick two batches; with both, their agreement side by side, the score deltas and the changed items."""
         current = session.require(store, request)
         params = request.query_params
@@ -93,7 +109,7 @@ class CompareController(Controller):
         report, complete = None, True
         if a and b:
             try:
-                report, complete = report_for(store, current.tenant, a, b)
+                report, complete = report_for(state, store, current.tenant, a, b)
             except NotFoundException:
                 raise NotFoundException(detail="one of the two batches is not yours or is gone") from None
         sort = params.get("sort", "delta") if params.get("sort") in SORTS else "delta"
@@ -127,12 +143,12 @@ class CompareController(Controller):
         )
 
     @get("/stats", sync_to_thread=True)
-    def stats(self, request: Request[Any, Any, Any], store: NamedDependency[Store]) -> Response[Any]:
+    def stats(self, request: Request[Any, Any, Any], state: State, store: NamedDependency[Store]) -> Response[Any]:
         """The side-by-side agreement alone: 202 while its intervals are computed, 200 once they are in (the page's
         script swaps it in then)."""
         current = session.require(store, request)
         a, b = request.query_params.get("a", ""), request.query_params.get("b", "")
-        report, complete = report_for(store, current.tenant, a, b)
+        report, complete = report_for(state, store, current.tenant, a, b)
         return html(
             "_compare_stats.html", status_code=200 if complete else 202, report=report, complete=complete, stats=STATS
         )
