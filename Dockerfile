@@ -22,6 +22,7 @@ WORKDIR /opt/juiz
 # Dependencies first (cached while only the code changes); vllm and torch are the base image's, not reinstalled.
 COPY pyproject.toml README.md constraints.txt ./
 COPY juiz ./juiz
+COPY juiz_cli ./juiz_cli
 COPY schemas ./schemas
 COPY prompts ./prompts
 COPY service ./service

@@ -160,7 +160,7 @@ def judge_quality_sections(
     """What `bench.judge_quality --calibration --samples 1,3,5` adds (JSON keys `calibration`, `samples`,
     `hostile_pairs`): per cell, raw vs calibrated (fit on dev when the report split is test; cross-fitted always)
     and hostile pairs; sampled replies for the first CoT cell grading answer relevance."""
-    from bench.judge_quality import labelled_set
+    from bench.judge_quality import labelled_set, saved_judgements
 
     out: dict[str, Any] = {"hostile_pairs": {}}
     if calibration:
@@ -172,7 +172,10 @@ def judge_quality_sections(
         metrics = list(cell.versions)
         out["hostile_pairs"][cell.name] = hostile_section(triples, results, metrics)
         if calibration:
-            dev = judge.grade(labelled_set("dev", limit), cell.options()) if split == "test" else None
+            dev = None
+            if split == "test":
+                dev_set = labelled_set("dev", limit)
+                dev = saved_judgements("dev", cell, dev_set) or judge.grade(dev_set, cell.options())
             out["calibration"][cell.name] = calibration_section(dev, results, metrics)
     cot = next((c for c in cells if c.mode == "cot" and "answer_relevance" in c.versions), None)
     if samples and cot is not None:

@@ -6,18 +6,29 @@ class, ROC AUC for "C vs rest" and for "not I vs I". A check whose ρ is negativ
 it for worse answers): it must not veto. This is how the rule's vetoes were chosen on the dev split (README, "Judge
 quality"); never on test.
 
-    .venv/bin/python -m bench.check_report [--split dev] [--cell checks]
+    .venv/bin/python -m bench.check_report [--split dev] [--cell checks-2] [--fit-cuts]
+
+--fit-cuts: the rule's cuts that agree best with the split's labels (dev only), per metric: the strength each item
+reached under the rule (min of the core checks' mean and the vetoes) is kept; the cuts for scores 2 and 3 (P and C
+under the default mapping) are searched on a grid for the best quadratic κ, the cut for score 1 for the best ρ.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import itertools
 import statistics
 from collections import defaultdict
 
+import numpy as np
+from sklearn.metrics import cohen_kappa_score
+
+import prompts
 from bench.common import WORK, table
 from bench.judge_quality import CLASSES, _auc, _spearman
 from juiz.calibration import check_feature
+from juiz.check_rule import apply_rule
 from schemas import Judgement
 from schemas.judgement import MetricStatus
 
@@ -66,11 +77,65 @@ def rows(results: list[Judgement]) -> list[list[object]]:
     return out
 
 
+GRID = [round(x, 2) for x in np.arange(0.30, 0.96, 0.01)]
+
+
+def _strengths(results: list[Judgement], metric: str) -> tuple[list[int], list[float], list[bool], str]:
+    """Per labelled item: class, the rule's strength, vetoed; and the prompt id."""
+    labels, strengths, vetoed = [], [], []
+    prompt_id = ""
+    for r in results:
+        m = (r.metrics or {}).get(metric)
+        if m is None or m.status is not MetricStatus.OK or r.manual_label is None or m.provenance is None:
+            continue
+        prompt_id = m.provenance.prompt
+        name, rest = prompt_id.split("@", 1)
+        version, lang = rest.rsplit(".", 1)
+        template = prompts.load(name, version, lang)
+        assert template.rule is not None
+        # vetoed ⇔ score 0 whatever the cuts: re-apply with cuts that any strength passes
+        outcome = apply_rule(template, m.checks or [])
+        lowest = dataclasses.replace(template, rule=dataclasses.replace(template.rule, cuts=(0.0, 0.0, 0.0)))
+        labels.append(CLASSES[str(r.manual_label)])
+        strengths.append(float(outcome.expected_score or 0.0))
+        vetoed.append(apply_rule(lowest, m.checks or []).score == 0)
+    return labels, strengths, vetoed, prompt_id
+
+
+def fit_cuts(results: list[Judgement], metric: str) -> tuple[tuple[float, float, float], float, float | None]:
+    labels, strengths, vetoed, _ = _strengths(results, metric)
+    y, x, v = np.array(labels), np.array(strengths), np.array(vetoed)
+
+    def label_of(c2: float, c3: float) -> np.ndarray:
+        return np.where(v, 0, np.where(x >= c3, 2, np.where(x >= c2, 1, 0)))
+
+    best = max(
+        ((c2, c3) for c2, c3 in itertools.combinations(GRID, 2)),
+        key=lambda c: (cohen_kappa_score(y, label_of(*c), weights="quadratic", labels=[0, 1, 2]), -(c[1] - c[0])),
+    )
+    kappa = float(cohen_kappa_score(y, label_of(*best), weights="quadratic", labels=[0, 1, 2]))
+
+    def score_of(c1: float) -> list[float]:
+        return [0.0 if vv else float(sum(s >= c for c in (c1, *best))) for s, vv in zip(x, v, strict=True)]
+
+    c1 = max((c for c in GRID if c < best[0]), key=lambda c: _spearman([float(t) for t in y], score_of(c)) or -1.0)
+    return (c1, *best), round(kappa, 3), _spearman([float(t) for t in y], score_of(c1))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--split", default="dev")
-    parser.add_argument("--cell", default="checks")
+    parser.add_argument("--cell", default="checks-2")
+    parser.add_argument("--fit-cuts", action="store_true", help="the rule's cuts that agree best with the labels")
     args = parser.parse_args(argv)
+    if args.fit_cuts:
+        if args.split != "dev":
+            parser.error("cuts are fitted on dev only")
+        results = load(args.split, args.cell)
+        for metric in ("answer_relevance", "groundedness"):
+            cuts, kappa, rho = fit_cuts(results, metric)
+            print(f"{metric}: cuts = {list(cuts)}  (dev: quadratic κ {kappa}, ρ {rho})")
+        return 0
     header = ["metric", "check", "role", "n", "unread", "P I", "P P", "P C", "ρ", "AUC C", "AUC ¬I"]
     print(table(rows(load(args.split, args.cell)), header))
     return 0

@@ -82,9 +82,29 @@ CELLS = {
     "fast-v1": Cell("fast-v1", "fast", {"answer_relevance": "juiz-1"}),
     "cr-cot": Cell("cr-cot", "cot", {"context_relevance": "juiz-1"}),
     # Issue 19: yes/no checks read from token probabilities (the mode does not apply to check-based prompts).
-    "checks": Cell("checks", "fast", {"answer_relevance": "checks-1", "groundedness": "checks-1"}),
+    "checks-1": Cell("checks-1", "fast", {"answer_relevance": "checks-1", "groundedness": "checks-1"}),
+    # checks-2: both metrics share each item's prefix; the context is shown to every check.
+    "checks-2": Cell("checks-2", "fast", {"answer_relevance": "checks-2", "groundedness": "checks-2"}),
 }
-DEFAULT_CELLS = ("checks", "cot-v2", "cot-v1", "fast-v2", "fast-v1")
+DEFAULT_CELLS = ("checks-2", "cot-v2", "cot-v1", "fast-v2", "fast-v1")
+
+
+def saved_judgements(split: str, cell: Cell, triples: Sequence[Triple]) -> list[Judgement] | None:
+    """The results `--save-judgements` kept for this split and cell, if they grade exactly these items with the
+    cell's prompt versions (the calibration's dev grading is then not repeated)."""
+    path = WORK / "judgements" / f"{split}_{cell.name}.jsonl"
+    if not path.exists():
+        return None
+    results = [Judgement.model_validate_json(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    if [r.id for r in results] != [t.id for t in triples]:
+        return None
+    for r in results:
+        for metric, version in cell.versions.items():
+            m = (r.metrics or {}).get(metric)
+            if m is None or m.provenance is None or not m.provenance.prompt.startswith(f"{metric}@{version}."):
+                return None
+    log.info("cell %s: %s results reused from %s", cell.name, split, path)
+    return results
 
 
 def labelled_set(split: str, limit: int | None) -> list[Triple]:

@@ -29,6 +29,7 @@ from sklearn.model_selection import StratifiedKFold
 from sklearn.pipeline import Pipeline, make_pipeline
 from sklearn.preprocessing import StandardScaler
 
+from juiz.errors import JuizError
 from schemas.agreement import CalibratedAgreement
 from schemas.calibration import (
     CalibratedGrade,
@@ -47,7 +48,7 @@ DEFAULT_FOLDS = 5
 RELIABILITY_BINS = 10
 
 
-class CalibrationUnavailable(ValueError):
+class CalibrationUnavailable(JuizError, ValueError):
     """Too few labels, one class only, or classes too small to cross-fit: the message says which."""
 
 

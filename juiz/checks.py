@@ -56,6 +56,12 @@ class CheckJob:
         return cls(item, metric, template, fields, split_sentences(fields["answer"]) if per_sentence else [])
 
     @property
+    def prefix_key(self) -> tuple[object, ...]:
+        """Jobs with equal keys start their checks with the same tokens (same item, system message and layout)."""
+        first = self.template.checks[0]
+        return (self.item, self.template.system, first.user or self.template.user)
+
+    @property
     def needs_reference(self) -> bool:
         return any(c.ask == "with_reference" for c in self.template.checks)
 

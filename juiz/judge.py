@@ -53,6 +53,8 @@ SEGMENT_COT_REQUEST = GenerationRequest(max_tokens=SEGMENT_MAX_TOKENS, regex=SEG
 CONTEXT_AGGREGATE = "max"
 # The mode a check-based prompt's results record: they are neither cot nor fast (one yes/no token per check).
 CHECKS = "checks"
+# What a check prompt shows as the context of an item that has none (answer relevance needs none).
+NO_CONTEXT = "(none)"
 
 
 def select_prompt(options: BatchOptions, question: str, metric: str | None = None) -> prompts.PromptTemplate:
@@ -219,8 +221,10 @@ class Judge:
                         tasks.append(_Task(i, metric, n, template, conversation, request, options.mode))
                     continue
                 fields = {"question": triple.question, "answer": triple.answer}
-                if metric == "groundedness":
-                    fields["context"] = prompts.format_context(segments)
+                if metric == "groundedness" or template.kind == "checks":
+                    # Check prompts of every metric show the same item (the context too), so one cached prefix serves
+                    # all of an item's checks, whatever the metric.
+                    fields["context"] = prompts.format_context(segments) if segments else NO_CONTEXT
                 if template.kind == "checks":
                     jobs.append(CheckJob.plan(i, metric, template, fields))
                     continue
@@ -248,8 +252,15 @@ class Judge:
             reference = references.get(id(job))
             asks, unasked = job.asks(reference_text(reference) if reference is not None else None)
             planned.append((job, asks, unasked))
-        # An item whose reference was written has its prefix cached already; the others send one check first.
-        first = [(n, 0) for n, (job, asks, _) in enumerate(planned) if asks and id(job) not in references]
+        # One check per distinct item prefix goes first, so the prefix is cached before its other checks (of every
+        # metric sharing it) are scheduled; an item whose reference was written has its prefix cached already.
+        first: list[tuple[int, int]] = []
+        prefixes: set[tuple[object, ...]] = set()
+        for n, (job, asks, _) in enumerate(planned):
+            if not asks or id(job) in references or job.prefix_key in prefixes:
+                continue
+            prefixes.add(job.prefix_key)
+            first.append((n, 0))
         first_set = set(first)
         rest = [(n, k) for n, (_, asks, _) in enumerate(planned) for k in range(len(asks)) if (n, k) not in first_set]
         read: dict[tuple[int, int], CheckResult] = {}

@@ -8,7 +8,7 @@ index into `LabelMapping.classes` (worst first), which is what the agreement sta
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Literal
 
 from juiz.errors import InputError
@@ -192,6 +192,20 @@ def resolve_numeric_scale(labels: Iterable[Label | None], mapping: LabelMapping)
     if numbers and all(0.0 <= x <= 1.0 for x in numbers) and any(not x.is_integer() for x in numbers):
         return "0-1"
     return "0-3"
+
+
+def check_labels(labels: Sequence[Label | None], mapping: LabelMapping) -> None:
+    """Every label a class name or alias of the mapping, or a number on its scale; else InputError naming the value,
+    with `line` the 0-based position of the first bad one. Checked where items come in: an unknown label accepted
+    there would make every agreement and calibration of those items fail later."""
+    scale = resolve_numeric_scale(labels, mapping)
+    for position, label in enumerate(labels):
+        if label is None:
+            continue
+        try:
+            class_of_label(label, mapping, scale)
+        except InputError as exc:
+            raise InputError(exc.message, line=position, field="manual_label") from None
 
 
 def class_of_label(label: Label, mapping: LabelMapping, numeric_scale_resolved: NumericScale) -> int:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 import shutil
 import subprocess
 import sys
@@ -60,7 +59,9 @@ TEST_MODEL = "smollm2-135m-instruct"
 
 
 def juiz_home() -> Path:
-    return Path(os.environ.get("JUIZ_HOME", "~/.cache/juiz")).expanduser()
+    from juiz.settings import Settings  # settings imports this module (DEFAULT_MODEL)
+
+    return Path(Settings.from_env().home).expanduser()
 
 
 def model_dir(name: str) -> Path:

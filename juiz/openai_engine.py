@@ -48,7 +48,7 @@ from juiz.engine import (
     aborted,
     group_probs_from_text,
 )
-from juiz.errors import EngineError, ModelError, TransientEngineError
+from juiz.errors import EngineError, JuizError, ModelError, TransientEngineError
 from juiz.parsing import CRITERIA_MAX_CHARS, EVIDENCE_MAX_CHARS
 from juiz.retry import WaitRetryAfter, retry_after_s
 
@@ -92,7 +92,7 @@ class RecordsOrigin(Protocol):
     def provenance(self) -> dict[str, str]: ...
 
 
-class ServerError(Exception):
+class ServerError(JuizError):
     """One HTTP answer that is not a completion: `transient` ones are retried, the others fail their item."""
 
     def __init__(self, status_code: int, reason: str, retry_after_s: float | None = None) -> None:

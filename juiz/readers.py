@@ -9,6 +9,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -76,8 +77,6 @@ _HEADING = re.compile(
 _QUESTION_HEADING = re.compile(r"^\*\*Pergunta(?:[ \t]+(?P<number>\d+))?\*\*:[ \t]?(?P<rest>.*)$")
 _SEGMENT_LINE = re.compile(r"^- \*(?P<key>[^*]+?):\*[ \t]?(?P<value>.*)$")
 _REPORTED_NA = re.compile(r"^n/a(?:\s*\((?P<status>[^)]*)\))?$", re.IGNORECASE)
-# pydantic puts the union member's name into `loc` ("context.list[Segment].2.text"); users never wrote it.
-_UNION_TAG = re.compile(r"^(str|int|float|bool|none|[\w-]+\[.*\])$")
 
 
 # --- other tools' field names ------------------------------------------------------------------------------------
@@ -170,6 +169,25 @@ class FieldMap:
         if isinstance(renamed.get("context"), list):
             renamed["context"] = _as_segments(renamed["context"])
         return renamed
+
+
+def _reject_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a number JSON allows")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e400 parses as inf: refused, never stored as null
+        raise ValueError(f"{text} is out of range for a number")
+    return value
+
+
+def loads_strict(text: str | bytes) -> Any:
+    """`json.loads` refusing what the JSON standard refuses and Python accepts: NaN, Infinity, and numbers too large to
+    be finite (1e400), which would otherwise be stored as null or inf. A ValueError (JSONDecodeError or not) on them."""
+    import json
+
+    return json.loads(text, parse_constant=_reject_constant, parse_float=_finite_float)
 
 
 def validate_triple(obj: object, source: str, line: int | None, field_map: FieldMap | None = None) -> Triple:
@@ -275,27 +293,7 @@ def validate_model(model: type[M], obj: object, source: str, line: int | None) -
     try:
         return model.model_validate(obj)
     except ValidationError as exc:
-        message, field = _describe(exc)
-        raise InputError(message, source=source, line=line, field=field) from None
-
-
-def _describe(exc: ValidationError) -> tuple[str, str | None]:
-    errors = exc.errors()
-    first = errors[0]
-    # For a union field pydantic reports one error per member; the deepest one is the one the user meant
-    # (a list of segments with a bad segment, not "context should be a string").
-    same_field = [e for e in errors if e["loc"][:1] == first["loc"][:1]]
-    chosen = max(same_field, key=lambda e: len(_clean_loc(e["loc"])))
-    loc = _clean_loc(chosen["loc"])
-    if chosen["type"] == "missing":
-        message = "required field is missing"
-    else:
-        message = str(chosen["msg"]).removeprefix("Value error, ")
-    return message, ".".join(loc) or None
-
-
-def _clean_loc(loc: tuple[int | str, ...]) -> list[str]:
-    return [str(part) for part in loc if not (isinstance(part, str) and _UNION_TAG.match(part))]
+        raise InputError.from_validation(exc, source=source, line=line) from None
 
 
 def _json_type(value: object) -> str:
@@ -310,9 +308,11 @@ def _jsonl_objects(text: str, source: str) -> list[tuple[int, Any]]:
         if not line.strip():
             continue
         try:
-            objects.append((number, json.loads(line)))
+            objects.append((number, loads_strict(line)))
         except json.JSONDecodeError as exc:
             raise InputError(f"malformed JSON: {exc.msg} (column {exc.colno})", source=source, line=number) from None
+        except ValueError as exc:  # NaN, Infinity, 1e400
+            raise InputError(f"malformed JSON: {exc}", source=source, line=number) from None
     return objects
 
 
@@ -325,9 +325,11 @@ def _parse_json(text: str, source: str, field_map: FieldMap | None = None) -> li
     if not text.strip():
         return []
     try:
-        data = json.loads(text)
+        data = loads_strict(text)
     except json.JSONDecodeError as exc:
         raise InputError(f"malformed JSON: {exc.msg} (column {exc.colno})", source=source, line=exc.lineno) from None
+    except ValueError as exc:  # NaN, Infinity, 1e400
+        raise InputError(f"malformed JSON: {exc}", source=source) from None
     if isinstance(data, dict) and "items" in data:
         data = data["items"]
         if not isinstance(data, list):

@@ -75,6 +75,15 @@ class Settings(BaseSettings):
     max_extra_chars: int = Field(
         16_000, ge=0, description="Most characters of JSON an item's extra (passed-through) fields may take."
     )
+    max_segments: int = Field(
+        256, ge=1, description="Most context segments one item may have (more: 422); each is a conversation of its own."
+    )
+    max_batch_conversations: int = Field(
+        1_000_000,
+        ge=1,
+        description="Most engine conversations one batch may make: items x metrics x samples, one per segment for "
+        "context_relevance (more: 413).",
+    )
     max_json_depth: int = Field(
         32, ge=4, le=1000, description="Deepest nesting of JSON arrays/objects accepted in a request body."
     )
@@ -178,6 +187,32 @@ class Settings(BaseSettings):
         5.0, gt=0, description="How often a worker moves due retries from RQ's schedule back to their queue."
     )
     log_level: str = Field("INFO", description="Log level of API and worker processes.")
+    retry_after_s: int = Field(
+        5, ge=1, description="Retry-After (seconds) on a 503 (Redis unreachable, not ready); a 429 says its window's."
+    )
+    redis_health_check_s: int = Field(
+        10,
+        ge=0,
+        description="A pooled Redis connection idle this long is checked (PING) before use, so one left stale by a "
+        "Redis restart is replaced instead of failing a request; 0: never.",
+    )
+    metrics_key: SecretStr = Field(
+        SecretStr(""),
+        description="Bearer key for /metrics and /ready from a non-loopback client; empty: loopback clients only.",
+    )
+    trusted_proxies: str = Field(
+        "",
+        description="Addresses (comma-separated IPs or CIDRs) whose X-Forwarded-For is believed; empty: none, the "
+        "peer's address is the client's (rate limits per client, loopback checks).",
+    )
+    api_key: SecretStr = Field(
+        SecretStr(""), description="The key clients (`juiz check --server`) send to a juiz API; not the server's."
+    )
+    home: str = Field("~/.cache/juiz", description="Where development models are provisioned (`juiz models pull`).")
+    # A text, not `bool | None`: every field must survive a round trip through the environment (child processes).
+    enforce_eager: Literal["auto", "1", "0"] = Field(
+        "auto", description="vllm back end: 1 runs eager (no compiled graphs), 0 compiles; auto: eager on CPU only."
+    )
 
     @field_validator("api_keys")
     @classmethod
@@ -227,10 +262,9 @@ class Settings(BaseSettings):
             with _reading(env):
                 return cls(**overrides)
         except ValidationError as exc:
-            error = exc.errors()[0]
-            field = str(error["loc"][0]) if error["loc"] else None
-            source = ENV_PREFIX + field.upper() if field else "settings"
-            raise InputError(str(error["msg"]).removeprefix("Value error, "), source=source) from None
+            error = InputError.from_validation(exc)
+            field = (error.field or "").partition(".")[0]
+            raise InputError(error.message, source=ENV_PREFIX + field.upper() if field else "settings") from None
 
     @property
     def tenants_by_key(self) -> dict[str, str]:

@@ -54,6 +54,7 @@ from rq.job import Job
 from rq.registry import ScheduledJobRegistry
 from rq.serializers import JSONSerializer
 
+from juiz.errors import IdempotencyConflict
 from juiz.settings import Settings
 from schemas import BatchCounts, BatchOptions, BatchStatus, Judgement, Triple
 from schemas.triple import Label
@@ -303,14 +304,6 @@ class JuizQueue(Queue):
 
     def acquire_maintenance_lock(self) -> bool:
         return bool(self.connection.set(self.registry_cleaning_key, 1, nx=True, ex=self.MAINTENANCE_LOCK_S))
-
-
-class IdempotencyConflict(Exception):
-    """The Idempotency-Key was used before with a different request body."""
-
-    def __init__(self, batch_id: str) -> None:
-        self.batch_id = batch_id
-        super().__init__(f"Idempotency-Key already used for batch {batch_id} with a different request")
 
 
 class ChunkRef(NamedTuple):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from itertools import pairwise
 from typing import Literal
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 # Metric names as schemas.judgement spells them (not imported: judgement imports this module's neighbours).
 _METRICS = ("answer_relevance", "groundedness", "context_relevance")
@@ -14,6 +14,9 @@ _METRICS = ("answer_relevance", "groundedness", "context_relevance")
 class LabelClass(BaseModel):
     """One ordinal class: the label names that mean it and the 0–3 judge scores that fall in it."""
 
+    # A misspelt key ({"metrc": ...}) is a 422 / exit 2 naming it: ignored, it would quietly change agreement.
+    model_config = ConfigDict(extra="forbid")
+
     name: str = Field(min_length=1)
     aliases: list[str] = Field(default_factory=list, description="Other spellings of this label (case-insensitive).")
     scores: list[int] = Field(min_length=1, description="Judge scores (0–3) that map to this class.")
@@ -21,6 +24,9 @@ class LabelClass(BaseModel):
 
 class VerdictLevel(BaseModel):
     """One class of a verdict rule: the label given when every named metric reaches its minimum."""
+
+    # A misspelt key ({"metrc": ...}) is a 422 / exit 2 naming it: ignored, it would quietly change agreement.
+    model_config = ConfigDict(extra="forbid")
 
     label: str = Field(min_length=1, description="A class name of the mapping, e.g. C.")
     when: dict[str, float] = Field(
@@ -32,6 +38,9 @@ class VerdictLevel(BaseModel):
 
 class LabelMapping(BaseModel):
     """Ordered classes, worst first. The default: I ↔ 0, P/PC ↔ 1–2, C ↔ 3."""
+
+    # A misspelt key ({"metrc": ...}) is a 422 / exit 2 naming it: ignored, it would quietly change agreement.
+    model_config = ConfigDict(extra="forbid")
 
     classes: list[LabelClass] = Field(
         default_factory=lambda: [

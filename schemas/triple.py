@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import uuid
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, Strict, field_validator
 
 
 def new_item_id() -> str:
@@ -25,7 +26,8 @@ class Segment(BaseModel):
     end: str | None = Field(
         default=None, description="End offset: a time such as 00:20:12, or a character offset (a number)."
     )
-    score: float | None = Field(default=None, description="Retriever score.")
+    # Strict: `true` is not a score of 1.0 (no silent coercions at intake).
+    score: Annotated[float, Strict()] | None = Field(default=None, description="Retriever score.")
 
     @field_validator("start", "end", mode="before")
     @classmethod
@@ -36,7 +38,14 @@ class Segment(BaseModel):
         return value
 
 
-Label = str | int | float
+def _not_a_bool(value: object) -> object:
+    # pydantic would read true as 1 (bool is an int): a label is a class name or a number, never a switch.
+    if isinstance(value, bool):
+        raise ValueError("a label is a class name or a number, not true/false")
+    return value
+
+
+Label = Annotated[str | int | float, BeforeValidator(_not_a_bool)]
 
 
 class Triple(BaseModel):

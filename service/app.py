@@ -9,13 +9,19 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
-from litestar import Litestar
+from litestar import Litestar, Request
 from litestar.datastructures import State
 from litestar.di import Provide
 from litestar.exceptions import HTTPException
 from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
+from redis.asyncio.retry import Retry as AsyncRetry
+from redis.backoff import ExponentialWithJitterBackoff
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
+from redis.retry import Retry
 
 from juiz.settings import Settings
 from juiz.store import Store
@@ -23,6 +29,11 @@ from service.auth import provide_tenant
 from service.controllers import BatchController, GradeController, HealthController
 from service.controllers.compare import CompareController
 from service.controllers.items import ItemController
+from service.edge import (
+    index_query_parameters,
+    refuse_unknown_query_parameters,
+    security_headers_middleware,
+)
 from service.errors import EXCEPTION_HANDLERS
 from service.metrics import HTTP_METRICS, registry_for
 from service.openapi import assets_router, document_limits, forbid_extra_fields, openapi_config
@@ -37,17 +48,44 @@ def provide_store(state: State) -> Store:
     return state.store  # type: ignore[no-any-return]
 
 
+# A connection a Redis restart left stale fails once: retried on a fresh connection (with a short backoff while Redis
+# is still coming back) instead of answering 503.
+RETRIED = (RedisConnectionError, RedisTimeoutError, ConnectionResetError)
+
+
+def _retrying(settings: Settings) -> dict[str, Any]:
+    return {"health_check_interval": settings.redis_health_check_s, "retry_on_error": list(RETRIED)}
+
+
+def redis_client(settings: Settings) -> Redis:
+    """The store's client, retrying a dead connection."""
+    backoff = ExponentialWithJitterBackoff(base=0.05, cap=1.0)
+    return Redis.from_url(settings.redis_url, retry=Retry(backoff, 3), **_retrying(settings))
+
+
+def async_redis_client(settings: Settings) -> AsyncRedis:
+    """The hot read paths' client (result pages, polls, rate limits), retrying a dead connection."""
+    backoff = ExponentialWithJitterBackoff(base=0.05, cap=1.0)
+    return AsyncRedis.from_url(settings.redis_url, retry=AsyncRetry(backoff, 3), **_retrying(settings))
+
+
+async def before_request(request: Request[Any, Any, Any]) -> None:
+    """Rate limit first (a flood of bad requests is still counted), then unknown query parameters."""
+    await enforce_rate_limit(request)
+    await refuse_unknown_query_parameters(request)
+
+
 def create_app(settings: Settings | None = None, redis: Redis | None = None) -> Litestar:
     """The API. `redis` must not decode responses (RQ needs bytes); it is the caller's to close when given."""
     settings = settings or Settings.from_env()
 
     @asynccontextmanager
     async def redis_connection(app: Litestar) -> AsyncIterator[None]:
-        client = redis if redis is not None else Redis.from_url(settings.redis_url)
+        client = redis if redis is not None else redis_client(settings)
         store = Store(client, settings)
         app.state.store = store
         # The hot read paths (result pages, rate limits) talk to Redis on the event loop instead of a worker thread.
-        app.state.async_redis = AsyncRedis.from_url(settings.redis_url)
+        app.state.async_redis = async_redis_client(settings)
         app.state.metrics_registry = registry_for(store)
         if not app.state.tenants_by_key:
             log.warning("no API keys configured (JUIZ_API_KEYS): the API is open to anyone who can reach it")
@@ -73,9 +111,9 @@ def create_app(settings: Settings | None = None, redis: Redis | None = None) -> 
             "tenant": Provide(provide_tenant, sync_to_thread=False),
         },
         exception_handlers={**EXCEPTION_HANDLERS, HTTPException: http_exception},  # /ui paths: HTML errors
-        before_request=enforce_rate_limit,
-        middleware=[HTTP_METRICS.middleware],
-        on_startup=[forbid_extra_fields, document_limits],
+        before_request=before_request,
+        middleware=[security_headers_middleware, HTTP_METRICS.middleware],
+        on_startup=[forbid_extra_fields, document_limits, index_query_parameters],
         lifespan=[redis_connection],
         state=State({"settings": settings, "tenants_by_key": settings.tenants_by_key}),
         request_max_body_size=settings.max_body_bytes,

@@ -98,7 +98,7 @@ def run_demo(seeds_dir: Path = SEEDS, out: TextIO = sys.stdout) -> int:
             "JUIZ_API_KEYS": f"demo:{key}",
             "JUIZ_MODEL": settings.model,
         }
-        juiz = [sys.executable, "-m", "juiz.cli"]
+        juiz = [sys.executable, "-m", "juiz_cli"]
         api = stack.enter_context(child("API", [*juiz, "serve", "--port", str(port)], env, workdir / "api.log"))
         worker = stack.enter_context(child("worker", [*juiz, "-v", "worker"], env, workdir / "worker.log"))
         client = stack.enter_context(JuizClient(f"http://127.0.0.1:{port}", api_key=key, timeout_s=600))

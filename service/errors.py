@@ -4,7 +4,7 @@ juiz.errors.InputError        422  field, and the item's index (JSON body) or li
 juiz.errors.PromptError       422  field options.prompt
 LimitExceeded                 413  limit max_items, with the maximum
 RequestEntityTooLarge         413  limit max_body_bytes (Litestar stops reading the body there)
-juiz.store.IdempotencyConflict 409 field Idempotency-Key
+juiz.errors.IdempotencyConflict 409 field Idempotency-Key
 HTTPException (Litestar)      its own status (401, 404, 400 for a malformed parameter…), field when known
 redis ConnectionError         503  Redis is unreachable
 """
@@ -21,16 +21,16 @@ from litestar.types import ExceptionHandlersMap
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from juiz.errors import InputError, PromptError
-from juiz.store import IdempotencyConflict
+from juiz.errors import IdempotencyConflict, InputError, JuizError, PromptError
 from schemas import ErrorBody
+from service.edge import baseline_headers
 
 log = logging.getLogger(__name__)
 
 ITEMS_SOURCE = "items"  # InputError.source for an item of a JSON body: its `line` is the item's 0-based index
 
 
-class LimitExceeded(Exception):
+class LimitExceeded(JuizError):
     """A configured limit (JUIZ_MAX_ITEMS …) was exceeded."""
 
     def __init__(self, limit: str, maximum: int, actual: int | None = None, what: str = "items") -> None:
@@ -40,8 +40,13 @@ class LimitExceeded(Exception):
         super().__init__(f"too many {what}: at most {maximum} allowed by {limit}{got}")
 
 
-def _respond(body: ErrorBody, headers: dict[str, str] | None = None) -> Response[Any]:
-    return Response(body.model_dump(exclude_none=True), status_code=body.status_code, headers=headers)
+def _respond(body: ErrorBody, headers: dict[str, str] | None = None, path: str = "") -> Response[Any]:
+    # The security headers too: a 404 for a path no route matches never passes through service.edge's middleware.
+    return Response(
+        body.model_dump(exclude_none=True),
+        status_code=body.status_code,
+        headers={**baseline_headers(path), **(headers or {})},
+    )
 
 
 def input_error(_: Request[Any, Any, Any], exc: InputError) -> Response[Any]:
@@ -72,7 +77,7 @@ def idempotency_conflict(_: Request[Any, Any, Any], exc: IdempotencyConflict) ->
     return _respond(ErrorBody(status_code=409, detail=str(exc), field="Idempotency-Key"))
 
 
-def http_exception(_: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:
+def http_exception(request: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:
     body = ErrorBody(status_code=exc.status_code, detail=exc.detail)
     if isinstance(exc.extra, dict):
         body.field = exc.extra.get("field")
@@ -83,12 +88,14 @@ def http_exception(_: Request[Any, Any, Any], exc: HTTPException) -> Response[An
             body.detail = f"{exc.detail}: {first.get('message', '')}".rstrip(": ")
     if exc.status_code >= 500:
         body.detail = "internal error"
-    return _respond(body, headers=exc.headers)
+    return _respond(body, headers=exc.headers, path=request.url.path)
 
 
-def redis_down(_: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
+def redis_down(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
     log.error("Redis unreachable: %s", exc)
-    return _respond(ErrorBody(status_code=503, detail="the queue store (Redis) is unreachable; try again"))
+    retry_after = request.app.state.settings.retry_after_s
+    detail = f"the queue store (Redis) is unreachable; try again in {retry_after} s"
+    return _respond(ErrorBody(status_code=503, detail=detail), headers={"Retry-After": str(retry_after)})
 
 
 EXCEPTION_HANDLERS: ExceptionHandlersMap = {

@@ -14,10 +14,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from litestar.exceptions import HTTPException
-from pydantic import ValidationError
 
 from juiz.errors import InputError
-from juiz.judge import validate_options
+from juiz.judge import context_segments, validate_options
+from juiz.labels import check_labels
+from juiz.options import OPTIONS, loads_strict, options_from_text
+from juiz.options import validate_options as validate_option_fields
 from juiz.readers import (
     FieldMap,
     parse_triples_jsonl,
@@ -30,9 +32,8 @@ from service.errors import ITEMS_SOURCE, LimitExceeded
 NDJSON = "application/x-ndjson"
 JSON = "application/json"
 JSONL_TYPES = (NDJSON, "application/jsonl", "application/x-jsonlines")
-OPTION_FIELDS = ("metric", "metrics", "prompt", "lang", "mode", "label_mapping", "samples", "temperature")
-# Query values that hold a list, written comma-separated (?metrics=answer_relevance,groundedness).
-LIST_OPTIONS = ("metrics", "prompt")
+# The JSONL upload's query parameters: every option (juiz.options derives them from BatchOptions) and field_map.
+QUERY_PARAMETERS = (*OPTIONS, "field_map")
 LENGTH_SETTINGS = {
     "question": "max_question_chars",
     "answer": "max_answer_chars",
@@ -70,18 +71,30 @@ def require_media_type(content_type: str | None, accepted: tuple[str, ...]) -> N
         )
 
 
-def read_submission(body: bytes, content_type: str | None, query: Mapping[str, str], settings: Settings) -> Submission:
-    """Parse and validate a POST /v1/batches body. Options come from the body (JSON) or the query (JSONL)."""
+def read_submission(
+    body: bytes, content_type: str | None, query: Mapping[str, str | list[str]], settings: Settings
+) -> Submission:
+    """Parse and validate a POST /v1/batches body. Options come from the body (JSON) or the query (JSONL); a query
+    parameter that is not an option (or given with a JSON body, whose options are in the body) is a 422 naming it."""
     require_media_type(content_type, (JSON, *JSONL_TYPES))
     content_type = content_type or JSON
     max_items = settings.max_items
+    jsonl = is_jsonl(content_type)
+    for name in query:
+        if name not in QUERY_PARAMETERS or not jsonl:
+            where = "known: " + ", ".join(QUERY_PARAMETERS) if jsonl else "a JSON body carries its options in the body"
+            raise InputError(f"unknown query parameter ({where})", source="query", field=name)
     text = _text(body)
-    if is_jsonl(content_type):
+    if jsonl:
         lines = [number for number, line in enumerate(text.split("\n"), start=1) if line.strip()]
         if len(lines) > max_items:
             raise LimitExceeded("max_items", max_items, len(lines))
-        options = read_options({k: v for k, v in query.items() if k in OPTION_FIELDS}, from_query=True)
-        field_map = read_field_map(query.get("field_map"), source="query")
+        options = read_options(options_from_text({k: v for k, v in query.items() if k in OPTIONS}, source="query"))
+        field_map_text = query.get("field_map")
+        field_map = read_field_map(
+            field_map_text if isinstance(field_map_text, str) or field_map_text is None else field_map_text[-1],
+            source="query",
+        )
         try:
             items = parse_triples_jsonl(text, "body", field_map)
         except RecursionError:
@@ -92,6 +105,7 @@ def read_submission(body: bytes, content_type: str | None, query: Mapping[str, s
             extras = [item.model_extra, *(segment.model_extra for segment in segments)]
             _check_depth(extras, settings, source="body", line=line, field=None)
             _check_lengths(item, settings, source="body", line=line)
+        _check_labels(items, options, source="body", lines=lines)
     else:
         data = _json_object(text, settings)
         unknown = sorted(set(data) - {"items", "options", "field_map"})
@@ -107,9 +121,11 @@ def read_submission(body: bytes, content_type: str | None, query: Mapping[str, s
         if not raw_items:
             raise InputError("no items", source="body", field="items")
         _check_depth(data.get("options"), settings, source="body", line=None, field="options")
-        options = read_options(data.get("options") or {})
+        options = read_options(data.get("options", {}))  # `options: null` is refused, not read as {}
         field_map = read_field_map(data.get("field_map"))
         items = [_read_item(obj, settings, ITEMS_SOURCE, index, field_map) for index, obj in enumerate(raw_items)]
+        _check_labels(items, options, source=ITEMS_SOURCE, lines=None)
+    _check_conversations(items, options, settings)
     canonical_options = options.model_dump_json()
     fingerprint = hashlib.sha256(content_type.encode() + b"\0" + body + b"\0" + canonical_options.encode()).hexdigest()
     return Submission(items=items, options=options, fingerprint=fingerprint)
@@ -125,10 +141,11 @@ def read_grade_request(body: bytes, content_type: str | None, settings: Settings
     if "item" not in data:
         raise InputError("required field is missing", source="body", field="item")
     _check_depth(data.get("options"), settings, source="body", line=None, field="options")
-    options = read_options(data.get("options") or {})
+    options = read_options(data.get("options", {}))
     field_map = read_field_map(data.get("field_map"))
     try:
         triple = _read_item(data["item"], settings, "item", None, field_map)
+        _check_labels([triple], options, source="item", lines=None)
     except InputError as exc:
         raise InputError(exc.message, source="body", field=f"item.{exc.field}" if exc.field else "item") from None
     return triple, options
@@ -152,7 +169,41 @@ def _read_item(
     return triple
 
 
+def _check_labels(items: list[Triple], options: BatchOptions, *, source: str, lines: list[int] | None) -> None:
+    """juiz.labels.check_labels, naming the item by its index (JSON) or line (JSONL)."""
+    try:
+        check_labels([item.manual_label for item in items], options.label_mapping)
+    except InputError as exc:
+        position = exc.line or 0
+        line = lines[position] if lines is not None else (position if source == ITEMS_SOURCE else None)
+        raise InputError(exc.message, source=source, line=line, field="manual_label") from None
+
+
+def conversations(item: Triple, options: BatchOptions) -> int:
+    """Replies the engine generates for one item: one per segment for context relevance, `samples` per other metric
+    (an upper bound: metrics skipped for want of a context are counted)."""
+    segments = max(1, len(context_segments(item.context)))
+    return sum(segments if metric == "context_relevance" else options.samples for metric in options.metrics)
+
+
+def _check_conversations(items: list[Triple], options: BatchOptions, settings: Settings) -> None:
+    limit = settings.max_batch_conversations
+    total = sum(conversations(item, options) for item in items)
+    if total > limit:
+        raise LimitExceeded("max_batch_conversations", limit, total, what="engine conversations")
+
+
 def _check_lengths(triple: Triple, settings: Settings, *, source: str, line: int | None) -> None:
+    # Each segment is an engine conversation of its own for context relevance: 10,000 tiny segments would be 10,000
+    # conversations inside calls shared with other tenants.
+    segments = len(triple.context) if isinstance(triple.context, list) else 1
+    if segments > settings.max_segments:
+        raise InputError(
+            f"{segments} segments; at most {settings.max_segments} allowed by max_segments (env JUIZ_MAX_SEGMENTS)",
+            source=source,
+            line=line,
+            field="context",
+        )
     for name, length in triple.text_lengths().items():
         setting = LENGTH_SETTINGS[name]
         limit: int = getattr(settings, setting)
@@ -184,28 +235,9 @@ def _deeper_than(value: object, limit: int) -> bool:
     return False
 
 
-def read_options(raw: Any, *, from_query: bool = False) -> BatchOptions:
+def read_options(raw: Any) -> BatchOptions:
     """Validate options; a prompt id that does not exist is a PromptError (422 on options.prompt)."""
-    if not isinstance(raw, dict):
-        raise InputError("expected a JSON object", source="body", field="options")
-    values = dict(raw)
-    for name in LIST_OPTIONS if from_query else ():
-        if name in values:
-            parts = [part.strip() for part in values[name].split(",") if part.strip()]
-            values[name] = parts if name == "metrics" or len(parts) > 1 else values[name]
-    if from_query and "label_mapping" in values:
-        try:
-            values["label_mapping"] = json.loads(values["label_mapping"])
-        except json.JSONDecodeError as exc:
-            raise InputError(f"not JSON: {exc.msg}", source="query", field="options.label_mapping") from None
-    try:
-        options = BatchOptions.model_validate(values)
-    except ValidationError as exc:
-        error = exc.errors()[0]
-        loc = ".".join(str(part) for part in error["loc"])
-        raise InputError(
-            str(error["msg"]).removeprefix("Value error, "), source="options", field=f"options.{loc}"
-        ) from None
+    options = validate_option_fields(raw, source="options", prefix="options")
     validate_options(options)
     return options
 
@@ -223,9 +255,11 @@ def _too_deep(settings: Settings) -> str:
 
 def _json_object(text: str, settings: Settings) -> dict[str, Any]:
     try:
-        data = json.loads(text)
+        data = loads_strict(text)
     except json.JSONDecodeError as exc:
         raise InputError(f"malformed JSON: {exc.msg} (column {exc.colno})", source="body", line=exc.lineno) from None
+    except ValueError as exc:  # NaN, Infinity, 1e400: JSON has no such numbers
+        raise InputError(f"malformed JSON: {exc}", source="body") from None
     except RecursionError:  # the C parser stops at Python's recursion limit (~100,000-deep bodies)
         raise InputError(_too_deep(settings), source="body") from None
     if not isinstance(data, dict):

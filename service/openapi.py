@@ -33,15 +33,17 @@ BATCH_ID_PATTERN = r"^[0-9a-f]{32}$"  # uuid4().hex, as juiz.store makes them
 CURSOR_PATTERN = r"^[0-9]{0,15}$"
 
 _DESCRIPTIONS = {
-    401: "Missing or unknown API key (`Authorization: Bearer <key>`).",
+    401: "Missing or unknown API key (`Authorization: Bearer <key>`; the metrics key on /metrics and /ready).",
+    403: "/metrics and /ready: not a loopback client and no JUIZ_METRICS_KEY configured.",
     404: "No such batch for this API key (another tenant's batch is not revealed).",
     409: "Conflicts with the current state: an Idempotency-Key used with a different request body, or a batch "
     "whose manual labels cannot support a calibration (too few, one class).",
-    413: "Over max_items or max_body_bytes; `limit` and `maximum` name the limit.",
+    413: "Over max_items, max_batch_conversations or max_body_bytes; `limit` and `maximum` name the limit.",
     415: "The body's Content-Type is not one this route reads.",
-    422: "Invalid input: `field` names it, and `index` (JSON) or `line` (JSONL) the item.",
+    422: "Invalid input: `field` names it (an unknown query parameter or option too), and `index` (JSON) or `line` "
+    "(JSONL) the item; on agreement and calibration, labels the batch's label mapping does not know.",
     429: "Over this tenant's rate limit; retry after `Retry-After` seconds.",
-    503: "The queue store (Redis) is unreachable; try again.",
+    503: "The queue store (Redis) is unreachable; try again after `Retry-After` seconds.",
 }
 
 

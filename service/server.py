@@ -41,6 +41,9 @@ def serve(host: str | None = None, port: int | None = None) -> int:
         host=host,
         port=port or settings.port,
         log_level=settings.log_level.lower(),
-        proxy_headers=True,
+        # X-Forwarded-For is believed only from the configured proxies (uvicorn's default trusts 127.0.0.1: anyone on
+        # the host could then claim any address, past the per-client limits and the loopback check of /metrics).
+        proxy_headers=bool(settings.trusted_proxies),
+        forwarded_allow_ips=settings.trusted_proxies or None,
     )
     return 0

@@ -12,8 +12,10 @@ import anyio
 from litestar import Controller, Request, Response, delete, get, patch, post
 from litestar.datastructures import State
 from litestar.di import NamedDependency, Provide
+from litestar.enums import ParamType
 from litestar.exceptions import HTTPException, NotFoundException
 from litestar.openapi.spec import OpenAPIMediaType, OpenAPIType, Operation, RequestBody, Schema
+from litestar.openapi.spec import Parameter as OpenAPIParameter
 from litestar.params import HeaderParameter, Parameter, QueryParameter, RawBody
 from litestar.response import Stream
 from pydantic import ValidationError
@@ -21,6 +23,7 @@ from redis.asyncio import Redis as AsyncRedis
 
 from juiz.calibration import CalibrationUnavailable
 from juiz.errors import InputError
+from juiz.options import OPTIONS
 from juiz.report import render_report
 from juiz.store import TERMINAL, BatchRecord, Store, batch_from_hash
 from juiz.uncertainty import uncertain_first
@@ -88,6 +91,39 @@ class SubmissionOperation(Operation):
             content[NDJSON] = OpenAPIMediaType(
                 schema=Schema(type=OpenAPIType.STRING, description="one Triple as JSON per line")
             )
+        self.parameters = [*(self.parameters or []), *_query_parameters()]
+
+
+def _query_parameters() -> list[OpenAPIParameter]:
+    """The JSONL upload's query parameters, one per option of schemas.BatchOptions (juiz.options) and field_map."""
+    parameters = []
+    for spec in OPTIONS.values():
+        if spec.kind == "list":
+            note = "comma-separated"
+        elif spec.kind == "json":
+            note = "as JSON"
+        else:
+            note = f"one of {', '.join(spec.choices)}" if spec.choices else ""
+        described = f"JSONL upload: options.{spec.name}{f' ({note})' if note else ''}. {spec.help}".strip()
+        parameters.append(
+            OpenAPIParameter(
+                name=spec.name,
+                param_in=ParamType.QUERY,
+                required=False,
+                schema=Schema(type=OpenAPIType.STRING),
+                description=described,
+            )
+        )
+    parameters.append(
+        OpenAPIParameter(
+            name="field_map",
+            param_in=ParamType.QUERY,
+            required=False,
+            schema=Schema(type=OpenAPIType.STRING),
+            description="JSONL upload: your field names → juiz's, a preset (ragas, common) or a JSON object",
+        )
+    )
+    return parameters
 
 
 def owned_batch(store: Store, tenant: str, batch_id: str) -> BatchRecord:
@@ -180,50 +216,15 @@ class BatchController(Controller):
         tenant: NamedDependency[str],
         body: RawBody,
         idempotency_key: Annotated[str | None, HeaderParameter(name="Idempotency-Key", required=False)] = None,
-        metric: Annotated[str | None, QueryParameter(description="JSONL upload: options.metric")] = None,
-        metrics: Annotated[
-            str | None,
-            QueryParameter(
-                description="JSONL upload: options.metrics, comma-separated (answer_relevance,groundedness)"
-            ),
-        ] = None,
-        prompt: Annotated[
-            str | None, QueryParameter(description="JSONL upload: options.prompt, one id or several comma-separated")
-        ] = None,
-        lang: Annotated[str | None, QueryParameter(description="JSONL upload: options.lang")] = None,
-        mode: Annotated[str | None, QueryParameter(description="JSONL upload: options.mode")] = None,
-        label_mapping: Annotated[
-            str | None, QueryParameter(description="JSONL upload: options.label_mapping as JSON")
-        ] = None,
-        samples: Annotated[int | None, QueryParameter(description="JSONL upload: options.samples")] = None,
-        temperature: Annotated[float | None, QueryParameter(description="JSONL upload: options.temperature")] = None,
-        field_map: Annotated[
-            str | None,
-            QueryParameter(
-                description="JSONL upload: your field names → juiz's, a preset (ragas, common) or a JSON object"
-            ),
-        ] = None,
     ) -> Response[BatchView]:
         """Submit a batch: a JSON `{items, options}` body, or a JSONL upload (`Content-Type: application/x-ndjson`)
         with options in the query string. 202 with the batch and its links; with an `Idempotency-Key`, the same key
         and body give back the same batch (never graded twice) and another body is a 409. Over `max_items` or
         `max_body_bytes` is a 413; an invalid item is a 422 naming its index (or line) and field, and then nothing
         is stored or queued."""
-        query = {
-            name: value
-            for name, value in (
-                ("metric", metric),
-                ("metrics", metrics),
-                ("prompt", prompt),
-                ("lang", lang),
-                ("mode", mode),
-                ("label_mapping", label_mapping),
-                ("samples", None if samples is None else str(samples)),
-                ("temperature", None if temperature is None else str(temperature)),
-                ("field_map", field_map),
-            )
-            if value is not None
-        }
+        # Read here, not declared one by one: the options' query parameters are derived from BatchOptions (and
+        # documented by SubmissionOperation), and an unknown one is a 422 naming it.
+        query = {name: request.query_params.getall(name) for name in request.query_params}
         submission = read_submission(body, request.headers.get("content-type"), query, state.settings)
         record, created = store.create_batch(
             tenant,
@@ -241,7 +242,7 @@ class BatchController(Controller):
     @get(
         "/{batch_id:str}",
         operation_id="getBatch",
-        responses=responses(401, 404, 429, 503),
+        responses=responses(401, 404, 422, 429, 503),
         summary="Batch status",
     )
     async def get_batch(self, state: State, tenant: NamedDependency[str], batch_id: BatchId) -> BatchView:
@@ -304,7 +305,7 @@ class BatchController(Controller):
     @get(
         "/{batch_id:str}/agreement",
         operation_id="getBatchAgreement",
-        responses=responses(401, 404, 429, 503),
+        responses=responses(401, 404, 422, 429, 503),
         summary="Agreement",
     )
     async def get_agreement(
@@ -324,7 +325,7 @@ class BatchController(Controller):
     @get(
         "/{batch_id:str}/agreement/metrics",
         operation_id="getBatchAgreementByMetric",
-        responses=responses(401, 404, 429, 503),
+        responses=responses(401, 404, 422, 429, 503),
         summary="Agreement of each metric and the verdict",
     )
     async def get_agreement_by_metric(
@@ -345,7 +346,7 @@ class BatchController(Controller):
     @get(
         "/{batch_id:str}/calibration",
         operation_id="fitBatchCalibration",
-        responses=responses(401, 404, 409, 429, 503),
+        responses=responses(401, 404, 409, 422, 429, 503),
         summary="Fit a calibration on the batch's labels",
     )
     async def get_calibration(
@@ -372,7 +373,7 @@ class BatchController(Controller):
         operation_id="getBatchReport",
         sync_to_thread=True,
         media_type="text/markdown; charset=utf-8",
-        responses=responses(401, 404, 429, 503),
+        responses=responses(401, 404, 422, 429, 503),
         summary="Markdown report",
     )
     def get_report(self, store: NamedDependency[Store], tenant: NamedDependency[str], batch_id: BatchId) -> str:
@@ -385,7 +386,7 @@ class BatchController(Controller):
         operation_id="cancelBatch",
         status_code=200,
         sync_to_thread=True,
-        responses=responses(401, 404, 429, 503),
+        responses=responses(401, 404, 422, 429, 503),
         summary="Cancel",
     )
     def cancel_batch(self, store: NamedDependency[Store], tenant: NamedDependency[str], batch_id: BatchId) -> BatchView:

@@ -45,7 +45,7 @@ class GradeController(Controller):
                 description="Not graded within grade_timeout_s: its one-item batch, to follow (Location header).",
                 generate_examples=False,
             ),
-            **responses(401, 415, 422, 429, 503),
+            **responses(401, 413, 415, 422, 429, 503),
         },
         summary="Grade one triple now",
     )

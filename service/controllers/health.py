@@ -1,4 +1,5 @@
-"""/health, /ready, /metrics: for load balancers, orchestrators and Prometheus. No API key needed."""
+"""/health, /ready, /metrics: for load balancers, orchestrators and Prometheus. No API key needed; /ready and /metrics
+answer a loopback client, or one sending JUIZ_METRICS_KEY (they show workers, the model and every tenant's volume)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,9 @@ from redis.exceptions import RedisError
 from juiz import __version__
 from juiz.store import Store
 from schemas import HealthView, ReadyView
+from service.edge import operations_guard
 from service.metrics import live_workers
+from service.openapi import responses
 
 
 class HealthController(Controller):
@@ -28,12 +31,14 @@ class HealthController(Controller):
         "/ready",
         operation_id="ready",
         sync_to_thread=True,
+        guards=[operations_guard],
         responses={
+            **responses(401, 403),
             503: ResponseSpec(
                 data_container=ReadyView,
                 description="Not ready: Redis unreachable or no live worker; `reason` says which.",
                 generate_examples=False,
-            )
+            ),
         },
         summary="Ready to grade",
     )
@@ -55,6 +60,8 @@ class HealthController(Controller):
         "/metrics",
         operation_id="metrics",
         sync_to_thread=True,
+        guards=[operations_guard],
+        responses=responses(401, 403),
         summary="Prometheus metrics",
         media_type=CONTENT_TYPE_LATEST,
     )

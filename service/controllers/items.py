@@ -3,7 +3,6 @@ through the store)."""
 
 from __future__ import annotations
 
-import json
 import time
 from datetime import datetime
 from typing import Any
@@ -16,6 +15,7 @@ from litestar.params import FromPath, RawBody
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from juiz.errors import InputError
+from juiz.readers import loads_strict
 from juiz.store import Store
 from schemas.triple import Label
 from service.controllers.batches import BatchId, owned_batch
@@ -102,14 +102,12 @@ class ItemController(Controller):
 
 def _read_change(body: bytes) -> LabelChange:
     try:
-        data = json.loads(body or b"null")
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        data = loads_strict(body or b"null")
+    except (ValueError, UnicodeDecodeError) as exc:
         raise InputError(f"malformed JSON: {exc}", source="body") from None
     if not isinstance(data, dict):
         raise InputError('expected a JSON object, e.g. {"manual_label": "C"}', source="body")
     try:
         return LabelChange.model_validate(data)
     except ValidationError as exc:
-        error = exc.errors()[0]
-        field = ".".join(str(p) for p in error["loc"] if not str(p).startswith(("str", "int", "float"))) or None
-        raise InputError(str(error["msg"]), source="body", field=field) from None
+        raise InputError.from_validation(exc, source="body") from None

@@ -3,7 +3,7 @@ a tenant saved from its labels."""
 
 from __future__ import annotations
 
-from juiz.errors import InputError
+from juiz.errors import InputError, JuizError
 from juiz.labels import class_of_label, resolve_numeric_scale
 from juiz.store import PREFIX, Store
 from schemas.calibration import CalibrationSpec
@@ -11,7 +11,7 @@ from schemas.labels import LabelMapping
 from schemas.triple import Label
 
 
-class LabelRejected(ValueError):
+class LabelRejected(JuizError, ValueError):
     """A label the batch's label mapping does not know."""
 
 

@@ -28,6 +28,7 @@ from litestar.response import Redirect, Stream
 
 from juiz.errors import InputError, PromptError
 from juiz.labels import class_of_label, resolve_numeric_scale
+from juiz.options import OPTIONS, options_from_text
 from juiz.readers import JSONL_SUFFIXES, REPORT_SUFFIXES, read_triples
 from juiz.report import render_report
 from juiz.store import BatchRecord, Store
@@ -231,15 +232,21 @@ class UIController(Controller):
             "mode": str(form.get("mode") or "cot"),
             "lang": str(form.get("lang") or "auto"),
             "label_mapping": str(form.get("label_mapping") or "").strip(),
-            "calibration": form.get("calibration") == "saved",
+            "calibration": form.get("use_saved_calibration") == "1",  # not an option field: OPTIONS reads JSON there
         }
+        # Every option the form sends, read as the JSONL upload's query is (both derived from BatchOptions).
+        options = {
+            name: [str(v) for v in form.getall(name, []) if str(v).strip()] for name in OPTIONS if form.getall(name, [])
+        }
+        options = {name: texts for name, texts in options.items() if texts}
+        calibrate = form.get("use_saved_calibration") == "1"
         upload = form.get("file")
         try:
             if not isinstance(upload, UploadFile) or not upload.filename:
                 raise InputError("choose a file to upload", field="file")
             content = await upload.read()
             record = await anyio.to_thread.run_sync(
-                self._create, store, current.tenant, upload.filename, content, values
+                self._create, store, current.tenant, upload.filename, content, options, calibrate
             )
         except (InputError, PromptError, LimitExceeded) as exc:
             # Post/redirect/get: the error page is a GET, so reloading it doesn't send the upload again.
@@ -248,7 +255,9 @@ class UIController(Controller):
         return session.with_cookie(request, Redirect(batch_base(record.id), status_code=303))
 
     @staticmethod
-    def _create(store: Store, tenant: str, filename: str, content: bytes, values: dict[str, Any]) -> BatchRecord:
+    def _create(
+        store: Store, tenant: str, filename: str, content: bytes, form: dict[str, list[str]], calibrate: bool = False
+    ) -> BatchRecord:
         suffix = Path(filename).suffix.lower()
         if suffix not in UPLOAD_SUFFIXES:
             raise InputError(f"unknown file type '{suffix or '(none)'}'; expected one of {', '.join(UPLOAD_SUFFIXES)}")
@@ -259,16 +268,8 @@ class UIController(Controller):
                 triples = read_triples(path)
             except InputError as exc:
                 raise InputError(exc.message, source=Path(filename).name, line=exc.line, field=exc.field) from None
-        options: dict[str, Any] = {"metrics": values["metrics"], "mode": values["mode"], "lang": values["lang"]}
-        if values["prompt"]:
-            prompts = [p.strip() for p in values["prompt"].split(",") if p.strip()]
-            options["prompt"] = prompts[0] if len(prompts) == 1 else prompts
-        if values["label_mapping"]:
-            try:
-                options["label_mapping"] = json.loads(values["label_mapping"])
-            except json.JSONDecodeError as exc:
-                raise InputError(f"not JSON: {exc.msg}", field="options.label_mapping") from None
-        if values.get("calibration"):
+        options = options_from_text(form, source="form")
+        if calibrate:
             spec = saved_calibration(store, tenant)
             if spec is None:
                 raise InputError("no saved calibration: fit one from a label queue's end", field="options.calibration")

@@ -72,7 +72,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             "JUIZ_LOG_LEVEL": "WARNING",
             "PYTHONPATH": str(REPO),
         }
-        api_cmd = [sys.executable, "-m", "juiz.cli", "serve", "--port", str(port)]
+        api_cmd = [sys.executable, "-m", "juiz_cli", "serve", "--port", str(port)]
         worker_cmd = [sys.executable, "-m", "tests.integration.fake_worker"]
         with (
             child("API", api_cmd, env, workdir / "api.log") as api,

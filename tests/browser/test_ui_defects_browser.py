@@ -197,7 +197,7 @@ def test_label_ten_items_through_the_queue_with_the_keyboard_only(
     )
     keep.click()
     wait.until(ec.text_to_be_present_in_element((By.CSS_SELECTOR, "[role=status]"), "Calibration saved"))
-    assert driver.find_element(By.CSS_SELECTOR, "input[name=calibration]").is_selected()
+    assert driver.find_element(By.CSS_SELECTOR, "input[name=use_saved_calibration]").is_selected()
 
 
 def test_a_running_batch_page_grows_its_table_without_a_reload(browser: WebDriver, stack: Stack) -> None:

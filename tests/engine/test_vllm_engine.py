@@ -63,3 +63,36 @@ def test_grading_is_deterministic_at_temperature_zero(tiny_engine: JudgeEngine) 
     first = Judge(tiny_engine).grade([triple])[0]
     second = Judge(tiny_engine).grade([triple])[0]
     assert first.raw_output == second.raw_output and first.score == second.score
+
+
+def test_yes_no_probabilities_are_read_by_token_id(tiny_engine: JudgeEngine) -> None:
+    """`logprob_token_ids` gives every yes/no spelling's probability at the first reply token, whatever the top-k:
+    the groups' sums are probabilities, and a reply that starts with one of the words puts mass on its group."""
+    from juiz.checks import CHECK_REQUEST
+
+    conversation = [{"role": "user", "content": "Is Paris the capital of France? Reply with one word: Yes or No."}]
+    [completion] = tiny_engine.generate([conversation], CHECK_REQUEST)
+    assert completion.word_probs is not None
+    yes, no = completion.word_probs
+    assert 0.0 <= yes <= 1.0 and 0.0 <= no <= 1.0 and yes + no <= 1.0 + 1e-6
+    first = completion.text.strip().casefold()
+    if first in ("yes", "no"):  # greedy: the chosen word's group holds at least as much as the other
+        assert (yes >= no) == (first == "yes")
+
+
+def test_check_prompts_grade_with_the_real_engine(tiny_engine: JudgeEngine, seeds_dir) -> None:  # type: ignore[no-untyped-def]
+    """Check-based prompts on the real path: a score or an explicit parse error, never a made-up grade, and every
+    result in the seeds' form with each check's probability kept."""
+    triples = _triples(seeds_dir)
+    options = BatchOptions(
+        metrics=["answer_relevance", "groundedness"],
+        prompt=["answer_relevance@checks-2", "groundedness@checks-2"],
+    )
+    results = Judge(tiny_engine).grade(triples, options)
+    for result in results:
+        ar = (result.metrics or {})["answer_relevance"]
+        assert ar.checks, result.id
+        if ar.status.value == "ok":
+            assert ar.score in (0, 1, 2, 3) and ar.raw_output and ar.raw_output.endswith(f"Score: {ar.score}")
+        else:
+            assert ar.score is None and ar.error

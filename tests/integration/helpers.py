@@ -9,6 +9,10 @@ from redis import Redis
 
 from juiz.settings import Settings
 
+# /metrics and /ready answer loopback clients or this key; Litestar's test client is neither ("testclient").
+METRICS_KEY = "test-metrics-key"
+METRICS_HEADERS = {"Authorization": f"Bearer {METRICS_KEY}"}
+
 
 def free_port() -> int:
     with socket.socket() as s:
@@ -32,6 +36,7 @@ def make_settings(redis_url: str, **overrides: Any) -> Settings:
         "grade_timeout_s": 5,
         "log_level": "WARNING",
         "rate_limit_per_minute": 0,  # no juiz:ratelimit:* keys; tests of the limit set their own
+        "metrics_key": METRICS_KEY,
     }
     values.update(overrides)
     return Settings(**values)

@@ -20,7 +20,7 @@ from juiz.errors import InputError
 from juiz.settings import Settings
 from service.agreement import cache_key, capped_resamples
 from service.server import check_not_open
-from tests.integration.helpers import juiz_keys, make_settings, queued_jobs, triples
+from tests.integration.helpers import METRICS_HEADERS, juiz_keys, make_settings, queued_jobs, triples
 
 MakeClient = Callable[[Settings], TestClient[Litestar]]
 NDJSON = {"Accept": "application/x-ndjson"}
@@ -216,7 +216,7 @@ def test_workers_run_only_juiz_job_functions(redis: Redis, settings: Settings, r
 
 def test_metrics_add_per_route_http_figures_without_batch_ids(client: TestClient[Litestar]) -> None:
     client.get(f"/v1/batches/{'0' * 32}")
-    metrics = client.get("/metrics").text
+    metrics = client.get("/metrics", headers=METRICS_HEADERS).text
     assert "juiz_queue_jobs" in metrics  # the cluster-wide figures from Redis stay
     route = 'path="/v1/batches/{batch_id}",status_code="404"'
     assert any(line.startswith("juiz_http_requests_total") and route in line for line in metrics.splitlines())

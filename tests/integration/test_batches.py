@@ -13,7 +13,7 @@ from redis import Redis
 from juiz.engine import FakeEngine
 from juiz.settings import Settings
 from tests.integration.fake_worker import GRADED_KEY, CountingFakeEngine
-from tests.integration.helpers import juiz_keys, make_settings, queued_jobs, triples
+from tests.integration.helpers import METRICS_HEADERS, juiz_keys, make_settings, queued_jobs, triples
 
 MakeClient = Callable[[Settings], TestClient[Litestar]]
 
@@ -275,7 +275,7 @@ def test_identical_triples_reuse_the_cached_result(
     for result in results:
         assert result["score"] == original[result["question"]]["score"]
         assert result["provenance"] == original[result["question"]]["provenance"]
-    assert "juiz_cache_hits_total 3.0" in client.get("/metrics").text
+    assert "juiz_cache_hits_total 3.0" in client.get("/metrics", headers=METRICS_HEADERS).text
 
     uncached = make_settings(redis_url, result_cache=False)
     third = submit(make_client(uncached), triples(3, prefix="c"))

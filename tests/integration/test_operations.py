@@ -17,7 +17,7 @@ from juiz.client import ApiError, JuizClient
 from juiz.settings import Settings
 from schemas import BatchView
 from tests.integration.fake_worker import CountingFakeEngine
-from tests.integration.helpers import make_settings, triples
+from tests.integration.helpers import METRICS_HEADERS, make_settings, triples
 from workers.worker import build_worker
 
 MakeClient = Callable[[Settings], TestClient[Litestar]]
@@ -75,14 +75,14 @@ def test_ready_needs_redis_and_a_live_worker(
     client: TestClient[Litestar], settings: Settings, redis: Redis, engine: CountingFakeEngine
 ) -> None:
     assert client.get("/health").json()["status"] == "ok"
-    not_ready = client.get("/ready")
+    not_ready = client.get("/ready", headers=METRICS_HEADERS)
     assert not_ready.status_code == 503
     assert not_ready.json() == {"ready": False, "redis": True, "workers": [], "reason": "no live worker on the queues"}
 
     worker = build_worker(settings, redis, engine, name="w-test")
     worker.register_birth()
     try:
-        ready = client.get("/ready")
+        ready = client.get("/ready", headers=METRICS_HEADERS)
         assert ready.status_code == 200
         (view,) = ready.json()["workers"]
         assert view["name"] == "w-test" and view["model"] == "fake-engine"
@@ -95,7 +95,7 @@ def test_metrics_report_queues_items_latency_and_workers(
     client: TestClient[Litestar], settings: Settings, redis: Redis, run_worker: Any, engine: CountingFakeEngine
 ) -> None:
     client.post("/v1/batches", json={"items": triples(5)})
-    before = client.get("/metrics")
+    before = client.get("/metrics", headers=METRICS_HEADERS)
     assert before.headers["content-type"].startswith("text/plain")
     assert f'juiz_queue_jobs{{queue="{settings.queue}"}} 2.0' in before.text
 
@@ -103,7 +103,7 @@ def test_metrics_report_queues_items_latency_and_workers(
     worker = build_worker(settings, redis, engine, name="w-metrics")
     worker.register_birth()
     try:
-        text = client.get("/metrics").text
+        text = client.get("/metrics", headers=METRICS_HEADERS).text
     finally:
         worker.register_death()
     assert f'juiz_queue_jobs{{queue="{settings.queue}"}} 0.0' in text

@@ -222,7 +222,12 @@ def test_sign_in_attempts_are_rate_limited(make_client: MakeClient, redis_url: s
 def test_a_label_the_mapping_does_not_know_leaves_the_page_up(
     client: TestClient[Litestar], settings: Settings, run_worker: Any
 ) -> None:
-    batch_id = submit(client, "", triples(3, label="maybe"))
+    # Intake now refuses such labels (422); a batch stored before that still shows, written here past intake.
+    from schemas import BatchOptions, Triple
+
+    store = client.app.state.store
+    record, _ = store.create_batch("public", BatchOptions(), [Triple(**t) for t in triples(3, label="maybe")])
+    batch_id = record.id
     run_worker(settings)
     page = client.get(f"/ui/batches/{batch_id}")
     assert page.status_code == 200 and "No agreement" in page.text and "maybe" in page.text

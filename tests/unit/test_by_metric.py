@@ -76,7 +76,7 @@ def test_no_verdict_column_without_groundedness() -> None:
 
 def test_cli_metric_is_repeatable_and_agreement_by_metric(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     args = build_parser().parse_args(["score", "in.jsonl", "-o", "out.jsonl", "--metric", "groundedness"])
-    assert args.metric == ["groundedness"]
+    assert args.metrics == ["groundedness"]  # --metric is an alias of the derived --metrics
     path = tmp_path / "results.jsonl"
     write_judgements(results(), path)
     assert main(["agreement", str(path), "--by-metric", "--resamples", "10"]) == 0

@@ -179,3 +179,26 @@ def test_check_prompts_ask_one_token_whatever_the_mode() -> None:
         options = CHECKS.model_copy(update={"mode": mode})
         assert request_for_options(options, "answer_relevance") == CHECK_REQUEST
     assert request_for_options(BatchOptions(), "answer_relevance") != CHECK_REQUEST
+
+
+def test_metrics_whose_check_prompts_share_the_item_prefix_send_one_first_check_per_item() -> None:
+    """checks-2: both metrics show the same item under the same system message, so the first wave holds one check
+    per item (not per metric) and every other check of both metrics follows once that prefix is cached."""
+    options = BatchOptions.model_validate(
+        {
+            "metrics": ["answer_relevance", "groundedness"],
+            "prompt": ["answer_relevance@checks-2", "groundedness@checks-2"],
+        }
+    )
+    engine = FakeEngine(lambda _: "Yes")
+    graded = Judge(engine).grade(items(), options)
+    assert engine.calls[0] == 2  # one per item: no references in checks-2
+    asked = sum(len(r.metrics[m].checks or []) for r in graded for m in ("answer_relevance", "groundedness"))  # type: ignore[index]
+    assert engine.calls[1] == asked - 2
+
+
+def test_check_prompts_of_one_version_share_system_and_layout() -> None:
+    for lang in ("en", "pt"):
+        ar = prompts.load("answer_relevance", "checks-2", lang)
+        grounded = prompts.load("groundedness", "checks-2", lang)
+        assert ar.system == grounded.system and ar.user == grounded.user and ar.reply_check == grounded.reply_check
