@@ -43,7 +43,7 @@ class CompareController(Controller):
     @get(
         "/",
         operation_id="compareBatches",
-        responses=responses(401, 404, 429, 503),
+        responses=responses(401, 404, 422, 429, 503),  # 422: an unknown query parameter
         summary="Compare two runs",
     )
     async def compare(
