@@ -49,6 +49,7 @@ from schemas import (
     ReadyView,
     Triple,
 )
+from schemas.compare import CompareReport
 
 NDJSON = "application/x-ndjson"
 TERMINAL = (BatchStatus.DONE, BatchStatus.FAILED, BatchStatus.CANCELLED)
@@ -164,6 +165,17 @@ class _Requests:
 
     def report(self, batch_id: str) -> Call[str]:
         return Call("GET", f"/v1/batches/{batch_id}/report", lambda r: r.text)
+
+    def rename(self, batch_id: str, name: str) -> Call[BatchView]:
+        return Call("PATCH", f"/v1/batches/{batch_id}", _view, json={"name": name})
+
+    def compare(self, a: str, b: str, resamples: int) -> Call[CompareReport]:
+        return Call(
+            "GET",
+            "/v1/compare",
+            lambda r: CompareReport.model_validate(r.json()),
+            params={"a": a, "b": b, "resamples": resamples},
+        )
 
     def cancel(self, batch_id: str) -> Call[BatchView]:
         return Call("DELETE", f"/v1/batches/{batch_id}", _view)
@@ -356,6 +368,14 @@ class JuizClient:
     def report(self, batch_id: str) -> str:
         return self._run(self._requests.report(batch_id))
 
+    def rename(self, batch_id: str, name: str) -> BatchView:
+        """Name the batch ("" removes the name)."""
+        return self._run(self._requests.rename(batch_id, name))
+
+    def compare(self, a: str, b: str, *, resamples: int = 1000) -> CompareReport:
+        """Two batches on the items they share by id: agreement of each with the labels, score deltas, changes."""
+        return self._run(self._requests.compare(a, b, resamples))
+
     def cancel(self, batch_id: str) -> BatchView:
         return self._run(self._requests.cancel(batch_id))
 
@@ -465,6 +485,12 @@ class AsyncJuizClient:
 
     async def report(self, batch_id: str) -> str:
         return await self._run(self._requests.report(batch_id))
+
+    async def rename(self, batch_id: str, name: str) -> BatchView:
+        return await self._run(self._requests.rename(batch_id, name))
+
+    async def compare(self, a: str, b: str, *, resamples: int = 1000) -> CompareReport:
+        return await self._run(self._requests.compare(a, b, resamples))
 
     async def cancel(self, batch_id: str) -> BatchView:
         return await self._run(self._requests.cancel(batch_id))

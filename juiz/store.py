@@ -2,7 +2,7 @@
 
 Keys (all under `juiz:`; a batch's keys share its id):
 
-    batch:{id}            hash    tenant, status, options, total, chunk_size, queue, counts, timestamps
+    batch:{id}            hash    tenant, status, options, total, chunk_size, queue, counts, timestamps, name
     batch:{id}:items      list    the items as Triple JSON, in input order (chunk n = a slice of it)
     batch:{id}:stored     hash    item index → 1, set with HSETNX: an item is stored exactly once
     batch:{id}:results    list    "index\\njudgement JSON", in completion order (cursor = offset into it)
@@ -343,6 +343,7 @@ class BatchRecord:
     finished_at: float | None = None
     cancelled_at: float | None = None
     updated_at: float | None = None
+    name: str | None = None  # the reader's name for it (the web page's upload: its file name); editable
 
     @property
     def n_chunks(self) -> int:
@@ -836,6 +837,13 @@ class Store:
                     return start + offset
         return None
 
+    def set_batch_name(self, batch_id: str, name: str) -> None:
+        """Name (or, with "", unname) a batch: a field of its hash, so it expires with the batch."""
+        if name:
+            self.redis.hset(self.batch_key(batch_id), "name", name)
+        else:
+            self.redis.hdel(self.batch_key(batch_id), "name")
+
     def labels_version(self, batch_id: str) -> int:
         """Bumped by every manual-label change, so caches of rows and agreement know they are stale."""
         return int(self.redis.hget(self.batch_key(batch_id), "labels_version") or 0)
@@ -898,6 +906,7 @@ def batch_from_hash(raw: Mapping[Any, Any]) -> BatchRecord | None:
         finished_at=stamp("finished_at"),
         cancelled_at=stamp("cancelled_at"),
         updated_at=stamp("updated_at"),
+        name=data.get("name") or None,
     )
 
 

@@ -5,7 +5,17 @@ pydantic models. This package imports nothing from `juiz`, `service` or `workers
 """
 
 from schemas.agreement import AgreementByMetric, AgreementReport, Interval, Statistic
-from schemas.api import BatchLinks, BatchView, ErrorBody, GradeRequest, HealthView, ReadyView, ResultsPage, WorkerView
+from schemas.api import (
+    BatchLinks,
+    BatchRename,
+    BatchView,
+    ErrorBody,
+    GradeRequest,
+    HealthView,
+    ReadyView,
+    ResultsPage,
+    WorkerView,
+)
 from schemas.batch import BatchCounts, BatchOptions, BatchStatus, BatchSubmission
 from schemas.calibration import CalibrationSpec
 from schemas.judgement import Judgement, JudgementStatus, Provenance
@@ -18,6 +28,7 @@ __all__ = [
     "BatchCounts",
     "BatchLinks",
     "BatchOptions",
+    "BatchRename",
     "BatchStatus",
     "BatchSubmission",
     "BatchView",

@@ -24,6 +24,7 @@ class BatchView(BaseModel):
     """A batch as the API shows it: where it is, how far, how fast."""
 
     id: str
+    name: str | None = Field(default=None, description="The batch's name (PATCH /v1/batches/{id} sets it).")
     status: BatchStatus
     counts: BatchCounts
     options: BatchOptions
@@ -87,3 +88,11 @@ class ReadyView(BaseModel):
 class HealthView(BaseModel):
     status: str
     version: str
+
+
+class BatchRename(BaseModel):
+    """PATCH /v1/batches/{id}: a new name for the batch ("" removes it). Other fields are refused (422)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(max_length=200, description='e.g. "lectures, prompt juiz-2"; "" removes the name')

@@ -20,10 +20,22 @@ class Segment(BaseModel):
 
     text: str
     source: str | None = Field(default=None, description="Corpus id or document name.")
-    start: str | None = Field(default=None, description="Start offset, e.g. 00:18:08.")
-    end: str | None = Field(default=None, description="End offset, e.g. 00:20:12.")
+    start: str | None = Field(
+        default=None, description="Start offset: a time such as 00:18:08, or a character offset (a number)."
+    )
+    end: str | None = Field(
+        default=None, description="End offset: a time such as 00:20:12, or a character offset (a number)."
+    )
     # Strict: `true` is not a score of 1.0 (no silent coercions at intake).
     score: Annotated[float, Strict()] | None = Field(default=None, description="Retriever score.")
+
+    @field_validator("start", "end", mode="before")
+    @classmethod
+    def _offset_as_text(cls, value: object) -> object:
+        # Character offsets arrive as numbers; kept as their text so times and offsets share one field type.
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return str(value)
+        return value
 
 
 def _not_a_bool(value: object) -> object:

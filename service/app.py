@@ -14,6 +14,7 @@ from typing import Any
 from litestar import Litestar, Request
 from litestar.datastructures import State
 from litestar.di import Provide
+from litestar.exceptions import HTTPException
 from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 from redis.asyncio.retry import Retry as AsyncRetry
@@ -26,6 +27,7 @@ from juiz.settings import Settings
 from juiz.store import Store
 from service.auth import provide_tenant
 from service.controllers import BatchController, GradeController, HealthController
+from service.controllers.compare import CompareController
 from service.controllers.items import ItemController
 from service.edge import (
     index_query_parameters,
@@ -37,6 +39,7 @@ from service.metrics import HTTP_METRICS, registry_for
 from service.openapi import assets_router, document_limits, forbid_extra_fields, openapi_config
 from service.ratelimit import enforce_rate_limit
 from service.ui import ui_router
+from service.ui.router import http_exception
 
 log = logging.getLogger(__name__)
 
@@ -99,6 +102,7 @@ def create_app(settings: Settings | None = None, redis: Redis | None = None) -> 
             GradeController,
             HealthController,
             ItemController,  # manual labels (issue 11)
+            CompareController,  # two runs side by side (issue 18)
             assets_router(),
             ui_router(),  # the web page under /ui (issue 11)
         ],
@@ -106,7 +110,7 @@ def create_app(settings: Settings | None = None, redis: Redis | None = None) -> 
             "store": Provide(provide_store, sync_to_thread=False),
             "tenant": Provide(provide_tenant, sync_to_thread=False),
         },
-        exception_handlers=EXCEPTION_HANDLERS,
+        exception_handlers={**EXCEPTION_HANDLERS, HTTPException: http_exception},  # /ui paths: HTML errors
         before_request=before_request,
         middleware=[security_headers_middleware, HTTP_METRICS.middleware],
         on_startup=[forbid_extra_fields, document_limits, index_query_parameters],

@@ -38,6 +38,7 @@ def batch_view(record: BatchRecord, now: float | None = None) -> BatchView:
         rate = round(rate, 4)
     return BatchView(
         id=record.id,
+        name=record.name,
         status=record.status,
         counts=record.counts,
         options=record.options,

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 import anyio
-from litestar import Controller, Request, Response, delete, get, post
+from litestar import Controller, Request, Response, delete, get, patch, post
 from litestar.datastructures import State
 from litestar.di import NamedDependency, Provide
 from litestar.enums import ParamType
@@ -18,6 +18,7 @@ from litestar.openapi.spec import OpenAPIMediaType, OpenAPIType, Operation, Requ
 from litestar.openapi.spec import Parameter as OpenAPIParameter
 from litestar.params import HeaderParameter, Parameter, QueryParameter, RawBody
 from litestar.response import Stream
+from pydantic import ValidationError
 from redis.asyncio import Redis as AsyncRedis
 
 from juiz.calibration import CalibrationUnavailable
@@ -29,6 +30,7 @@ from juiz.uncertainty import uncertain_first
 from schemas import (
     AgreementByMetric,
     AgreementReport,
+    BatchRename,
     BatchSubmission,
     BatchView,
     CalibrationSpec,
@@ -392,3 +394,37 @@ class BatchController(Controller):
         A finished batch is left as it is."""
         record = owned_batch(store, tenant, batch_id)
         return batch_view(store.cancel_batch(record))
+
+    @patch(
+        "/{batch_id:str}",
+        operation_id="renameBatch",
+        sync_to_thread=True,
+        responses=responses(401, 404, 422, 429, 503),
+        summary="Rename",
+    )
+    def rename_batch(
+        self,
+        store: NamedDependency[Store],
+        tenant: NamedDependency[str],
+        batch_id: BatchId,
+        body: RawBody,
+    ) -> BatchView:
+        """Give the batch a name (shown by the web page and in the batch's view): a JSON body `{"name": "..."}`,
+        "" removes it. 422 for another body, as PATCH of an item's label answers."""
+        record = owned_batch(store, tenant, batch_id)
+        store.set_batch_name(record.id, _read_rename(body).name.strip())
+        return batch_view(owned_batch(store, tenant, batch_id))
+
+
+def _read_rename(body: bytes) -> BatchRename:
+    try:
+        data = json.loads(body or b"null")
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise InputError(f"malformed JSON: {exc}", source="body") from None
+    if not isinstance(data, dict):
+        raise InputError('expected a JSON object, e.g. {"name": "lectures, prompt juiz-2"}', source="body")
+    try:
+        return BatchRename.model_validate(data)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        raise InputError(str(error["msg"]), source="body", field=".".join(map(str, error["loc"])) or None) from None

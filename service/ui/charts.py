@@ -57,10 +57,11 @@ def score_histogram(counts: dict[str, int], metric: str) -> Markup:
 
 
 def expected_histogram(bins: Sequence[int], metric: str) -> Markup:
-    """Items per expected-score bin (0–1), for seeing how sure the judge was."""
-    step = 1 / len(bins)
+    """Items per expected-score bin, for seeing how sure the judge was. Drawn on the scores' own 0–3 scale (the
+    result stores it on 0–1), so it reads beside the score histogram."""
+    step = 3 / len(bins)
     bars = [(f"{n * step:.1f}", count) for n, count in enumerate(bins)]
-    label = f"{metric}: items per expected score (bins of {step:.1f} from 0 to 1)"
+    label = f"{metric}: items per expected score (bins of {step:.1f} from 0 to 3)"
     return bar_chart(bars, label)
 
 

@@ -1,10 +1,12 @@
-"""Manual labels set after submission: what a label may be, and which caches a change makes stale."""
+"""Manual labels set after submission: what a label may be, which caches a change makes stale, and the calibration
+a tenant saved from its labels."""
 
 from __future__ import annotations
 
 from juiz.errors import InputError, JuizError
 from juiz.labels import class_of_label, resolve_numeric_scale
-from juiz.store import Store
+from juiz.store import PREFIX, Store
+from schemas.calibration import CalibrationSpec
 from schemas.labels import LabelMapping
 from schemas.triple import Label
 
@@ -31,3 +33,13 @@ def invalidate_agreement(store: Store, batch_id: str) -> None:
     stale = list(store.redis.scan_iter(match=pattern, count=1000))
     if stale:
         store.redis.delete(*stale)
+
+
+def saved_calibration_key(tenant: str) -> str:
+    return f"{PREFIX}:ui:calibration:{tenant}"
+
+
+def saved_calibration(store: Store, tenant: str) -> CalibrationSpec | None:
+    """The calibration the tenant saved from a label queue's end: the upload form offers it for new batches."""
+    raw = store.redis.get(saved_calibration_key(tenant))
+    return None if raw is None else CalibrationSpec.model_validate_json(raw)

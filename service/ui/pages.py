@@ -27,26 +27,31 @@ from litestar.params import FromPath, QueryParameter
 from litestar.response import Redirect, Stream
 
 from juiz.errors import InputError, PromptError
+from juiz.labels import class_of_label, resolve_numeric_scale
 from juiz.options import OPTIONS, options_from_text
 from juiz.readers import JSONL_SUFFIXES, REPORT_SUFFIXES, read_triples
 from juiz.report import render_report
 from juiz.store import BatchRecord, Store
 from schemas import AgreementReport, Judgement
 from schemas.judgement import METRICS
+from schemas.labels import LabelMapping
+from schemas.triple import Label
 from service.auth import tenant_for
 from service.controllers.batches import owned_batch
 from service.errors import LimitExceeded
 from service.intake import read_submission
 from service.ui import charts, session
-from service.ui.labels import LabelRejected, check_label, invalidate_agreement
-from service.ui.render import html
+from service.ui.labels import LabelRejected, check_label, invalidate_agreement, saved_calibration
+from service.ui.render import fragment, html
 from service.ui.rows import (
+    INTERNAL_FIELDS,
     SORT_KEYS,
     BatchIndex,
     Query,
     RowCache,
     agreement_of,
     expected_bins,
+    field_names,
     metrics_present,
     page_of,
     score_counts,
@@ -87,6 +92,23 @@ def _float(value: str | None) -> float | None:
         return None
 
 
+MIN_PACE_S = 1.0
+
+
+def pace(record: BatchRecord, cached: int = 0) -> float | None:
+    """Judgements per second, or None when it means nothing: a batch over in under a second, or one mostly served
+    from the result cache (its 'pace' was Redis reads, shown as ~1,000 judgements/s)."""
+    view = batch_view(record)
+    if view.judgements_per_s is None or record.started_at is None:
+        return None
+    if cached * 2 >= max(record.counts.done, 1):
+        return None
+    end = (record.finished_at or record.updated_at) if record.terminal else None
+    if end is not None and end - record.started_at < MIN_PACE_S:
+        return None
+    return view.judgements_per_s
+
+
 def batch_base(batch_id: str) -> str:
     return f"/ui/batches/{batch_id}"
 
@@ -103,9 +125,10 @@ class UIController(Controller):
 
     @get("/signin", sync_to_thread=False)
     def signin_form(self, request: Request[Any, Any, Any]) -> Response[Any]:
+        back = request.query_params.get("next", "")
         if session.open_api(request):
-            return Redirect("/ui/batches")
-        return html("signin.html", error=None)
+            return Redirect(back if session.safe_next(back) else "/ui/batches")
+        return html("signin.html", error=None, next=back if session.safe_next(back) else "")
 
     @post("/signin", status_code=303)
     async def signin(self, request: Request[Any, Any, Any], store: NamedDependency[Store]) -> Response[Any]:
@@ -113,16 +136,20 @@ class UIController(Controller):
         session.check_origin(request)
         retry_after = await anyio.to_thread.run_sync(session.signin_retry_after, store, request)
         if retry_after is not None:
-            response = html("signin.html", error="Too many attempts: wait a minute and try again.", status_code=429)
+            response = html(
+                "signin.html", error="Too many attempts: wait a minute and try again.", status_code=429, next=""
+            )
             response.headers["Retry-After"] = str(retry_after)
             return response
         form = await request.form()
         key = str(form.get("api_key") or "").strip()
+        back = str(form.get("next") or "")
+        back = back if session.safe_next(back) else ""
         tenant = tenant_for(key, request.app.state.tenants_by_key) if key else None
         if tenant is None:
-            return html("signin.html", error="That API key is not known.", status_code=401)
+            return html("signin.html", error="That API key is not known.", status_code=401, next=back)
         new = await anyio.to_thread.run_sync(session.create, store, tenant)
-        response = Redirect("/ui/batches", status_code=303)
+        response = Redirect(back or "/ui/batches", status_code=303)
         response.set_cookie(session.cookie_for(new, request))
         return response
 
@@ -146,7 +173,13 @@ class UIController(Controller):
         page: Annotated[int, QueryParameter(ge=1)] = 1,
     ) -> Response[Any]:
         current = session.require(store, request)
-        return session.with_cookie(request, self._batches_page(request, store, current, page))
+        flash = session.pop_flash(store, current)
+        # A refused upload, redirected here: its error and the form as it was sent.
+        if flash is not None and "error" in flash:
+            response = self._batches_page(request, store, current, page, flash["error"], flash["form"], 422)
+        else:
+            response = self._batches_page(request, store, current, page)
+        return session.with_cookie(request, response)
 
     def _batches_page(
         self,
@@ -165,7 +198,7 @@ class UIController(Controller):
             status_code=status_code,
             session=current,
             signed_in=not session.open_api(request),
-            batches=[(r, batch_view(r)) for r in records],
+            batches=[(r, pace(r)) for r in records],
             stamp=_stamp,
             page=page,
             pages=pages,
@@ -173,8 +206,17 @@ class UIController(Controller):
             metrics=METRICS,
             error=error,
             form=form
-            or {"metrics": ["answer_relevance"], "mode": "cot", "lang": "auto", "prompt": "", "label_mapping": ""},
+            or {
+                "metrics": ["answer_relevance"],
+                "mode": "cot",
+                "lang": "auto",
+                "prompt": "",
+                "label_mapping": "",
+                "calibration": True,
+            },
             max_items=store.settings.max_items,
+            saved_calibration=saved_calibration(store, current.tenant),
+            calibration_saved=request.query_params.get("calibration") == "saved",
         )
 
     @post("/batches", status_code=303)  # the app-wide max_body_bytes bounds the upload (413 beyond it)
@@ -190,30 +232,32 @@ class UIController(Controller):
             "mode": str(form.get("mode") or "cot"),
             "lang": str(form.get("lang") or "auto"),
             "label_mapping": str(form.get("label_mapping") or "").strip(),
+            "calibration": form.get("use_saved_calibration") == "1",  # not an option field: OPTIONS reads JSON there
         }
         # Every option the form sends, read as the JSONL upload's query is (both derived from BatchOptions).
         options = {
             name: [str(v) for v in form.getall(name, []) if str(v).strip()] for name in OPTIONS if form.getall(name, [])
         }
         options = {name: texts for name, texts in options.items() if texts}
+        calibrate = form.get("use_saved_calibration") == "1"
         upload = form.get("file")
         try:
             if not isinstance(upload, UploadFile) or not upload.filename:
                 raise InputError("choose a file to upload", field="file")
             content = await upload.read()
             record = await anyio.to_thread.run_sync(
-                self._create, store, current.tenant, upload.filename, content, options
+                self._create, store, current.tenant, upload.filename, content, options, calibrate
             )
         except (InputError, PromptError, LimitExceeded) as exc:
-            problem = str(exc)
-            response = await anyio.to_thread.run_sync(
-                lambda: self._batches_page(request, store, current, 1, problem, values, 422)
-            )
-            return session.with_cookie(request, response)
+            # Post/redirect/get: the error page is a GET, so reloading it doesn't send the upload again.
+            await anyio.to_thread.run_sync(session.put_flash, store, current, {"error": str(exc), "form": values})
+            return session.with_cookie(request, Redirect("/ui/batches#new-title", status_code=303))
         return session.with_cookie(request, Redirect(batch_base(record.id), status_code=303))
 
     @staticmethod
-    def _create(store: Store, tenant: str, filename: str, content: bytes, form: dict[str, list[str]]) -> BatchRecord:
+    def _create(
+        store: Store, tenant: str, filename: str, content: bytes, form: dict[str, list[str]], calibrate: bool = False
+    ) -> BatchRecord:
         suffix = Path(filename).suffix.lower()
         if suffix not in UPLOAD_SUFFIXES:
             raise InputError(f"unknown file type '{suffix or '(none)'}'; expected one of {', '.join(UPLOAD_SUFFIXES)}")
@@ -225,10 +269,16 @@ class UIController(Controller):
             except InputError as exc:
                 raise InputError(exc.message, source=Path(filename).name, line=exc.line, field=exc.field) from None
         options = options_from_text(form, source="form")
+        if calibrate:
+            spec = saved_calibration(store, tenant)
+            if spec is None:
+                raise InputError("no saved calibration: fit one from a label queue's end", field="options.calibration")
+            options["calibration"] = spec.model_dump(mode="json")
         # The API's own intake: the same limits, lengths, depth and option checks as POST /v1/batches.
         body = json.dumps({"items": [t.model_dump(mode="json") for t in triples], "options": options}).encode()
         submission = read_submission(body, "application/json", {}, store.settings)
         record, _ = store.create_batch(tenant, submission.options, submission.items)
+        store.set_batch_name(record.id, Path(filename).stem[:200])  # named after its file, until renamed
         return record
 
     @get("/batches/{batch_id:str}/progress", sync_to_thread=True)
@@ -246,6 +296,18 @@ class UIController(Controller):
             "eta_s": view.eta_s,
         }
 
+    @post("/batches/{batch_id:str}/name", status_code=303)
+    async def rename(
+        self, request: Request[Any, Any, Any], store: NamedDependency[Store], batch_id: FromPath[str]
+    ) -> Response[Any]:
+        current = await anyio.to_thread.run_sync(session.require, store, request)
+        form = await request.form()
+        session.check_csrf(current, request, form.get("csrf"))
+        record = await anyio.to_thread.run_sync(owned_batch, store, current.tenant, batch_id)
+        name = str(form.get("name") or "").strip()[:200]
+        await anyio.to_thread.run_sync(store.set_batch_name, record.id, name)
+        return Redirect(batch_base(batch_id), status_code=303)
+
     @post("/batches/{batch_id:str}/cancel", status_code=303)
     async def cancel(
         self, request: Request[Any, Any, Any], store: NamedDependency[Store], batch_id: FromPath[str]
@@ -256,8 +318,7 @@ class UIController(Controller):
         record = await anyio.to_thread.run_sync(owned_batch, store, current.tenant, batch_id)
         await anyio.to_thread.run_sync(store.cancel_batch, record)
         back = str(form.get("next") or "")
-        # Only back to a page of ours: never an open redirect.
-        target = back if back.startswith("/ui/") and "//" not in back and "\\" not in back else batch_base(batch_id)
+        target = back if session.safe_next(back) else batch_base(batch_id)
         return Redirect(target, status_code=303)
 
     # --- one batch ----------------------------------------------------------------------------------------------
@@ -271,62 +332,32 @@ class UIController(Controller):
         batch_id: FromPath[str],
     ) -> Response[Any]:
         current = session.require(store, request)
-        record = owned_batch(store, current.tenant, batch_id)
-        index = row_cache(state, store).index(record)
-        params = request.query_params
-        mapping = record.options.label_mapping
-        metrics = metrics_present(index.rows) or list(record.options.metrics)
-        query = Query(
-            status=params.get("status", ""),
-            metric=params.get("metric", "") if params.get("metric", "") in METRICS else "",
-            score=_int(params.get("score")),
-            label=params.get("label", ""),
-            disagreement=params.get("disagreement", ""),
-            min_uncertainty=_float(params.get("min_uncertainty")),
-            uncertain=params.get("uncertain") == "1",
-            sort=params.get("sort", "disagreement") if params.get("sort") in SORT_KEYS else "disagreement",
-            descending=params.get("dir", "desc") != "asc",
-        )
-        query.metric = (
-            query.metric or mapping.metric or ("answer_relevance" if "answer_relevance" in metrics else metrics[0])
-        )
-        page = page_of(index, query, _int(params.get("page")) or 1, PER_PAGE)
-        agreement, complete, agreement_error = _agreement(index, store, record)
-        histograms = [
-            (
-                m,
-                charts.score_histogram(score_counts(index.rows, m), m),
-                charts.expected_histogram(expected_bins(index.rows, m), m),
-            )
-            for m in metrics
-        ]
-        page_base = urlencode([(k, v) for k, v in params.items() if k != "page"])
-        sort_base = urlencode([(k, v) for k, v in params.items() if k not in ("page", "sort", "dir")])
-        return session.with_cookie(
-            request,
-            html(
-                "batch.html",
-                session=current,
-                signed_in=not session.open_api(request),
-                record=record,
-                view=batch_view(record),
-                stamp=_stamp,
-                histograms=histograms,
-                agreement=agreement,
-                agreement_complete=complete,
-                agreement_error=agreement_error,
-                heat_map=None if agreement is None else charts.heat_map(agreement.confusion_matrix, agreement.classes),
-                page=page,
-                query=query,
-                metrics=metrics,
-                classes=[c.name for c in mapping.classes],
-                page_base=page_base,
-                sort_base=sort_base,
-                sort_keys=SORT_KEYS,
-                graded=index.covered,
-                calibrated=any(r.calibrated_label is not None for r in index.rows),
-            ),
-        )
+        context = _batch_context(request, state, store, current, batch_id)
+        return session.with_cookie(request, html("batch.html", **context))
+
+    @get("/batches/{batch_id:str}/live", sync_to_thread=True)
+    def live(
+        self,
+        request: Request[Any, Any, Any],
+        state: State,
+        store: NamedDependency[Store],
+        batch_id: FromPath[str],
+    ) -> dict[str, Any]:
+        """The parts of the batch page that move while it runs (scores, agreement, the items table under the page's
+        own filters), rendered as the page renders them: its script swaps them in place, with no reload."""
+        current = session.require(store, request)
+        context = _batch_context(request, state, store, current, batch_id)
+        record = context["record"]
+        return {
+            "terminal": record.terminal,
+            "graded": context["graded"],
+            "agreement_pending": not context["agreement_complete"],
+            "html": {
+                "scores-body": fragment("_scores.html", **context),
+                "agreement-body": fragment("_agreement.html", **context),
+                "items-body": fragment("_items.html", **context),
+            },
+        }
 
     @get("/batches/{batch_id:str}/agreement", sync_to_thread=True)
     def agreement(
@@ -366,6 +397,7 @@ class UIController(Controller):
         current = session.require(store, request)
         record = owned_batch(store, current.tenant, batch_id)
         index = row_cache(state, store).index(record)
+        flash = session.pop_flash(store, current) or {}
         row = index.by_index.get(item_index)
         judgement: Judgement | None = None
         if row is not None:
@@ -386,6 +418,13 @@ class UIController(Controller):
         if relevance is not None and relevance.segments:
             segment_grades = {g.index: g for g in relevance.segments}
         extra = (judgement.model_extra if judgement is not None else triple.model_extra if triple else None) or {}
+        mapping = record.options.label_mapping
+        # The item's own extra fields (what the uploader sent beside question/answer/context), shown as sent.
+        metadata = [
+            (name, value if isinstance(value, str) else json.dumps(value, ensure_ascii=False))
+            for name, value in extra.items()
+            if name not in INTERNAL_FIELDS  # juiz's own, shown in the labels section
+        ]
         return session.with_cookie(
             request,
             html(
@@ -399,11 +438,14 @@ class UIController(Controller):
                 segments=segments,
                 segment_grades=segment_grades,
                 metric_results=metric_results,
-                classes=[c.name for c in record.options.label_mapping.classes],
+                classes=[c.name for c in mapping.classes],
+                manual_class=manual_class_name(source.manual_label, mapping),
                 label_by=extra.get("manual_label_by"),
                 label_at=extra.get("manual_label_at"),
                 back=request.query_params.get("back", ""),
                 message=request.query_params.get("saved"),
+                conflict=flash.get("conflict"),
+                metadata=metadata,
             ),
         )
 
@@ -421,24 +463,14 @@ class UIController(Controller):
         session.check_csrf(current, request, form.get("csrf"))
         raw = str(form.get("manual_label") or "").strip()
         label = None if raw in ("", "(none)") else raw
-        await anyio.to_thread.run_sync(self._set_label, state, store, current.tenant, batch_id, item_index, label)
+        seen = str(form.get("seen") or "")
+        _, conflict = await anyio.to_thread.run_sync(
+            save_label, state, store, current.tenant, batch_id, item_index, label, seen
+        )
+        if conflict:
+            await anyio.to_thread.run_sync(session.put_flash, store, current, {"conflict": conflict})
         target = f"{batch_base(batch_id)}/items/{item_index}?saved=1"
         return session.with_cookie(request, Redirect(target + "#labels", status_code=303))
-
-    @staticmethod
-    def _set_label(state: State, store: Store, tenant: str, batch_id: str, item_index: int, label: str | None) -> None:
-        record = owned_batch(store, tenant, batch_id)
-        cache = row_cache(state, store)
-        row = cache.index(record).by_index.get(item_index)
-        if row is None:
-            raise NotFoundException(detail=f"item {item_index} of batch {batch_id} is not graded yet")
-        try:
-            check_label(label, record.options.label_mapping)
-        except LabelRejected as exc:
-            raise InputError(str(exc), field="manual_label") from None
-        judgement, version = store.set_manual_label(batch_id, row.position, label, tenant, time.time())
-        invalidate_agreement(store, batch_id)
-        cache.updated(record, row.position, judgement, version)
 
     # --- exports ------------------------------------------------------------------------------------------------
 
@@ -474,6 +506,113 @@ class UIController(Controller):
             media_type="text/markdown; charset=utf-8",
             headers={"Content-Disposition": f'attachment; filename="juiz-{batch_id}-report.md"'},
         )
+
+
+def save_label(
+    state: State, store: Store, tenant: str, batch_id: str, item_index: int, label: Label | None, seen: str | None
+) -> tuple[Label | None, str | None]:
+    """Set an item's manual label as `tenant`: (the label it replaced, a note when that one was set by someone
+    after the reader saw the item). `seen` is the manual_label_at the reader's page showed ("" for none; None: not
+    known). Last write wins; the note is how the overwrite is made visible instead of silent."""
+    record = owned_batch(store, tenant, batch_id)
+    cache = row_cache(state, store)
+    row = cache.index(record).by_index.get(item_index)
+    if row is None:
+        raise NotFoundException(detail=f"item {item_index} of batch {batch_id} is not graded yet")
+    try:
+        check_label(label, record.options.label_mapping)
+    except LabelRejected as exc:
+        raise InputError(str(exc), field="manual_label") from None
+    before = store.results_at(batch_id, [row.position])[0]
+    extra = (before.model_extra if before is not None else None) or {}
+    previous = None if before is None else before.manual_label
+    judgement, version = store.set_manual_label(batch_id, row.position, label, tenant, time.time())
+    invalidate_agreement(store, batch_id)
+    cache.updated(record, row.position, judgement, version)
+    changed_at = str(extra.get("manual_label_at") or "")
+    conflict = None
+    if seen is not None and changed_at and changed_at != seen and previous != label:
+        conflict = (
+            f"This replaced the label {previous!s} that {extra.get('manual_label_by')} set at {changed_at}, "
+            "after the page was shown to you."
+        )
+    return previous, conflict
+
+
+def manual_class_name(label: Label | None, mapping: LabelMapping) -> str | None:
+    """The class a stored label stands for (`PC`, `correct`, `2` → its class), None when unset or unknown: the
+    label form preselects it, so saving without a change keeps the label."""
+    if label is None:
+        return None
+    try:
+        return mapping.classes[class_of_label(label, mapping, resolve_numeric_scale([label], mapping))].name
+    except InputError:
+        return None
+
+
+def _batch_context(
+    request: Request[Any, Any, Any], state: State, store: Store, current: session.Session, batch_id: str
+) -> dict[str, Any]:
+    """What the batch page draws, for its filters (the query string): the whole page, or its moving parts."""
+    record = owned_batch(store, current.tenant, batch_id)
+    index = row_cache(state, store).index(record)
+    params = request.query_params
+    mapping = record.options.label_mapping
+    metrics = metrics_present(index.rows) or list(record.options.metrics)
+    query = Query(
+        status=params.get("status", ""),
+        metric=params.get("metric", "") if params.get("metric", "") in METRICS else "",
+        score=_int(params.get("score")),
+        label=params.get("label", ""),
+        disagreement=params.get("disagreement", ""),
+        min_uncertainty=_float(params.get("min_uncertainty")),
+        uncertain=params.get("uncertain") == "1",
+        field=params.get("field", ""),
+        value=params.get("value", "").strip(),
+        sort=params.get("sort", "disagreement") if params.get("sort") in SORT_KEYS else "disagreement",
+        descending=params.get("dir", "desc") != "asc",
+    )
+    query.metric = (
+        query.metric or mapping.metric or ("answer_relevance" if "answer_relevance" in metrics else metrics[0])
+    )
+    page = page_of(index, query, _int(params.get("page")) or 1, PER_PAGE)
+    cached = sum(1 for r in index.rows if r.cached)
+    agreement, complete, agreement_error = _agreement(index, store, record)
+    histograms = [
+        (
+            m,
+            charts.score_histogram(score_counts(index.rows, m), m),
+            charts.expected_histogram(expected_bins(index.rows, m), m),
+        )
+        for m in metrics
+    ]
+    query_fields = [(k, v) for k, v in params.items() if k != "page"]  # the queue's "this table's order"
+    page_base = urlencode([(k, v) for k, v in params.items() if k != "page"])
+    sort_base = urlencode([(k, v) for k, v in params.items() if k not in ("page", "sort", "dir")])
+    return dict(
+        session=current,
+        signed_in=not session.open_api(request),
+        record=record,
+        pace=pace(record, cached),
+        cached=cached,
+        stamp=_stamp,
+        histograms=histograms,
+        agreement=agreement,
+        agreement_complete=complete,
+        agreement_error=agreement_error,
+        heat_map=None if agreement is None else charts.heat_map(agreement.confusion_matrix, agreement.classes),
+        page=page,
+        query=query,
+        metrics=metrics,
+        classes=[c.name for c in mapping.classes],
+        page_base=page_base,
+        query_fields=query_fields,
+        sort_base=sort_base,
+        sort_keys=SORT_KEYS,
+        graded=index.covered,
+        calibrated=any(r.calibrated_label is not None for r in index.rows),
+        fields=field_names(index.rows),
+    )
 
 
 def _agreement(index: BatchIndex, store: Store, record: BatchRecord) -> tuple[AgreementReport | None, bool, str | None]:

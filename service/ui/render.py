@@ -28,3 +28,8 @@ ENV.filters["fmt"] = _fmt
 def html(template: str, status_code: int = 200, **context: Any) -> Response[Any]:
     body = ENV.get_template(template).render(**context)
     return Response(body, media_type=MediaType.HTML, status_code=status_code)
+
+
+def fragment(template: str, **context: Any) -> str:
+    """A part of a page, as text: what the page's script swaps in while a batch runs."""
+    return ENV.get_template(template).render(**context)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 from litestar import Request, Response, Router
 from litestar.datastructures import CacheControlHeader, ResponseHeader
@@ -17,9 +18,12 @@ from litestar.response import Redirect
 from litestar.static_files import create_static_files_router
 
 from juiz.errors import InputError
+from service.errors import http_exception as api_http_exception
+from service.ui.annotate import AnnotationController
+from service.ui.compare import CompareController
 from service.ui.pages import UIController
 from service.ui.render import html
-from service.ui.session import CsrfRejected, SignInRequired
+from service.ui.session import UI_PATH, CsrfRejected, SignInRequired, safe_next
 
 log = logging.getLogger(__name__)
 
@@ -43,28 +47,44 @@ async def no_store(response: Response[Any]) -> Response[Any]:
     return response
 
 
-def _sign_in(_: Request[Any, Any, Any], __: SignInRequired) -> Response[Any]:
-    return Redirect("/ui/signin", status_code=303)
+def _sign_in(request: Request[Any, Any, Any], _: SignInRequired) -> Response[Any]:
+    """A page goes to the sign-in form, which brings the reader back here after; the page's own script (polling)
+    gets a 401 it can show, instead of a redirect to a form it can't read (session loss was silent)."""
+    back = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+    signin = f"/ui/signin?{urlencode({'next': back})}" if safe_next(back) and request.method == "GET" else "/ui/signin"
+    if request.headers.get("x-juiz-fetch") or "application/json" in request.headers.get("accept", ""):
+        return Response({"detail": "signed out", "signin": signin}, status_code=401)
+    return Redirect(signin, status_code=303)
+
+
+def _error_page(status_code: int, title: str, detail: str) -> Response[Any]:
+    # An exception handler's response skips the router's response_headers: the page's own headers, set here.
+    response = html("error.html", status_code=status_code, title=title, detail=detail)
+    response.headers.update({**SECURITY_HEADERS, "Cache-Control": "no-store"})
+    return response
 
 
 def _csrf(_: Request[Any, Any, Any], exc: CsrfRejected) -> Response[Any]:
     log.warning("web page request refused: %s", exc)
-    return html(
-        "error.html",
-        status_code=403,
-        title="Refused",
-        detail="The form was stale or came from elsewhere: reload the page and try again.",
-    )
+    return _error_page(403, "Refused", "The form was stale or came from elsewhere: reload the page and try again.")
 
 
 def _input(_: Request[Any, Any, Any], exc: InputError) -> Response[Any]:
-    return html("error.html", status_code=422, title="Not accepted", detail=str(exc))
+    return _error_page(422, "Not accepted", str(exc))
 
 
 def _http(_: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:
     title = "Not found" if isinstance(exc, NotFoundException) else "Error"
     detail = "internal error" if exc.status_code >= 500 else exc.detail
-    return html("error.html", status_code=exc.status_code, title=title, detail=detail)
+    return _error_page(exc.status_code, title, detail)
+
+
+def http_exception(request: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:
+    """The app-wide HTTP error handler: a path under /ui that no route matched (routing fails before the /ui
+    router's own handlers run) gets the page's HTML error instead of the API's JSON."""
+    if request.url.path == UI_PATH or request.url.path.startswith(f"{UI_PATH}/"):
+        return _http(request, exc)
+    return api_http_exception(request, exc)
 
 
 def ui_router() -> Router:
@@ -73,7 +93,7 @@ def ui_router() -> Router:
     )
     return Router(
         path="/ui",
-        route_handlers=[UIController, static],
+        route_handlers=[UIController, AnnotationController, CompareController, static],
         after_request=no_store,
         response_headers=[ResponseHeader(name=name, value=value) for name, value in SECURITY_HEADERS.items()],
         exception_handlers={

@@ -20,7 +20,7 @@ from typing import Literal
 
 from juiz.agreement import Signal, compute_agreement
 from juiz.errors import InputError
-from juiz.labels import class_of_label, label_for, metric_of, resolve_numeric_scale
+from juiz.labels import class_of_label, class_of_score, label_for, metric_of, resolve_numeric_scale
 from juiz.store import BatchRecord, Store
 from schemas import AgreementReport, Judgement
 from schemas.agreement import CalibratedAgreement
@@ -77,6 +77,8 @@ class Row:
     uncertainty: float | None = None  # the result's own `uncertainty.score` (issue 9), when it has one
     uncertain: bool | None = None  # flagged for a human look (issue 9)
     calibrated_label: str | None = None  # with options.calibration
+    cached: bool = False  # served from the result cache: no engine time behind it
+    fields: dict[str, str] = field(default_factory=dict)  # the item's own scalar extra fields, as text (metadata)
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,6 +89,14 @@ class ViewRow:
     cell: MetricCell | None
     manual_class: int | None
     disagreement: int | None  # |manual class − judge class|; None when either is missing
+    judge_class: int | None = None  # under the shown metric
+    manual_name: str | None = None  # the manual label as its class name (aliases and numbers resolved)
+    judge_name: str | None = None
+
+    @property
+    def status(self) -> str:
+        """The shown metric's status (an item can be ok overall with this metric skipped), else the item's."""
+        return self.row.status if self.cell is None else self.cell.status
 
     @property
     def uncertainty(self) -> float | None:
@@ -106,6 +116,8 @@ class Query:
     disagreement: str = ""  # "yes", "no" or ""
     min_uncertainty: float | None = None
     uncertain: bool = False  # only results the judge flagged `uncertain`
+    field: str = ""  # an extra field (metadata) of the items: only items that have it…
+    value: str = ""  # …and whose value contains this (case-insensitive)
     sort: str = "disagreement"
     descending: bool = True
 
@@ -173,7 +185,36 @@ def row_of(position: int, index: int, judgement: Judgement, mapping: LabelMappin
         uncertainty=None if uncertainty is None else uncertainty.score,
         uncertain=getattr(judgement, "uncertain", None),
         calibrated_label=None if calibrated is None else calibrated.label,
+        cached=bool(getattr(judgement, "cached", False)),
+        fields=metadata_of(judgement),
     )
+
+
+INTERNAL_FIELDS = frozenset({"manual_label_by", "manual_label_at"})  # juiz's own extras, not the uploader's
+FIELD_CHARS = 80
+MAX_FIELDS = 30
+
+
+def metadata_of(judgement: Judgement) -> dict[str, str]:
+    """The uploader's scalar extra fields (course, speaker, split…) as short text: what the table filters and
+    shows as a column. Lists and objects are left to the item page."""
+    out: dict[str, str] = {}
+    for name, value in (judgement.model_extra or {}).items():
+        if name in INTERNAL_FIELDS or isinstance(value, dict | list) or value is None:
+            continue
+        text = str(value)
+        out[name] = text if len(text) <= FIELD_CHARS else text[:FIELD_CHARS] + "…"
+    return out
+
+
+def field_names(rows: Iterable[Row]) -> list[str]:
+    """The extra fields the batch's items have, for the table's field filter (the first MAX_FIELDS, sorted)."""
+    seen: set[str] = set()
+    for row in rows:
+        seen.update(row.fields)
+        if len(seen) > MAX_FIELDS:
+            break
+    return sorted(seen)[:MAX_FIELDS]
 
 
 class RowCache:
@@ -244,18 +285,46 @@ def manual_classes(rows: Sequence[Row], mapping: LabelMapping) -> list[int | Non
     return classes
 
 
+def default_metric(mapping: LabelMapping) -> str:
+    """The metric the mapping's own judge label reads (its verdict rule, when it has one, is shown under it)."""
+    return mapping.metric or "answer_relevance"
+
+
+def metric_class(cell: MetricCell | None, mapping: LabelMapping) -> int | None:
+    """The judge's class under one metric: from that metric's own ok score."""
+    if cell is None or cell.status != MetricStatus.OK.value or cell.score is None:
+        return None
+    return class_of_score(cell.score, mapping)
+
+
 def view_rows(index: BatchIndex, metric: str) -> list[ViewRow]:
-    rows = index.rows
+    """The rows under `metric`: its cell, its judge class (the mapping's own label for the default metric, else the
+    class of this metric's score) and the disagreement with the manual label on that class."""
+    rows, mapping = index.rows, index.mapping
+    names = [c.name for c in mapping.classes]
+    own = metric == default_metric(mapping)
     out = []
-    for row, manual in zip(rows, manual_classes(rows, index.mapping), strict=True):
-        disagreement = None if manual is None or row.judge_class is None else abs(manual - row.judge_class)
-        out.append(ViewRow(row, row.metrics.get(metric), manual, disagreement))
+    for row, manual in zip(rows, manual_classes(rows, mapping), strict=True):
+        cell = row.metrics.get(metric)
+        judge = row.judge_class if own else metric_class(cell, mapping)
+        disagreement = None if manual is None or judge is None else abs(manual - judge)
+        out.append(
+            ViewRow(
+                row,
+                cell,
+                manual,
+                disagreement,
+                judge,
+                None if manual is None else names[manual],
+                None if judge is None else names[judge],
+            )
+        )
     return out
 
 
 def _matches(view: ViewRow, query: Query, mapping: LabelMapping) -> bool:
     row, cell = view.row, view.cell
-    if query.status and row.status != query.status:
+    if query.status and view.status != query.status:
         return False
     if query.score is not None and (cell is None or cell.score != query.score):
         return False
@@ -273,6 +342,10 @@ def _matches(view: ViewRow, query: Query, mapping: LabelMapping) -> bool:
         uncertainty = view.uncertainty
         if uncertainty is None or uncertainty < query.min_uncertainty:
             return False
+    if query.field:
+        value = row.fields.get(query.field)
+        if value is None or (query.value and query.value.casefold() not in value.casefold()):
+            return False
     return bool(row.uncertain) or not query.uncertain
 
 
@@ -289,7 +362,7 @@ def _sort_value(view: ViewRow, key: str) -> tuple[int, float | str]:
     elif key == "uncertainty":
         value = view.uncertainty
     elif key == "status":
-        value = view.row.status
+        value = view.status
     elif key == "id":
         value = view.row.id
     else:
@@ -299,7 +372,7 @@ def _sort_value(view: ViewRow, key: str) -> tuple[int, float | str]:
 
 def page_of(index: BatchIndex, query: Query, page: int, per_page: int) -> Page:
     """Filter, sort (ties: input order; disagreements first then the most uncertain by default) and page."""
-    metric = query.metric or index.mapping.metric or "answer_relevance"
+    metric = query.metric or default_metric(index.mapping)
     matching = [v for v in view_rows(index, metric) if _matches(v, query, index.mapping)]
     matching.sort(key=lambda v: v.row.index)
     if query.sort == "disagreement":
@@ -346,6 +419,15 @@ def _judgements(index: BatchIndex) -> list[Judgement]:
             calibrated=None if r.calibrated_label is None else CalibratedGrade(label=r.calibrated_label),
         )
         for r in index.rows
+    ]
+
+
+def indexed_rows(index: BatchIndex) -> list[tuple[int, Judgement]]:
+    """(input index, judgement) per row, the judgement holding what compute_agreement and a comparison read (the
+    judge's class as `automated_label`): two batches compared without parsing their results again."""
+    return [
+        (r.index, judgement.model_copy(update={"automated_label": r.judge_label}))
+        for r, judgement in zip(index.rows, _judgements(index), strict=True)
     ]
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import secrets
 import time
 from dataclasses import dataclass
@@ -79,7 +80,7 @@ def load(store: Store, request: Request[Any, Any, Any]) -> Session | None:
 
 
 def delete(store: Store, session: Session) -> None:
-    store.redis.delete(_key(session.id))
+    store.redis.delete(_key(session.id), f"{_key(session.id)}:flash")
 
 
 def cookie_for(session: Session, request: Request[Any, Any, Any]) -> Cookie:
@@ -135,6 +136,33 @@ def signin_retry_after(store: Store, request: Request[Any, Any, Any]) -> int | N
     if int(count) <= limit:
         return None
     return max(1, int((window + 1) * WINDOW_S - now) + 1)
+
+
+FLASH_TTL_S = 600
+
+
+def put_flash(store: Store, session: Session, data: dict[str, Any]) -> None:
+    """What a refused form posted and why, for the page the POST redirects to (so a reload doesn't post again)."""
+    store.redis.set(f"{_key(session.id)}:flash", json.dumps(data), ex=FLASH_TTL_S)
+
+
+def pop_flash(store: Store, session: Session) -> dict[str, Any] | None:
+    """The flash once: shown by the next page, gone after."""
+    with store.redis.pipeline(transaction=True) as pipe:
+        pipe.get(f"{_key(session.id)}:flash")
+        pipe.delete(f"{_key(session.id)}:flash")
+        raw, _ = pipe.execute()
+    return None if raw is None else dict(json.loads(raw))
+
+
+def safe_next(target: str) -> bool:
+    """Only back to a page of ours: never an open redirect (no scheme, no other host, no backslash tricks)."""
+    return (
+        target.startswith(f"{UI_PATH}/")
+        and "//" not in target
+        and "\\" not in target
+        and not target.startswith(f"{UI_PATH}/signin")
+    )
 
 
 def check_origin(request: Request[Any, Any, Any]) -> None:

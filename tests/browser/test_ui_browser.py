@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 from PIL import Image
-from selenium.common.exceptions import NoAlertPresentException
+from selenium.common.exceptions import NoAlertPresentException, StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support import expected_conditions as ec
@@ -131,6 +131,7 @@ def test_sign_in_upload_watch_label_and_xss(
     # Live progress: the page's script follows the batch and reloads it once done.
     wait.until(ec.text_to_be_present_in_element((By.CSS_SELECTOR, ".summary [data-field=status]"), "done"))
     wait.until(ec.presence_of_element_located((By.CSS_SELECTOR, "svg.chart")))
+    wait.until(lambda d: not d.find_elements(By.XPATH, "//button[normalize-space()='Cancel batch']"))  # over
     assert "24" in driver.find_element(By.CSS_SELECTOR, ".summary [data-field=done]").text
     before = agreement_cell(driver)
     # Nothing the page loaded came from anywhere but juiz itself.
@@ -162,9 +163,16 @@ def test_sign_in_upload_watch_label_and_xss(
     assert driver.execute_script("return window.juizTestMarker") == 1
     save(driver, screenshots, "batches", full_page=False)
     running.find_element(By.XPATH, ".//button[normalize-space()='Cancel']").click()
-    wait.until(ec.url_contains("/ui/batches"))
-    cancelled = driver.find_element(By.CSS_SELECTOR, f"a[href='/ui/batches/{big.json()['id']}']")
-    assert cancelled.find_element(By.XPATH, "./ancestor::tr//span[contains(@class,'status')]").text == "cancelled"
+    wait.until(ec.alert_is_present()).accept()  # the page asks first
+    # The form posts and the list comes back with the batch cancelled (the old document goes stale meanwhile).
+    WebDriverWait(driver, 60, ignored_exceptions=[StaleElementReferenceException]).until(
+        lambda d: (
+            d.find_element(By.CSS_SELECTOR, f"a[href='/ui/batches/{big.json()['id']}']")
+            .find_element(By.XPATH, "./ancestor::tr//span[contains(@class,'status')]")
+            .text
+            == "cancelled"
+        )
+    )
 
     # The first row of the default order is a disagreement; open it and set its manual label to the judge's.
     driver.get(batch_url)

@@ -40,6 +40,9 @@ async def test_async_client_round_trip(redis: Redis, redis_url: str, run_worker:
         assert "**Pergunta" in await juiz.report(batch.id)
         # /ready answers loopback clients or the metrics key (not a tenant's key); the test client is not loopback.
         assert (await AsyncJuizClient(api_key=METRICS_KEY, http=http).ready()).redis is not None
+        assert (await juiz.rename(batch.id, "first run")).name == "first run"
+        compared = await juiz.compare(batch.id, batch.id, resamples=0)
+        assert compared.shared == 3 and compared.changed == [] and compared.score_deltas["0"] == 3
         with pytest.raises(ApiError) as error:
             await AsyncJuizClient(api_key="wrong", http=http).batch(batch.id)
         assert error.value.status_code == 401 and error.value.body["field"] == "Authorization"

@@ -58,7 +58,7 @@ def test_pages_need_a_session_and_a_tenant_sees_only_its_batches(
     run_worker(keyed)
 
     response = client.get("/ui/batches", follow_redirects=False)
-    assert response.status_code == 303 and response.headers["location"] == "/ui/signin"
+    assert response.status_code == 303 and response.headers["location"] == "/ui/signin?next=%2Fui%2Fbatches"
     wrong = client.post("/ui/signin", data={"api_key": "nope"}, follow_redirects=False)
     assert wrong.status_code == 401 and "not known" in wrong.text and "set-cookie" not in wrong.headers
 
@@ -94,7 +94,7 @@ def test_upload_browse_label_and_export(make_client: MakeClient, keyed: Settings
     bad = client.post(
         "/ui/batches", data={"csrf": csrf, "mode": "slow"}, files={"file": ("t.jsonl", body, "application/x-ndjson")}
     )
-    assert bad.status_code == 422 and "options.mode" in bad.text
+    assert bad.status_code == 422 and "options.mode" in bad.text  # redirected (post/redirect/get) to the form
 
     created = client.post(
         "/ui/batches",

@@ -66,10 +66,39 @@ def test_a_custom_mapping_filters_by_its_own_class_names() -> None:
     mapping = LabelMapping(
         classes=[LabelClass(name="bad", scores=[0, 1]), LabelClass(name="good", aliases=["ok"], scores=[2, 3])]
     )
+    from dataclasses import replace
+
     index = BatchIndex("b", mapping)
-    index.add(row(0, 3, "ok", "C", 1.0))
-    index.add(row(1, 0, "bad", "I", 0.0))
-    assert ids(page_of(index, Query(label="good"), 1, 10).rows) == [0]
+    index.add(replace(row(0, 3, "ok", "C", 1.0), judge_label="good", judge_class=1))
+    index.add(replace(row(1, 0, "bad", "I", 0.0), judge_label="bad", judge_class=0))
+    page = page_of(index, Query(label="good"), 1, 10)
+    assert ids(page.rows) == [0]
+    assert page.rows[0].manual_name == "good"  # the alias is shown as its class
+
+
+def test_the_metric_filter_switches_judge_label_disagreement_and_status() -> None:
+    """Under another metric, the judge's class and the disagreement come from that metric's own score, and an item
+    whose metric was skipped shows (and filters as) skipped, not the item's overall ok."""
+    from dataclasses import replace
+
+    rows = [
+        replace(
+            row(0, 3, "C", "C", 1.0),
+            metrics={**row(0, 3, "C", "C", 1.0).metrics, "groundedness": MetricCell("ok", 0, 0.0)},
+        ),
+        replace(
+            row(1, 3, "C", "C", 1.0),
+            metrics={**row(1, 3, "C", "C", 1.0).metrics, "groundedness": MetricCell("skipped", None, None)},
+        ),
+    ]
+    index = index_of(rows)
+    under_ar = page_of(index, Query(sort="index", descending=False), 1, 10).rows
+    assert [v.judge_name for v in under_ar] == ["C", "C"] and [v.disagreement for v in under_ar] == [0, 0]
+    under_g = page_of(index, Query(metric="groundedness", sort="index", descending=False), 1, 10).rows
+    assert [v.judge_name for v in under_g] == ["I", None] and [v.disagreement for v in under_g] == [2, None]
+    assert [v.status for v in under_g] == ["ok", "skipped"]
+    assert ids(page_of(index, Query(metric="groundedness", status="ok"), 1, 10).rows) == [0]
+    assert ids(page_of(index, Query(metric="groundedness", status="skipped"), 1, 10).rows) == [1]
 
 
 def test_histograms_count_scores_and_unscored_items() -> None:
@@ -127,3 +156,20 @@ def test_intervals_come_from_a_background_bootstrap_once_the_batch_is_over() -> 
     report, complete = agreement_of(index, 10_000, final=True)
     assert complete and report.bootstrap.resamples == 200 and report.accuracy.value == 0.25
     assert report.accuracy.ci95 is not None
+
+
+def test_items_filter_by_an_extra_field() -> None:
+    from dataclasses import replace
+
+    from service.ui.rows import field_names
+
+    rows = [
+        replace(row(0, 3, "C", "C", 1.0), fields={"course": "ML-101", "week": "3"}),
+        replace(row(1, 0, "C", "I", 0.0), fields={"course": "NLP-201"}),
+        row(2, 2, "C", "P", 0.5),
+    ]
+    index = index_of(rows)
+    assert field_names(rows) == ["course", "week"]
+    assert ids(page_of(index, Query(field="course", sort="index", descending=False), 1, 10).rows) == [0, 1]
+    assert ids(page_of(index, Query(field="course", value="ml-1"), 1, 10).rows) == [0]
+    assert ids(page_of(index, Query(field="week"), 1, 10).rows) == [0]

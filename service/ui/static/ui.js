@@ -1,7 +1,7 @@
-// juiz web page: live progress while a batch runs, and the agreement intervals once they are computed. The only
-// script of the page (CSP: script-src 'self').
+// juiz web page: live progress while a batch runs, the agreement intervals once they are computed, a notice when
+// the session ends, confirmations, a fresh page after back/forward. The only script of the page (CSP: 'self').
 // Elements with data-progress-url are refreshed from that URL every second until their batch is over; with
-// data-reload-when-done the page reloads then, to draw the finished batch's charts and table.
+// data-live-url (the batch page) the charts, agreement and table are refreshed in place as results arrive.
 "use strict";
 
 (function () {
@@ -22,28 +22,96 @@
     element.querySelectorAll('[data-field="status"]').forEach((node) => {
       node.className = "status s-" + data.status;
     });
+    if (data.terminal) {
+      // A batch that is over can't be cancelled: its cancel form goes (the page is not reloaded any more).
+      element.querySelectorAll("[data-while-running]").forEach((node) => node.remove());
+    }
     element.querySelectorAll('progress[data-field="bar"]').forEach((bar) => {
       bar.max = data.total;
       bar.value = data.done;
     });
   }
 
+  // The session ended (signed out elsewhere, expired, keys rotated): say so and offer a sign-in that comes back here,
+  // instead of polling on in silence.
+  function signedOut() {
+    if (document.getElementById("signed-out")) {
+      return;
+    }
+    const banner = document.createElement("p");
+    banner.id = "signed-out";
+    banner.className = "error banner";
+    banner.setAttribute("role", "alert");
+    const link = document.createElement("a");
+    link.href = "/ui/signin?next=" + encodeURIComponent(window.location.pathname + window.location.search);
+    link.textContent = "Sign in again";
+    banner.append("Your session has ended: this page no longer updates. ", link);
+    document.querySelector("main").prepend(banner);
+  }
+
+  // Our own fetches: marked, so a lost session answers 401 instead of a redirect to the sign-in form.
+  function get(url, accept) {
+    return fetch(url, { credentials: "same-origin", headers: { Accept: accept, "X-Juiz-Fetch": "1" } }).then(
+      (response) => {
+        if (response.status === 401) {
+          signedOut();
+          return Promise.reject(401);
+        }
+        return response;
+      },
+    );
+  }
+
+  // The batch page while its batch runs: when the graded count moved (and once more at the end), fetch the parts
+  // that move — scores, agreement, the items table under this page's own filters, rendered and escaped by the
+  // server — and swap them in place. No reload: the scroll position, open <details> elsewhere and focus stay.
+  let shownDone = null;
+  function refresh(element, data) {
+    if (data.done === shownDone && !data.terminal) {
+      return;
+    }
+    shownDone = data.done;
+    get(element.getAttribute("data-live-url") + window.location.search, "application/json")
+      .then((response) => (response.ok ? response.json() : Promise.reject(response.status)))
+      .then((parts) => {
+        Object.entries(parts.html).forEach(([id, html]) => {
+          const target = document.getElementById(id);
+          if (target) {
+            target.innerHTML = html;
+          }
+        });
+        const agreement = document.getElementById("agreement-body");
+        if (parts.agreement_pending && agreement && !agreement.hasAttribute("data-agreement-url")) {
+          agreement.setAttribute("data-agreement-url", element.getAttribute("data-live-url").replace(/live$/, "agreement"));
+          agreement.setAttribute("aria-busy", "true");
+          awaitAgreement(agreement);
+        }
+      })
+      .catch(() => {
+        shownDone = null; // try again on the next tick
+      });
+  }
+
   function follow(element) {
     const url = element.getAttribute("data-progress-url");
     const tick = () => {
-      fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } })
+      get(url, "application/json")
         .then((response) => (response.ok ? response.json() : Promise.reject(response.status)))
         .then((data) => {
           fill(element, data);
+          if (element.hasAttribute("data-live-url")) {
+            refresh(element, data);
+          }
           if (data.terminal) {
-            if (element.hasAttribute("data-reload-when-done")) {
-              window.location.reload();
-            }
             return;
           }
           window.setTimeout(tick, POLL_MS);
         })
-        .catch(() => window.setTimeout(tick, POLL_MS * 5));
+        .catch((status) => {
+          if (status !== 401) {
+            window.setTimeout(tick, POLL_MS * 5);
+          }
+        });
     };
     window.setTimeout(tick, POLL_MS);
   }
@@ -53,7 +121,7 @@
   function awaitAgreement(element) {
     const url = element.getAttribute("data-agreement-url");
     const tick = () => {
-      fetch(url, { credentials: "same-origin", headers: { Accept: "text/html" } })
+      get(url, "text/html")
         .then((response) => {
           if (response.status === 202) {
             window.setTimeout(tick, POLL_MS * 2);
@@ -68,13 +136,57 @@
             element.setAttribute("aria-busy", "false");
           }
         })
-        .catch(() => window.setTimeout(tick, POLL_MS * 5));
+        .catch((status) => {
+          if (status !== 401) {
+            window.setTimeout(tick, POLL_MS * 5);
+          }
+        });
     };
     window.setTimeout(tick, POLL_MS);
   }
 
+  // Forms that can't be undone (cancel a batch) ask first.
+  function confirmFirst(form) {
+    form.addEventListener("submit", (event) => {
+      if (!window.confirm(form.getAttribute("data-confirm"))) {
+        event.preventDefault();
+      }
+    });
+  }
+
+  // The label queue: a key names a button (data-key: the class's letter, S skip, U undo); pressing it presses the
+  // button, so the keyboard does exactly what the mouse does. Typing in a field or with a modifier is left alone.
+  function queueKeys(section) {
+    let sent = false;
+    document.addEventListener("keydown", (event) => {
+      const target = event.target;
+      if (sent || event.ctrlKey || event.metaKey || event.altKey || event.repeat) {
+        return;
+      }
+      if (target && /^(INPUT|SELECT|TEXTAREA)$/.test(target.tagName)) {
+        return;
+      }
+      const button = section.querySelector('button[data-key="' + CSS.escape(event.key.toLowerCase()) + '"]');
+      if (button) {
+        sent = true; // one step per page: a held or doubled key doesn't label the next item unseen
+        event.preventDefault();
+        button.click();
+      }
+    });
+  }
+
+  // A page restored from the back/forward cache is the document as it was (a label since saved shows its old
+  // value, despite no-store): fetch it afresh.
+  window.addEventListener("pageshow", (event) => {
+    if (event.persisted) {
+      window.location.reload();
+    }
+  });
+
   document.addEventListener("DOMContentLoaded", () => {
     document.querySelectorAll("[data-progress-url]").forEach(follow);
     document.querySelectorAll("[data-agreement-url]").forEach(awaitAgreement);
+    document.querySelectorAll("form[data-confirm]").forEach(confirmFirst);
+    document.querySelectorAll("[data-queue-keys]").forEach(queueKeys);
   });
 })();

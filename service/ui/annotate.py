@@ -1,0 +1,213 @@
+"""/ui annotation: the label queue of a batch (see service.ui.queue), and from its end a calibration fitted on the
+labels and saved for the tenant's next batches (the API's own fit, `GET /v1/batches/{id}/calibration`)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+import anyio
+from litestar import Controller, Request, Response, get, post
+from litestar.datastructures import State
+from litestar.di import NamedDependency
+from litestar.exceptions import NotFoundException
+from litestar.params import FromPath
+from litestar.response import Redirect
+
+from juiz.calibration import CalibrationUnavailable
+from juiz.store import PREFIX, Store
+from schemas.judgement import METRICS
+from service.agreement import fitted_calibration
+from service.controllers.batches import owned_batch
+from service.ui import queue as label_queue
+from service.ui import session
+from service.ui.labels import saved_calibration_key
+from service.ui.pages import _float, _int, _stamp, batch_base, manual_class_name, row_cache, save_label
+from service.ui.render import html
+from service.ui.rows import SORT_KEYS, Query, agreement_of
+
+MAX_QUEUE = 500
+CALIBRATION_FOLDS = 5
+
+
+def fitted_key(current: session.Session) -> str:
+    """Where a fitted, not yet saved calibration waits for its reader's second click (one per session)."""
+    return f"{PREFIX}:ui:fitted:{hashlib.sha256(current.id.encode()).hexdigest()}"
+
+
+def _table_query(form: Any) -> Query:
+    """The batch table's filter and order, as its form (or the queue's start form) sends them."""
+    return Query(
+        status=str(form.get("status") or ""),
+        metric=str(form.get("metric") or "") if form.get("metric") in METRICS else "",
+        score=_int(form.get("score")),
+        label=str(form.get("label") or ""),
+        disagreement=str(form.get("disagreement") or ""),
+        min_uncertainty=_float(form.get("min_uncertainty")),
+        uncertain=form.get("uncertain") == "1",
+        field=str(form.get("field") or ""),
+        value=str(form.get("value") or "").strip(),
+        sort=str(form.get("sort")) if form.get("sort") in SORT_KEYS else "disagreement",
+        descending=form.get("dir", "desc") != "asc",
+    )
+
+
+class AnnotationController(Controller):
+    path = "/batches/{batch_id:str}"
+    include_in_schema = False
+
+    @post("/queue", status_code=303)
+    async def start(
+        self, request: Request[Any, Any, Any], state: State, store: NamedDependency[Store], batch_id: FromPath[str]
+    ) -> Response[Any]:
+        """Start a queue: the items most worth a label, or (order=table) the table's filter and order."""
+        current = await anyio.to_thread.run_sync(session.require, store, request)
+        form = await request.form()
+        session.check_csrf(current, request, form.get("csrf"))
+        size = min(max(_int(str(form.get("size") or "")) or label_queue.DEFAULT_SIZE, 1), MAX_QUEUE)
+
+        def make() -> label_queue.LabelQueue:
+            record = owned_batch(store, current.tenant, batch_id)
+            index = row_cache(state, store).index(record)
+            if form.get("order") == "table":
+                items = label_queue.in_table_order(index, _table_query(form), size)
+            else:
+                items = label_queue.worth_a_label(index, size)
+            return label_queue.start(store, current.id, batch_id, items)
+
+        queue = await anyio.to_thread.run_sync(make)
+        return session.with_cookie(request, Redirect(f"{batch_base(batch_id)}/queue/{queue.id}", status_code=303))
+
+    @get("/queue/{queue_id:str}", sync_to_thread=True)
+    def page(
+        self,
+        request: Request[Any, Any, Any],
+        state: State,
+        store: NamedDependency[Store],
+        batch_id: FromPath[str],
+        queue_id: FromPath[str],
+    ) -> Response[Any]:
+        current = session.require(store, request)
+        record = owned_batch(store, current.tenant, batch_id)
+        queue = label_queue.load(store, current.id, batch_id, queue_id)
+        if queue is None:
+            raise NotFoundException(detail="this label queue is over or belongs to another session: start a new one")
+        index = row_cache(state, store).index(record)
+        mapping = record.options.label_mapping
+        flash = session.pop_flash(store, current) or {}
+        context: dict[str, Any] = {
+            "session": current,
+            "signed_in": not session.open_api(request),
+            "record": record,
+            "queue": queue,
+            "labelled": label_queue.labelled(index, queue),
+            "keys": label_queue.keys_for(mapping),
+            "conflict": flash.get("conflict"),
+            "judgement": None,
+            "agreement": None,
+        }
+        item_index = queue.current
+        if item_index is None:
+            report, _ = agreement_of(index, store.settings.agreement_max_work, final=False)
+            context["agreement"] = report
+        else:
+            row = index.by_index[item_index]
+            judgement = store.results_at(batch_id, [row.position])[0]
+            assert judgement is not None
+            extra = judgement.model_extra or {}
+            context.update(
+                judgement=judgement,
+                item_index=item_index,
+                manual_class=manual_class_name(judgement.manual_label, mapping),
+                label_by=extra.get("manual_label_by"),
+                label_at=extra.get("manual_label_at"),
+                segments=judgement.context if isinstance(judgement.context, list) else [],
+                context_text=judgement.context if isinstance(judgement.context, str) else "",
+            )
+        return session.with_cookie(request, html("queue.html", **context))
+
+    @post("/queue/{queue_id:str}", status_code=303)
+    async def step(
+        self,
+        request: Request[Any, Any, Any],
+        state: State,
+        store: NamedDependency[Store],
+        batch_id: FromPath[str],
+        queue_id: FromPath[str],
+    ) -> Response[Any]:
+        """One step: label (and advance), skip, or undo the last step (its previous label put back)."""
+        current = await anyio.to_thread.run_sync(session.require, store, request)
+        form = await request.form()
+        session.check_csrf(current, request, form.get("csrf"))
+        action = str(form.get("action") or "")
+
+        def run() -> None:
+            queue = label_queue.load(store, current.id, batch_id, queue_id)
+            if queue is None:
+                raise NotFoundException(detail="this label queue is over or belongs to another session")
+            item_index = queue.current
+            # A stale tab posting for an item the queue has moved past does nothing.
+            posted = _int(str(form.get("item") or ""))
+            if action in ("label", "skip") and (item_index is None or posted != item_index):
+                return
+            if action == "label" and item_index is not None:
+                label = str(form.get("label") or "")
+                previous, conflict = save_label(
+                    state, store, current.tenant, batch_id, item_index, label, str(form.get("seen") or "")
+                )
+                if conflict:
+                    session.put_flash(store, current, {"conflict": conflict})
+                queue.steps.append(label_queue.Step(item_index, "label", previous))
+                queue.at += 1
+            elif action == "skip" and item_index is not None:
+                queue.steps.append(label_queue.Step(item_index, "skip"))
+                queue.at += 1
+            elif action == "undo" and queue.steps:
+                last = queue.steps.pop()
+                if last.kind == "label":
+                    save_label(state, store, current.tenant, batch_id, last.index, last.previous, None)
+                queue.at = max(queue.at - 1, 0)
+            label_queue.save(store, current.id, queue)
+
+        await anyio.to_thread.run_sync(run)
+        return session.with_cookie(request, Redirect(f"{batch_base(batch_id)}/queue/{queue_id}#item", status_code=303))
+
+    @post("/calibration", status_code=200)
+    async def fit(
+        self, request: Request[Any, Any, Any], store: NamedDependency[Store], batch_id: FromPath[str]
+    ) -> Response[Any]:
+        """Fit a calibration on the batch's labels (the API's fit) and show its held-out figures, with a button to
+        save it for the next batches. The fitted file is kept for this session until then."""
+        current = await anyio.to_thread.run_sync(session.require, store, request)
+        form = await request.form()
+        session.check_csrf(current, request, form.get("csrf"))
+        record = await anyio.to_thread.run_sync(owned_batch, store, current.tenant, batch_id)
+        try:
+            spec = await fitted_calibration(store, record, CALIBRATION_FOLDS, 0)
+        except CalibrationUnavailable as exc:
+            return html(
+                "calibration.html", session=current, signed_in=not session.open_api(request), record=record,
+                spec=None, error=str(exc), status_code=409,
+            )  # fmt: skip
+        await anyio.to_thread.run_sync(lambda: store.redis.set(fitted_key(current), spec.model_dump_json(), ex=3600))
+        return html(
+            "calibration.html", session=current, signed_in=not session.open_api(request), record=record, spec=spec,
+            error=None, figures=json.dumps(spec.cross_fitted, indent=2, default=str), stamp=_stamp,
+        )  # fmt: skip
+
+    @post("/calibration/save", status_code=303)
+    async def save(
+        self, request: Request[Any, Any, Any], store: NamedDependency[Store], batch_id: FromPath[str]
+    ) -> Response[Any]:
+        """Keep the calibration just fitted as the tenant's: the upload form uses it for new batches."""
+        current = await anyio.to_thread.run_sync(session.require, store, request)
+        form = await request.form()
+        session.check_csrf(current, request, form.get("csrf"))
+        await anyio.to_thread.run_sync(owned_batch, store, current.tenant, batch_id)
+        key = saved_calibration_key(current.tenant)
+        raw = await anyio.to_thread.run_sync(store.redis.get, fitted_key(current))
+        if raw is None:
+            raise NotFoundException(detail="no fitted calibration to save: fit it again")
+        await anyio.to_thread.run_sync(store.redis.set, key, raw)
+        return session.with_cookie(request, Redirect("/ui/batches?calibration=saved#new-title", status_code=303))

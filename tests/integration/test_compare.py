@@ -1,0 +1,73 @@
+"""GET /v1/compare and /ui/compare against a real Redis and the FAKE worker: two runs of the same items, the
+second scoring some differently (the fake engine scores a question by its [item-N] marker)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from litestar import Litestar
+from litestar.testing import TestClient
+
+from juiz.settings import Settings
+from service.ui.rows import _BOOTSTRAPS
+from tests.integration.helpers import triples
+from tests.integration.test_ui import submit
+
+
+def two_runs(client: TestClient[Litestar], settings: Settings, run_worker: Any) -> tuple[str, str]:
+    first = triples(8, label="C")  # scores 0 1 2 3 0 1 2 3
+    second = triples(8, label=None)
+    for n, item in enumerate(second):
+        item["question"] = item["question"].replace(f"[item-{n}]", f"[item-{3 if n < 2 else n}]")  # t0, t1 → 3
+    a, b = submit(client, "", first), submit(client, "", second + triples(2, start=20))
+    run_worker(settings)
+    return a, b
+
+
+def test_compare_two_runs_over_the_api(client: TestClient[Litestar], settings: Settings, run_worker: Any) -> None:
+    a, b = two_runs(client, settings, run_worker)
+    response = client.get("/v1/compare", params={"a": a, "b": b, "resamples": 50})
+    assert response.status_code == 200, response.text
+    report = response.json()
+    assert (report["shared"], report["only_a"], report["only_b"]) == (8, 0, 2)
+    assert report["score_deltas"]["3"] == 1 and report["score_deltas"]["2"] == 1  # t0: 0 → 3, t1: 1 → 3
+    assert report["score_deltas"]["0"] == 6
+    assert {i["id"]: (i["label_a"], i["label_b"]) for i in report["changed"]} == {"t0": ("I", "C"), "t1": ("P", "C")}
+    # Both against the same labels (a's C on every item, also for b, which has none of its own).
+    assert report["agreement_a"]["n"] == report["agreement_b"]["n"] == 8
+    assert report["agreement_b"]["accuracy"]["value"] > report["agreement_a"]["accuracy"]["value"]
+    assert report["agreement_a"]["accuracy"]["ci95"] is not None
+    assert client.get("/v1/compare", params={"a": a, "b": "0" * 32}).status_code == 404
+    assert "compareBatches" in client.get("/schema/openapi.json").text
+
+
+def test_compare_page_lists_the_changed_items_sortable(
+    client: TestClient[Litestar], settings: Settings, run_worker: Any
+) -> None:
+    a, b = two_runs(client, settings, run_worker)
+    page = client.get("/ui/compare", params={"a": a, "b": b, "sort": "id", "dir": "asc"})
+    assert page.status_code == 200
+    assert re.findall(r'/items/\d+">(t\d+)</a>', page.text) == ["t0", "t1"]
+    by_delta = client.get("/ui/compare", params={"a": a, "b": b, "sort": "delta", "dir": "desc"}).text
+    assert re.findall(r'/items/\d+">(t\d+)</a>', by_delta) == ["t0", "t1"]
+    by_delta_asc = client.get("/ui/compare", params={"a": a, "b": b, "sort": "delta", "dir": "asc"}).text
+    assert re.findall(r'/items/\d+">(t\d+)</a>', by_delta_asc) == ["t1", "t0"]
+    assert "<svg" in page.text and 'data-testid="compare-agreement"' in page.text
+    # The intervals come from a background bootstrap; the stats alone answer 202 until they are in.
+    assert client.get("/ui/compare/stats", params={"a": a, "b": b}).status_code in (200, 202)
+    _BOOTSTRAPS.submit(lambda: None).result()  # one job at a time: the bootstrap is over after this one
+    stats = client.get("/ui/compare/stats", params={"a": a, "b": b})
+    assert stats.status_code == 200 and "percentile bootstrap, 200 resamples" in stats.text
+
+
+def test_the_sync_client_compares_and_renames(
+    client: TestClient[Litestar], settings: Settings, run_worker: Any
+) -> None:
+    from juiz.client import JuizClient
+
+    a, b = two_runs(client, settings, run_worker)
+    juiz = JuizClient(http=client)
+    report = juiz.compare(a, b, resamples=0)
+    assert report.shared == 8 and {i.id for i in report.changed} == {"t0", "t1"}
+    assert juiz.rename(b, "re-run").name == "re-run" and juiz.batch(b).name == "re-run"
