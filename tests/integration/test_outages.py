@@ -1,0 +1,154 @@
+"""Redis outages at the points where a worker used to lose chunks or quit (issue 17, items 1, 2 and 11).
+
+A private redis-server with its append-only file on is stopped and started again: the outage itself (its length, a
+few seconds, longer than redis-py's own reconnect retries) is the fault under test. Everything else waits on state
+with a deadline. Real RQ workers (in process, or `tests.integration.fake_worker` subprocesses) on the FAKE engine.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from redis import Redis
+
+from juiz.engine import CallControl, Completion, Conversation, GenerationRequest
+from juiz.errors import TransientEngineError
+from juiz.settings import Settings
+from juiz.store import Store
+from schemas import BatchOptions, Triple
+from tests.integration.conftest import REDIS_SERVER
+from tests.integration.fake_worker import CountingFakeEngine
+from tests.integration.helpers import make_settings, triples
+from tests.integration.test_recovery import Workers, graded_counts
+from tests.integration.test_redis_faults import AofRedis
+from workers import jobs
+from workers.worker import build_worker
+
+OUTAGE_S = 3.0  # how long Redis stays away: the fault injected, not a wait for an event
+
+
+@pytest.fixture
+def server(tmp_path: Path) -> Iterator[AofRedis]:
+    if not Path(REDIS_SERVER).exists():
+        pytest.skip("redis-server is not installed (apt-get install redis-server)")
+    redis_server = AofRedis(tmp_path / "redis")
+    redis_server.workdir.mkdir()
+    redis_server.start()
+    yield redis_server
+    redis_server.stop()
+
+
+@pytest.fixture
+def workers() -> Iterator[Workers]:
+    pool = Workers()
+    yield pool
+    pool.stop_all()
+
+
+class Outage:
+    """Redis shut down now and started again OUTAGE_S later, from a thread, so the code under test meets it."""
+
+    def __init__(self, server: AofRedis) -> None:
+        self.server = server
+        self.thread: threading.Thread | None = None
+        self.over = threading.Event()
+
+    def begin(self) -> None:
+        self.server.shutdown()
+
+        def restart() -> None:
+            time.sleep(OUTAGE_S)
+            self.server.start()
+            self.over.set()
+
+        self.thread = threading.Thread(target=restart, daemon=True)
+        self.thread.start()
+
+    def join(self) -> None:
+        if self.thread is not None:
+            self.thread.join(timeout=60)
+
+
+def as_triples(items: list[dict[str, Any]]) -> list[Triple]:
+    return [Triple.model_validate(item) for item in items]
+
+
+def run_burst_worker(settings: Settings, redis: Redis, engine: Any) -> None:
+    worker = build_worker(settings, redis, engine)
+    try:
+        worker.work(burst=True, with_scheduler=True, logging_level="WARNING")
+    finally:
+        jobs.unbind()
+
+
+def outage_settings(url: str, **overrides: Any) -> Settings:
+    # One worker takes all four chunks in one call (coalescing), so every chunk but its own was taken from another job.
+    values: dict[str, Any] = {"chunk_size": 4, "coalesce_max_items": 16, "gather_s": 0, "heartbeat_ttl_s": 60}
+    return make_settings(url, **{**values, **overrides})
+
+
+def test_an_outage_between_claim_and_load_loses_no_chunk(
+    server: AofRedis, monkeypatch: pytest.MonkeyPatch, redis_url: str
+) -> None:
+    settings = outage_settings(server.url)
+    redis = Redis.from_url(server.url)
+    store = Store(redis, settings)
+    batch, _ = store.create_batch("t", BatchOptions(), as_triples(triples(16)))
+    outage = Outage(server)
+    claim = Store.claim
+
+    def claim_then_outage(self: Store, *args: Any, **kwargs: Any) -> Any:
+        result = claim(self, *args, **kwargs)
+        if outage.thread is None:
+            outage.begin()  # Redis goes away right after the job took its chunks, before it loads their items
+        return result
+
+    monkeypatch.setattr(Store, "claim", claim_then_outage)
+    run_burst_worker(settings, redis, CountingFakeEngine(redis))
+    outage.join()
+
+    done = store.get_batch(batch.id)
+    assert done is not None and done.status.value == "done" and done.counts.ok == 16
+    assert graded_counts(redis) == {str(i): 1 for i in range(16)}
+    redis.close()
+
+
+class FailingInOutage(CountingFakeEngine):
+    """FAKE engine whose first call starts an outage and then fails with a transient error (its server went too)."""
+
+    def __init__(self, redis: Redis, outage: Outage) -> None:
+        super().__init__(redis)
+        self.outage = outage
+        self.attempts = 0
+
+    def generate(
+        self, conversations: Sequence[Conversation], request: GenerationRequest, control: CallControl | None = None
+    ) -> list[Completion]:
+        self.attempts += 1
+        if self.attempts == 1:
+            self.outage.begin()
+            raise TransientEngineError("the judge server went away with Redis")
+        return super().generate(conversations, request, control)
+
+
+def test_a_call_failing_during_an_outage_gives_every_chunk_back(server: AofRedis) -> None:
+    # Released while Redis is away, the chunks used to be neither pending, owned nor queued: the batch stayed queued.
+    settings = outage_settings(server.url)
+    redis = Redis.from_url(server.url)
+    store = Store(redis, settings)
+    batch, _ = store.create_batch("t", BatchOptions(), as_triples(triples(16)))
+    engine = FailingInOutage(redis, Outage(server))
+
+    run_burst_worker(settings, redis, engine)
+    engine.outage.join()
+
+    done = store.get_batch(batch.id)
+    assert done is not None and done.status.value == "done" and done.counts.ok == 16
+    assert graded_counts(redis) == {str(i): 1 for i in range(16)}
+    assert engine.attempts >= 2
+    redis.close()
