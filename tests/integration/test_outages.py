@@ -24,12 +24,13 @@ from schemas import BatchOptions, Triple
 from tests.integration.conftest import REDIS_SERVER
 from tests.integration.fake_worker import CountingFakeEngine
 from tests.integration.helpers import make_settings, triples
-from tests.integration.test_recovery import Workers, graded_counts
+from tests.integration.test_recovery import Workers, graded_counts, wait_until
 from tests.integration.test_redis_faults import AofRedis
 from workers import jobs
 from workers.worker import build_worker
 
 OUTAGE_S = 3.0  # how long Redis stays away: the fault injected, not a wait for an event
+LONG_OUTAGE_S = 8.0  # many times redis_retry_s (0.2 s) and every retry of RQ's bookkeeping it sets off
 
 
 @pytest.fixture
@@ -151,4 +152,36 @@ def test_a_call_failing_during_an_outage_gives_every_chunk_back(server: AofRedis
     assert done is not None and done.status.value == "done" and done.counts.ok == 16
     assert graded_counts(redis) == {str(i): 1 for i in range(16)}
     assert engine.attempts >= 2
+    redis.close()
+
+
+def test_a_worker_outlives_an_outage_longer_than_its_retries(
+    server: AofRedis, workers: Workers, tmp_path: Path
+) -> None:
+    # Redis goes away just before the job stores its call's results, for longer than the job retries its writes
+    # (redis_retry_s): the job fails, RQ's bookkeeping fails, and RQ's work loop quits. The worker used to exit.
+    settings = make_settings(server.url, redis_retry_s=0.2, heartbeat_ttl_s=3, gather_s=0)
+    redis = Redis.from_url(server.url)
+    store = Store(redis, settings)
+    events = tmp_path / "events"
+    events.mkdir()
+    (events / "hold").touch()
+    worker = workers.start(settings, JUIZ_FAKE_ENGINE_EVENTS=str(events))
+    batch, _ = store.create_batch("t", BatchOptions(), as_triples(triples(4)))
+
+    wait_until(lambda: (events / "call-1-returned").exists(), "the first engine call to return")
+    server.shutdown()
+    (events / "hold").unlink()
+    (events / "go-on").touch()
+    time.sleep(LONG_OUTAGE_S)  # the outage under test
+    assert worker.poll() is None, "the worker exited while Redis was away"
+    server.start()
+
+    wait_until(lambda: (b := store.get_batch(batch.id)) is not None and b.terminal, "the batch, after the outage")
+    done = store.get_batch(batch.id)
+    assert done is not None and done.status.value == "done" and done.counts.ok == 4
+    assert worker.poll() is None  # still serving
+    after, _ = store.create_batch("t", BatchOptions(), as_triples(triples(4, start=4)))
+    wait_until(lambda: (b := store.get_batch(after.id)) is not None and b.terminal, "a batch submitted after it")
+    assert worker.poll() is None
     redis.close()
