@@ -16,6 +16,7 @@ Keys (all under `juiz:`; a batch's keys share its id):
     grading:{worker key}  string  the job a worker is grading (TTL renewed by its heartbeat): busy workers
     idem:{tenant}:{sha}   string  "batch_id fingerprint" for an Idempotency-Key
     tenant:{t}:batches    zset    the tenant's batch ids by creation time (the web page's list, newest first)
+    active                zset    ids of batches not known to be over, by creation time (what juiz.sweeper checks)
     cache:{sha}           string  a reusable result for (question, answer, prompt, prompt sha, model, sampling)
     metrics, hist:*, rate:*       counters and histograms /metrics reads at scrape time
 
@@ -393,6 +394,10 @@ class Store:
         return f"{PREFIX}:last-batch:{queue}"
 
     @staticmethod
+    def active_key() -> str:
+        return f"{PREFIX}:active"
+
+    @staticmethod
     def owned_key(job_id: str) -> str:
         return f"{PREFIX}:owned:{job_id}"
 
@@ -635,6 +640,7 @@ class Store:
         pending = {ChunkRef(record.id, n).member: record.created_at + n * 1e-6 for n in range(record.n_chunks)}
         pipe.zadd(self.pending_key(record.queue), pending)
         pipe.zadd(self.tenant_batches_key(record.tenant), {record.id: record.created_at})  # the web page's list
+        pipe.zadd(self.active_key(), {record.id: record.created_at})  # the sweeper drops it once it is over
         self._enqueue_chunks(record.queue, [ChunkRef(record.id, n) for n in range(record.n_chunks)], pipe)
 
     def get_batch(self, batch_id: str) -> BatchRecord | None:

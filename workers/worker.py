@@ -63,6 +63,7 @@ from juiz.engine import JudgeEngine, VLLMEngine
 from juiz.errors import EngineDeadError
 from juiz.settings import Settings
 from juiz.store import Store
+from juiz.sweeper import sweep
 from workers import jobs
 
 if TYPE_CHECKING:  # imported where used: the in-process engine's workers never load the server back end
@@ -134,9 +135,19 @@ class JuizWorker(SimpleWorker):
     def run_maintenance_tasks(self) -> None:
         try:
             super().run_maintenance_tasks()
+            self.sweep()
         except REDIS_ERRORS:
             self.log.warning("maintenance skipped: Redis away")
             self.wait_for_redis()
+
+    def sweep(self) -> None:
+        """The sweeper's pass, when this worker gets its lease (juiz.sweeper): chunks no job will grade, requeued."""
+        try:
+            sweep(jobs.bound().store, self.name)
+        except REDIS_ERRORS:
+            raise
+        except Exception:  # a sweep that fails must not stop the worker; the next one tries again
+            self.log.exception("sweep failed")
 
     def check_for_suspension(self, burst: bool) -> None:
         while True:
@@ -209,6 +220,7 @@ class Heartbeat(threading.Thread):
                 store.still_grading(worker.key, settings.heartbeat_ttl_s)
                 if worker.should_run_maintenance_tasks:
                     worker.clean_registries()
+                    worker.sweep()
             except REDIS_ERRORS:
                 log.warning("heartbeat failed: Redis away")
             except Exception:  # never let a heartbeat problem end the thread: silence would look like death
