@@ -185,3 +185,42 @@ def test_a_worker_outlives_an_outage_longer_than_its_retries(
     wait_until(lambda: (b := store.get_batch(after.id)) is not None and b.terminal, "a batch submitted after it")
     assert worker.poll() is None
     redis.close()
+
+
+class WritesToRedis(CountingFakeEngine):
+    """FAKE engine that writes to Redis as its call starts, without retrying: its first call meets an outage (a
+    real redis ConnectionError), its second an OSError; the third grades."""
+
+    def __init__(self, redis: Redis, outage: Outage) -> None:
+        super().__init__(redis)
+        self.outage = outage
+        self.attempts = 0
+
+    def generate(
+        self, conversations: Sequence[Conversation], request: GenerationRequest, control: CallControl | None = None
+    ) -> list[Completion]:
+        self.attempts += 1
+        if self.attempts == 1:
+            self.outage.begin()
+            self._redis.incr("fake-engine:own-write")  # raises: Redis is away
+        if self.attempts == 2:
+            raise OSError("connection reset by peer")
+        return super().generate(conversations, request, control)
+
+
+def test_infrastructure_faults_in_the_engine_send_the_chunk_back_instead_of_failing_it(server: AofRedis) -> None:
+    settings = outage_settings(server.url, retry_backoff_s="0,0,0")
+    redis = Redis.from_url(server.url)
+    store = Store(redis, settings)
+    batch, _ = store.create_batch("t", BatchOptions(), as_triples(triples(8)))
+    engine = WritesToRedis(redis, Outage(server))
+
+    run_burst_worker(settings, redis, engine)
+    engine.outage.join()
+
+    done = store.get_batch(batch.id)
+    assert done is not None and done.status.value == "done"
+    assert done.counts.ok == 8 and done.counts.failed == 0  # failed for good before: "ConnectionError: ..."
+    assert engine.attempts == 3
+    assert graded_counts(redis) == {str(i): 1 for i in range(8)}
+    redis.close()
