@@ -84,6 +84,11 @@ class Settings(BaseSettings):
     rate_limit_per_minute: int = Field(
         600, ge=0, description="Requests per minute one tenant may make to /v1 (more: 429 with Retry-After); 0: none."
     )
+    agreement_threads: int = Field(
+        2,
+        ge=1,
+        description="Most agreement reports one API process computes at once (one per batch at a time).",
+    )
     agreement_max_work: int = Field(
         2_000_000,
         ge=1,
