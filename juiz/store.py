@@ -12,6 +12,8 @@ Keys (all under `juiz:`; a batch's keys share its id):
     batch:{id}:abandoned  hash    chunk no → how many workers died grading it (more than MAX_ABANDONED: failed)
     last-batch:{queue}    string  when the newest batch of the queue was created (a worker waits for a burst to end)
     pending:{queue}       zset    "batch:chunk" of chunks nobody is grading yet, oldest first: what workers coalesce
+    pending-tenants:{queue}        zset  tenants with pending chunks (by their oldest batch): claim's round-robin
+    pending-batches:{queue}:{t}    zset  tenant t's batches with pending chunks, oldest first (pruned by claim)
     owned:{job id}        set     "batch:chunk" of the chunks a job took from other jobs (given back if it dies)
     grading:{worker key}  string  the job a worker is grading (TTL renewed by its heartbeat): busy workers
     idem:{tenant}:{sha}   string  "batch_id fingerprint" for an Idempotency-Key
@@ -126,10 +128,10 @@ end
 """
 
 # A job claims its own chunk and, to fill its engine call, other pending chunks whose RQ jobs are still queued.
-# KEYS: pending zset, RQ queue list, RQ workers-of-this-queue set, this job's owned set.
+# KEYS: pending zset, RQ queue list, RQ workers-of-this-queue set, this job's owned set, pending-tenants zset.
 # ARGV: own member ('' when only coalescing), job id, budget in items (-1: the fair share), coalesce_max_items,
 #       chunk_size, how many pending chunks to look at, worker key, busy-marker TTL, owned-set TTL, key prefix,
-#       RQ job key prefix, items the job holds already (for the fair share when gathering more).
+#       RQ job key prefix, items the job holds already (for the fair share when gathering more), queue name.
 # Returns {0} when the own chunk is not this job's to grade, else {1, share, claimed member, ...}.
 _CLAIM = (
     _TERMINAL_LUA
@@ -165,26 +167,54 @@ if budget < 0 then
 end
 local claimed = {}
 if budget > 0 then
-  -- the oldest pending chunks, grouped by tenant and taken round-robin: one tenant's backlog can't fill every call
-  local batches, tenants, order = {}, {}, {}
-  for _, m in ipairs(redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[6]) - 1)) do
-    local id, no = split(m)
+  -- Candidates, grouped by tenant and taken round-robin, so one tenant's backlog can't fill every call however deep
+  -- it is: each tenant's oldest batches with pending chunks (pending-tenants / pending-batches, kept by create and
+  -- release, pruned here), then the oldest pending chunks of all (which also covers chunks queued before the index).
+  local batches, tenants, order, seen = {}, {}, {}, {}
+  local scan = tonumber(ARGV[6])
+  local function batch_of(id)
     local b = batches[id]
     if b == nil then
-      local h = redis.call('HMGET', bkey(id), 'status', 'total', 'chunk_size', 'tenant')
+      local h = redis.call('HMGET', bkey(id), 'status', 'total', 'chunk_size', 'tenant', 'created_at')
       if not h[1] or terminal(h[1]) then b = false
-      else b = {total = tonumber(h[2]), cs = tonumber(h[3]), tenant = h[4]} end
+      else b = {total = tonumber(h[2]), cs = tonumber(h[3]), tenant = h[4], created = tonumber(h[5])} end
       batches[id] = b
     end
-    if b == false then
-      redis.call('ZREM', KEYS[1], m)
-    elseif m ~= ARGV[1] then
-      local list = tenants[b.tenant]
-      if list == nil then list = {}; tenants[b.tenant] = list; order[#order + 1] = b.tenant end
-      list[#list + 1] = {m, id, no, size(b.total, b.cs, no)}
-    end
+    return b
   end
-  local next_of, progress = {}, true
+  local function add(m, id, no, b)
+    if m == ARGV[1] or seen[m] then return end
+    seen[m] = true
+    local list = tenants[b.tenant]
+    if list == nil then list = {}; tenants[b.tenant] = list; order[#order + 1] = b.tenant end
+    list[#list + 1] = {m, id, no, size(b.total, b.cs, no)}
+  end
+  local tb_prefix = P .. ':pending-batches:' .. ARGV[13] .. ':'
+  for _, tenant in ipairs(redis.call('ZRANGE', KEYS[5], 0, -1)) do
+    local tb = tb_prefix .. tenant
+    for _, id in ipairs(redis.call('ZRANGE', tb, 0, 3)) do
+      local b = batch_of(id)
+      local found = false
+      if b then
+        -- a batch's chunks are scored created_at + n * 1e-6: its pending ones are in that window
+        local hi = b.created + math.ceil(b.total / b.cs) * 1e-6 + 1e-3
+        local window = redis.call('ZRANGEBYSCORE', KEYS[1], b.created - 1e-3, hi, 'LIMIT', 0, scan)
+        for _, m in ipairs(window) do
+          local mid, no = split(m)
+          if mid == id then found = true; add(m, id, no, b) end
+        end
+        if #window >= scan then found = true end  -- window full of another batch's chunks: not known to be empty
+      end
+      if not found then redis.call('ZREM', tb, id) end
+    end
+    if redis.call('EXISTS', tb) == 0 then redis.call('ZREM', KEYS[5], tenant) end
+  end
+  for _, m in ipairs(redis.call('ZRANGE', KEYS[1], 0, scan - 1)) do
+    local id, no = split(m)
+    local b = batch_of(id)
+    if b == false then redis.call('ZREM', KEYS[1], m) else add(m, id, no, b) end
+  end
+  local next_of, progress, served = {}, true, {}
   while budget > 0 and progress do
     progress = false
     for _, tenant in ipairs(order) do
@@ -204,6 +234,7 @@ if budget > 0 then
             redis.call('SADD', KEYS[4], c[1])
             budget = budget - c[4]
             claimed[#claimed + 1] = c[1]
+            served[#served + 1] = tenant
             progress = true
             break
           end
@@ -213,6 +244,10 @@ if budget > 0 then
       if budget <= 0 then break end
     end
   end
+  -- tenants served now go to the back of the round-robin: the next call starts with those that waited longest
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) + tonumber(t[2]) * 1e-6
+  for _, tenant in ipairs(served) do redis.call('ZADD', KEYS[5], 'XX', now, tenant) end
 end
 redis.call('SET', P .. ':grading:' .. ARGV[7], job_id, 'EX', ARGV[8])
 if #claimed > 0 then redis.call('EXPIRE', KEYS[4], ARGV[9]) end
@@ -234,9 +269,12 @@ for i = 3, #ARGV do
   local owner = redis.call('HGET', owner_key, no)
   if owner == job_id or not owner then
     redis.call('HDEL', owner_key, no)
-    local b = redis.call('HMGET', P .. ':batch:' .. id, 'status', 'created_at')
+    local b = redis.call('HMGET', P .. ':batch:' .. id, 'status', 'created_at', 'tenant', 'queue')
     if b[1] and not terminal(b[1]) then
       redis.call('ZADD', KEYS[1], tonumber(b[2]) + tonumber(no) * 1e-6, m)
+      -- the fairness index claim reads (see _CLAIM)
+      redis.call('ZADD', P .. ':pending-batches:' .. b[4] .. ':' .. b[3], 'NX', b[2], id)
+      redis.call('ZADD', P .. ':pending-tenants:' .. b[4], 'NX', b[2], b[3])
       released[#released + 1] = m
     end
   end
@@ -394,6 +432,14 @@ class Store:
         return f"{PREFIX}:last-batch:{queue}"
 
     @staticmethod
+    def pending_tenants_key(queue: str) -> str:
+        return f"{PREFIX}:pending-tenants:{queue}"
+
+    @staticmethod
+    def pending_batches_key(queue: str, tenant: str) -> str:
+        return f"{PREFIX}:pending-batches:{queue}:{tenant}"
+
+    @staticmethod
     def active_key() -> str:
         return f"{PREFIX}:active"
 
@@ -482,7 +528,13 @@ class Store:
         settings = self.settings
         scan = max(16, 4 * settings.coalesce_max_items // max(1, settings.chunk_size) + 16)
         reply = self._claim(
-            keys=[self.pending_key(queue), self.rq_queue(queue).key, f"rq:workers:{queue}", self.owned_key(job_id)],
+            keys=[
+                self.pending_key(queue),
+                self.rq_queue(queue).key,
+                f"rq:workers:{queue}",
+                self.owned_key(job_id),
+                self.pending_tenants_key(queue),
+            ],
             args=[
                 own.member if own is not None else "",
                 job_id,
@@ -496,6 +548,7 @@ class Store:
                 PREFIX,
                 Job.redis_job_namespace_prefix,
                 have,
+                queue,
             ],
         )
         if not reply or int(reply[0]) == 0:
@@ -639,6 +692,8 @@ class Store:
             pipe.rpush(items_key, *(t.model_dump_json() for t in items[start : start + 1000]))
         pending = {ChunkRef(record.id, n).member: record.created_at + n * 1e-6 for n in range(record.n_chunks)}
         pipe.zadd(self.pending_key(record.queue), pending)
+        pipe.zadd(self.pending_batches_key(record.queue, record.tenant), {record.id: record.created_at})
+        pipe.zadd(self.pending_tenants_key(record.queue), {record.tenant: record.created_at}, nx=True)
         pipe.zadd(self.tenant_batches_key(record.tenant), {record.id: record.created_at})  # the web page's list
         pipe.zadd(self.active_key(), {record.id: record.created_at})  # the sweeper drops it once it is over
         self._enqueue_chunks(record.queue, [ChunkRef(record.id, n) for n in range(record.n_chunks)], pipe)
