@@ -10,6 +10,8 @@ Keys (all under `juiz:`; a batch's keys share its id):
     batch:{id}:chunkjobs  hash    chunk no → the id of the RQ job queued for it (what a coalescing job takes out)
     batch:{id}:owner      hash    chunk no → the id of the RQ job grading it now (its one owner)
     batch:{id}:abandoned  hash    chunk no → how many workers died grading it (more than MAX_ABANDONED: failed)
+    batch:{id}:events     stream  one entry per results write or cancel: what /v1/grade and followers block on
+    events:{queue}        stream  one entry per batch submitted or chunks given back: what a gathering job blocks on
     last-batch:{queue}    string  when the newest batch of the queue was created (a worker waits for a burst to end)
     pending:{queue}       zset    "batch:chunk" of chunks nobody is grading yet, oldest first: what workers coalesce
     pending-tenants:{queue}        zset  tenants with pending chunks (by their oldest batch): claim's round-robin
@@ -84,7 +86,7 @@ local function retain(now, ttl)
 end
 """
 
-# KEYS: batch, stored, results, metrics, items, jobs, chunkjobs, owner.
+# KEYS: batch, stored, results, metrics, items, jobs, chunkjobs, owner, events.
 # ARGV: now, retention_s, then (index, status, entry) triples.
 # Returns the indices newly stored; -1 when the batch was cancelled, -2 when there is no such batch.
 _STORE_RESULTS = (
@@ -103,6 +105,9 @@ for i = 3, #ARGV, 3 do
   end
 end
 if #stored == 0 then return stored end
+-- progress event: /v1/grade and NDJSON followers block on this stream instead of polling
+redis.call('XADD', KEYS[9], 'MAXLEN', '~', 64, '*', 'stored', #stored)
+redis.call('EXPIRE', KEYS[9], 86400)
 local done = redis.call('HINCRBY', KEYS[1], 'done', #stored)
 redis.call('HSET', KEYS[1], 'updated_at', ARGV[1])
 if status == 'queued' then
@@ -316,6 +321,8 @@ local status = redis.call('HGET', KEYS[1], 'status')
 if status == 'queued' or status == 'running' then
   redis.call('HSET', KEYS[1], 'status', 'cancelled', 'cancelled_at', ARGV[1], 'finished_at', ARGV[1])
   retain(ARGV[1], ARGV[2])
+  redis.call('XADD', KEYS[9], 'MAXLEN', '~', 64, '*', 'cancelled', 1)
+  redis.call('EXPIRE', KEYS[9], 86400)
   return 1
 end
 return 0
@@ -440,6 +447,10 @@ class Store:
         return f"{PREFIX}:pending-batches:{queue}:{tenant}"
 
     @staticmethod
+    def queue_events_key(queue: str) -> str:
+        return f"{PREFIX}:events:{queue}"
+
+    @staticmethod
     def active_key() -> str:
         return f"{PREFIX}:active"
 
@@ -453,7 +464,7 @@ class Store:
 
     def _batch_keys(self, batch_id: str) -> list[str]:
         """The keys the Lua scripts take, in their order: batch, stored, results, metrics, items, jobs, chunkjobs,
-        owner."""
+        owner, events."""
         return [
             self.batch_key(batch_id),
             self.batch_key(batch_id, "stored"),
@@ -463,6 +474,7 @@ class Store:
             self.batch_key(batch_id, "jobs"),
             self.batch_key(batch_id, "chunkjobs"),
             self.batch_key(batch_id, "owner"),
+            self.batch_key(batch_id, "events"),
         ]
 
     # --- queues -----------------------------------------------------------------------------------------------
@@ -555,6 +567,18 @@ class Store:
             return None
         return Claim(share=int(reply[1]), chunks=[ChunkRef.parse(text(m)) for m in reply[2:]])
 
+    def chunk_events_cursor(self, queue: str) -> str:
+        """The id of the queue's newest chunk event (a batch submitted, chunks given back); '0-0' if none."""
+        newest = self.redis.xrevrange(self.queue_events_key(queue), count=1)
+        return text(newest[0][0]) if newest else "0-0"
+
+    def wait_for_chunks(self, queue: str, cursor: str, timeout_s: float) -> str:
+        """Block until a chunk event newer than `cursor` (or `timeout_s`); returns the newest id seen."""
+        reply = self.redis.xread(
+            {self.queue_events_key(queue): cursor}, count=1000, block=max(1, int(timeout_s * 1000))
+        )
+        return text(reply[0][1][-1][0]) if reply else cursor
+
     def last_batch_at(self, queue: str) -> float:
         """When the newest batch of `queue` was created (0 if none)."""
         value = self.redis.get(self.last_batch_key(queue))
@@ -578,6 +602,7 @@ class Store:
         if back and requeue:
             with self.redis.pipeline(transaction=True) as pipe:
                 self._enqueue_chunks(queue, back, pipe)
+                pipe.xadd(self.queue_events_key(queue), {"released": len(back)}, maxlen=1000, approximate=True)
                 pipe.execute()
         return back
 
@@ -696,6 +721,7 @@ class Store:
         pipe.zadd(self.pending_tenants_key(record.queue), {record.tenant: record.created_at}, nx=True)
         pipe.zadd(self.tenant_batches_key(record.tenant), {record.id: record.created_at})  # the web page's list
         pipe.zadd(self.active_key(), {record.id: record.created_at})  # the sweeper drops it once it is over
+        pipe.xadd(self.queue_events_key(record.queue), {"batch": record.id}, maxlen=1000, approximate=True)
         self._enqueue_chunks(record.queue, [ChunkRef(record.id, n) for n in range(record.n_chunks)], pipe)
 
     def get_batch(self, batch_id: str) -> BatchRecord | None:

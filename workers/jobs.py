@@ -241,19 +241,22 @@ def _gather(
     taken: list[ChunkRef] = []
     deadline = created_at + settings.gather_s
     have = sum(len(w.items) for w in work)
-    while have < settings.coalesce_max_items and (remaining := deadline - time.time()) > 0:
-        time.sleep(min(0.05, remaining))
+    # Read before the claim below, so a chunk queued after that claim still wakes the wait that follows it.
+    cursor = _retrying(settings, lambda: store.chunk_events_cursor(queue))
+    while have < settings.coalesce_max_items and time.time() < deadline:
         # The share is recomputed with what has arrived since: idle workers take their part of it themselves.
         _retrying(settings, lambda have=have: store.claim(queue, job_id, b.worker_key, own=None, have=have))  # type: ignore[misc]
         # What this job owns now, less what it held already: a claim retried after a lost reply loses nothing.
         known = {*held, *taken}
         fresh = [c for c in _retrying(settings, lambda: store.owned(job_id)) if c not in known]
-        if not fresh:
-            continue
         taken += fresh
         more = _retrying(settings, lambda fresh=fresh: _load(store, fresh, batches))  # type: ignore[misc]
         work += more
         have += sum(len(w.items) for w in more)
+        if have >= settings.coalesce_max_items or (remaining := deadline - time.time()) <= 0:
+            break
+        # Wakes when a batch is submitted or chunks are given back (or at the deadline), not on a timer.
+        cursor = _retrying(settings, lambda c=cursor, r=remaining: store.wait_for_chunks(queue, c, r))  # type: ignore[misc]
     return taken
 
 
