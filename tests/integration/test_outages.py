@@ -7,6 +7,7 @@ with a deadline. Real RQ workers (in process, or `tests.integration.fake_worker`
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -30,6 +31,7 @@ from workers import jobs
 from workers.worker import build_worker
 
 OUTAGE_S = 3.0  # how long Redis stays away: the fault injected, not a wait for an event
+RESTARTS = 6
 LONG_OUTAGE_S = 8.0  # many times redis_retry_s (0.2 s) and every retry of RQ's bookkeeping it sets off
 
 
@@ -223,4 +225,47 @@ def test_infrastructure_faults_in_the_engine_send_the_chunk_back_instead_of_fail
     assert done.counts.ok == 8 and done.counts.failed == 0  # failed for good before: "ConnectionError: ..."
     assert engine.attempts == 3
     assert graded_counts(redis) == {str(i): 1 for i in range(8)}
+    redis.close()
+
+
+def test_restarts_during_a_batch_lose_nothing_and_keep_the_workers(
+    server: AofRedis, workers: Workers, redis_url: str
+) -> None:
+    # Redis restarted at whatever point the workers are at each time the batch has made progress; outages of 0.5-3 s,
+    # some longer than the jobs' own retries (redis_retry_s=1): what is left half-done, the sweeper finds.
+    settings = make_settings(
+        server.url,
+        chunk_size=8,
+        coalesce_max_items=32,
+        gather_s=0,
+        heartbeat_ttl_s=3,
+        redis_retry_s=1,
+        sweep_grace_s=3,
+        sweep_interval_s=1,
+    )
+    redis = Redis.from_url(server.url)
+    store = Store(redis, settings)
+    batch, _ = store.create_batch("t", BatchOptions(), as_triples(triples(400)))
+    pool = [workers.start(settings, JUIZ_FAKE_ENGINE_DELAY_S="0.3") for _ in range(2)]
+    rng = random.Random(17)
+
+    def done() -> int:
+        record = store.get_batch(batch.id)
+        return record.counts.done if record is not None else 0
+
+    for _ in range(RESTARTS):
+        before = done()
+        wait_until(lambda before=before: done() > before, "progress since the last restart")  # type: ignore[misc]
+        if done() >= 400:
+            break
+        server.shutdown()
+        time.sleep(rng.uniform(0.5, 3.0))  # the outage under test
+        server.start()
+
+    wait_until(lambda: (b := store.get_batch(batch.id)) is not None and b.terminal, "the batch, after the restarts")
+    record = store.get_batch(batch.id)
+    assert record is not None and record.status.value == "done" and record.counts.ok == 400
+    ids = [j.id for j in store.results_in_input_order(batch.id)]
+    assert sorted(ids) == sorted(f"t{i}" for i in range(400))  # every item stored once
+    assert all(worker.poll() is None for worker in pool)  # both still serving
     redis.close()
