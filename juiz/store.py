@@ -767,9 +767,6 @@ class Store:
             if done is None
         ]
 
-    def pending_chunks(self, queue: str, limit: int) -> list[ChunkRef]:
-        return [ChunkRef.parse(text(m)) for m in self.redis.zrange(self.pending_key(queue), 0, limit - 1)]
-
     def drop_pending(self, queue: str, chunks: Iterable[ChunkRef]) -> None:
         members = [c.member for c in chunks]
         if members:

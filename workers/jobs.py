@@ -11,8 +11,8 @@ the same atomic step, so no job ever finds its chunk held by another worker and 
 The share is min(coalesce_max_items, ceil(waiting items / workers not grading)): one 256-item batch is split
 between 4 idle workers, a backlog fills every call, and other chunks are taken round-robin by tenant. When its batch
 is small (one chunk) and the call is not full, the job waits until `gather_s` after that batch was created for
-chunks still on their way, taking its fair share of them (idle workers take theirs), so small batches from many
-clients share a call. Before claiming, a fresh batch's
+chunks still on their way (blocking on the queue's events stream, woken by each submission), taking its fair share
+of them (idle workers take theirs), so small batches from many clients share a call. Before claiming, a fresh batch's
 job waits for a burst of submissions to end (`gather_quiet_s` without a new batch), so batches submitted together
 are shared as one backlog rather than split by whichever arrived first; a lone large batch never waits longer than
 that. /v1/grade never waits.
@@ -22,11 +22,14 @@ Faults:
   heartbeat_ttl_s + maintenance_interval_s, and `on_chunk_failure` gives every chunk it held back (fresh RQ jobs).
   The store's stored-marker keeps an item graded twice (a worker that was only slow) from being stored twice. A chunk
   whose workers died more than MAX_ABANDONED times is failed instead (an item that crashes every worker).
-- `TransientEngineError`: the chunks taken from other jobs go back to the queue, the job's own chunk stays for RQ's
-  retry (`Retry` with backoff, set at enqueue time).
+- `TransientEngineError` (and OSError, timeouts and Redis errors from the engine call, which the judge reports as
+  one): the chunks taken from other jobs go back to the queue, the job's own chunk stays for RQ's retry (`Retry`
+  with backoff, set at enqueue time); past the retries its items are stored as `failed` with the reason.
 - `EngineDeadError`: store nothing, give every chunk back, and stop the worker (non-zero exit; see workers.worker).
-- Redis away while the engine runs: the results are stored once it is back (retried with backoff for up to
-  `redis_retry_s`); the stored-marker makes a repeat harmless.
+- Redis away at any step: every read and chunk state change is retried with backoff for up to `redis_retry_s`, and
+  each is idempotent (a claim is read back from the owned set, a release repeated gives the same chunks back, the
+  stored-marker makes a repeated store harmless). A job that gives up never drops owner entries of chunks it could
+  not give back; what it leaves, RQ's abandoned-job handling or the sweeper (juiz.sweeper) requeues.
 - Any other failure of the whole call is permanent: the items are stored as `failed` with the reason — retrying
   never re-rolls a grade. When RQ gives up on a job, `on_chunk_failure` stores its remaining items as `failed`.
 - A batch cancelled during the call: `CallControl.cancelled` reports its items (one Redis round trip per poll) and
