@@ -38,25 +38,27 @@ from __future__ import annotations
 import argparse
 import contextlib
 import logging
+import math
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from redis import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
-from rq.exceptions import StopRequested
+from rq.exceptions import DequeueTimeout, StopRequested
 from rq.executions import Execution
 from rq.job import Job, JobStatus
 from rq.queue import Queue
 from rq.scheduler import RQScheduler
 from rq.serializers import JSONSerializer
-from rq.worker import SimpleWorker
+from rq.worker import SimpleWorker, WorkerStatus
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_delay, stop_never, wait_exponential
 
 from juiz.engine import JudgeEngine, VLLMEngine
@@ -157,14 +159,52 @@ class JuizWorker(SimpleWorker):
                 self.wait_for_redis()
 
     def dequeue_job_and_maintain_ttl(self, timeout: int | None, max_idle_time: int | None = None) -> Any:
-        # RQ retries its dequeue on a Redis fault, but sets the worker's state before that loop: Redis away there
-        # would end the work loop. A job dequeued just as Redis died waits in RQ's intermediate queue (requeued by
-        # RQ's maintenance) or, if lost, is requeued by the sweeper.
+        """RQ's dequeue loop (heartbeat, maintenance, a blocking `Queue.dequeue_any`), with juiz's queue order and
+        Redis faults waited out at every step.
+
+        Written here because RQ has no public way to order the queues per dequeue (its own strategies set a private
+        attribute); everything it calls is RQ's public API. A job dequeued just as Redis died waits in RQ's
+        intermediate queue (requeued by RQ's maintenance) or, if lost, is requeued by the sweeper."""
+        idle_since = time.monotonic()
         while True:
             try:
-                return super().dequeue_job_and_maintain_ttl(timeout, max_idle_time)
+                self.set_state(WorkerStatus.IDLE)
+                self.heartbeat()
+                if self.should_run_maintenance_tasks:
+                    self.run_maintenance_tasks()
+                wait = timeout
+                if max_idle_time is not None:
+                    left = math.ceil(max_idle_time - (time.monotonic() - idle_since))
+                    if left <= 0:
+                        return None
+                    wait = left if wait is None else min(wait, left)
+                result = self.queue_class.dequeue_any(
+                    self.ordered_queues(),
+                    wait,
+                    connection=self.connection,
+                    job_class=self.job_class,
+                    serializer=self.serializer,
+                    death_penalty_class=self.death_penalty_class,
+                )
+            except DequeueTimeout:
+                continue
             except REDIS_ERRORS:
                 self.wait_for_redis()
+                continue
+            if result is not None:
+                job, queue = result
+                self.count_dequeued(queue)
+                self.log.info("Worker %s: %s: %s (%s)", self.name, queue.name, job.description, job.id)
+            return result
+
+    def ordered_queues(self) -> list[Queue]:
+        """Priority first, but after `priority_burst` priority jobs in a row the batch queue goes first once."""
+        priority = self.settings.priority_queue
+        batch_first = self.priority_streak >= self.settings.priority_burst
+        return sorted(self.queues, key=lambda q: (q.name == priority) == batch_first)
+
+    def count_dequeued(self, queue: Queue) -> None:
+        self.priority_streak = self.priority_streak + 1 if queue.name == self.settings.priority_queue else 0
 
     def teardown(self) -> None:
         try:
@@ -188,13 +228,6 @@ class JuizWorker(SimpleWorker):
         ):
             with attempt:
                 self.connection.ping()
-
-    def reorder_queues(self, reference_queue: Queue) -> None:
-        """Priority first, but after `priority_burst` priority jobs in a row the batch queue goes first once."""
-        priority = self.settings.priority_queue
-        self.priority_streak = self.priority_streak + 1 if reference_queue.name == priority else 0
-        batch_first = self.priority_streak >= self.settings.priority_burst
-        self._ordered_queues = sorted(self.queues, key=lambda q: (q.name == priority) == batch_first)
 
 
 def _log_once_per_outage(state: RetryCallState) -> None:
