@@ -28,12 +28,13 @@ Results are stored by one Lua script that checks the stored-marker, appends, cou
 step, so a worker that re-runs a chunk (after a crash, or a Redis outage) can never store an item twice.
 
 Every chunk has ONE owner at a time: the RQ job that claimed it (`claim`, one Lua script). A job claims its own chunk
-and, to fill its engine call, other pending chunks whose RQ jobs are still queued: it takes those jobs out of the RQ
-queue (LREM) in the same step, so no job ever finds its chunk held by another worker. A chunk whose job a worker has
-already dequeued is never taken. A job that can't finish (transient fault, dead engine, killed worker) gives its
-chunks back (`release`): back in `pending`, with a fresh RQ job each.
+and, to fill its engine call, other pending chunks (`pending` is the truth: a chunk leaves it when a job claims it,
+in the same script). The claimed chunks' own RQ jobs are then taken off their queue through RQ's API; one dequeued
+meanwhile runs, finds its chunk owned and stops. RQ's keys are never written by these scripts. A job that can't
+finish (transient fault, dead engine, killed worker) gives the chunks it took back (`release`): back in `pending`,
+with a fresh RQ job each; its own chunk stays its own while RQ's retry waits out its backoff.
 
-These scripts name keys they build themselves (batch hashes, RQ job keys): fine on one Redis, not on Redis Cluster.
+These scripts name keys they build themselves (batch hashes): fine on one Redis, not on Redis Cluster.
 
 RQ needs a connection that does not decode responses; this module decodes what it reads itself.
 """
@@ -137,7 +138,8 @@ end
 # ARGV: own member ('' when only coalescing), job id, budget in items (-1: the fair share), coalesce_max_items,
 #       chunk_size, how many pending chunks to look at, worker key, busy-marker TTL, owned-set TTL, key prefix,
 #       RQ job key prefix, items the job holds already (for the fair share when gathering more), queue name.
-# Returns {0} when the own chunk is not this job's to grade, else {1, share, claimed member, ...}.
+# Returns {0} when the own chunk is not this job's to grade, else {1, share, {claimed member, ...}, {their RQ jobs}}.
+# RQ's keys are never touched here: the jobs of claimed chunks are taken off their queue by Store.claim (RQ's API).
 _CLAIM = (
     _TERMINAL_LUA
     + """
@@ -170,7 +172,7 @@ if budget < 0 then
   share = math.min(tonumber(ARGV[4]), math.ceil(waiting / free))
   budget = share - have
 end
-local claimed = {}
+local claimed, superseded = {}, {}
 if budget > 0 then
   -- Candidates, grouped by tenant and taken round-robin, so one tenant's backlog can't fill every call however deep
   -- it is: each tenant's oldest batches with pending chunks (pending-tenants / pending-batches, kept by create and
@@ -228,21 +230,22 @@ if budget > 0 then
         local c = list[i]
         i = i + 1
         if c[4] <= budget then
+          -- Pending: no job has claimed it (a job claims its own chunk in this same script), so it is ours now.
+          -- Its own RQ job, if it runs anyway, finds the chunk owned and stops; Store.claim takes it off the queue.
           local job = redis.call('HGET', bkey(c[2], 'chunkjobs'), c[3])
-          -- LREM fails when a worker has dequeued that job already: the chunk is its job's, never ours
-          if job and redis.call('LREM', KEYS[2], 1, job) == 1 then
-            redis.call('ZREM', KEYS[1], c[1])
-            redis.call('HSET', bkey(c[2], 'owner'), c[3], job_id)
+          redis.call('ZREM', KEYS[1], c[1])
+          redis.call('HSET', bkey(c[2], 'owner'), c[3], job_id)
+          redis.call('SADD', KEYS[4], c[1])
+          if job then
             redis.call('HDEL', bkey(c[2], 'chunkjobs'), c[3])
             redis.call('SREM', bkey(c[2], 'jobs'), job)
-            redis.call('DEL', ARGV[11] .. job)
-            redis.call('SADD', KEYS[4], c[1])
-            budget = budget - c[4]
-            claimed[#claimed + 1] = c[1]
-            served[#served + 1] = tenant
-            progress = true
-            break
+            superseded[#superseded + 1] = job
           end
+          budget = budget - c[4]
+          claimed[#claimed + 1] = c[1]
+          served[#served + 1] = tenant
+          progress = true
+          break
         end
       end
       next_of[tenant] = i
@@ -256,7 +259,7 @@ if budget > 0 then
 end
 redis.call('SET', P .. ':grading:' .. ARGV[7], job_id, 'EX', ARGV[8])
 if #claimed > 0 then redis.call('EXPIRE', KEYS[4], ARGV[9]) end
-return {1, share, unpack(claimed)}
+return {1, share, claimed, superseded}
 """
 )
 
@@ -565,7 +568,26 @@ class Store:
         )
         if not reply or int(reply[0]) == 0:
             return None
-        return Claim(share=int(reply[1]), chunks=[ChunkRef.parse(text(m)) for m in reply[2:]])
+        superseded = [text(j) for j in reply[3]]
+        if superseded:
+            self._drop_jobs(queue, superseded)
+        return Claim(share=int(reply[1]), chunks=[ChunkRef.parse(text(m)) for m in reply[2]])
+
+    def _drop_jobs(self, queue_name: str, job_ids: Sequence[str]) -> None:
+        """Take jobs whose chunks another job claimed off their queue and delete them, through RQ's API. Tidiness,
+        not correctness: a job dequeued meanwhile runs, finds its chunk owned, and stops."""
+        queue = self.rq_queue(queue_name)
+        with self.redis.pipeline(transaction=False) as pipe:
+            for job_id in job_ids:
+                queue.remove(job_id, pipeline=pipe)
+            removed = pipe.execute()
+        gone = [job_id for job_id, n in zip(job_ids, removed, strict=True) if n]
+        jobs = [job for job in Job.fetch_many(gone, connection=self.redis, serializer=JSONSerializer) if job]
+        if jobs:
+            with self.redis.pipeline(transaction=False) as pipe:
+                for job in jobs:
+                    job.delete(pipeline=pipe, remove_from_queue=False)
+                pipe.execute()
 
     def chunk_events_cursor(self, queue: str) -> str:
         """The id of the queue's newest chunk event (a batch submitted, chunks given back); '0-0' if none."""
@@ -743,11 +765,13 @@ class Store:
         job_ids = [text(j) for j in self.redis.smembers(self.batch_key(batch.id, "jobs"))]
         queue = self.rq_queue(batch.queue)
         scheduled = ScheduledJobRegistry(queue=queue)
+        jobs = [job for job in Job.fetch_many(job_ids, connection=self.redis, serializer=JSONSerializer) if job]
         with self.redis.pipeline() as pipe:
             for job_id in job_ids:
                 queue.remove(job_id, pipeline=pipe)
                 scheduled.remove(job_id, pipeline=pipe)
-                pipe.delete(Job.key_for(job_id))
+            for job in jobs:
+                job.delete(pipeline=pipe, remove_from_queue=False)
             pipe.execute()
 
     # --- chunks ---------------------------------------------------------------------------------------------

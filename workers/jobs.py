@@ -2,12 +2,12 @@
 
 A job carries only ids (`batch_id`, `chunk_no`, JSON-serialised); everything else is in Redis. It is thin:
 
-    claim the chunk + a fair share of other pending chunks (Store.claim: one Lua step that also takes their RQ jobs
-    out of the queue) → drop items already stored or cached → grade the rest in ONE `Judge.grade_many` call
-    → store (exactly once per item) → finish
+    claim the chunk + a fair share of other pending chunks (Store.claim: one Lua step; their RQ jobs are then taken
+    off the queue through RQ's API) → drop items already stored or cached → grade the rest in ONE
+    `Judge.grade_many` call → store (exactly once per item) → finish
 
-One owner per chunk: the job that claimed it. A coalescing job takes the other chunks' RQ jobs out of the queue in
-the same atomic step, so no job ever finds its chunk held by another worker and nothing sleeps or re-queues itself.
+One owner per chunk: the job that claimed it. A job whose chunk another job claimed first (it was dequeued before
+its job was taken off the queue) finds it owned and stops at once; nothing re-queues itself.
 The share is min(coalesce_max_items, ceil(waiting items / workers not grading)): one 256-item batch is split
 between 4 idle workers, a backlog fills every call, and other chunks are taken round-robin by tenant. When its batch
 is small (one chunk) and the call is not full, the job waits until `gather_s` after that batch was created for
@@ -182,12 +182,15 @@ def grade_chunk(batch_id: str, chunk_no: int) -> dict[str, int]:
 
 
 def _give_back(b: Binding, queue: str, job_id: str, own: ChunkRef, taken: list[ChunkRef], *, own_requeue: bool) -> None:
-    """Chunks back to `pending` (with fresh jobs), retried until Redis answers; then the job's owned set and busy
-    marker go. Owner entries are dropped by the release itself, so a release that never got through leaves them for
-    the sweeper (juiz.sweeper) rather than orphaning the chunks."""
+    """The chunks taken from other jobs back to `pending` with fresh jobs, retried until Redis answers; then the job's
+    owned set and busy marker go. The own chunk goes back too with `own_requeue`; without it, it stays this job's
+    for RQ's retry to claim again (out of `pending`, so no other job grades it before the retry's backoff is over;
+    if RQ gives up, `on_chunk_failure` settles it). Owner entries are dropped only by a release that got through,
+    so one that never did leaves them for the sweeper (juiz.sweeper) rather than orphaning the chunks."""
     store, settings = b.store, b.settings
     _retrying(settings, lambda: store.release(queue, job_id, _union(taken, store.owned(job_id))))
-    _retrying(settings, lambda: store.release(queue, job_id, [own], requeue=own_requeue))
+    if own_requeue:
+        _retrying(settings, lambda: store.release(queue, job_id, [own]))
     _retrying(settings, lambda: store.finish(job_id, b.worker_key, []))
 
 

@@ -223,7 +223,7 @@ def test_infrastructure_faults_in_the_engine_send_the_chunk_back_instead_of_fail
     done = store.get_batch(batch.id)
     assert done is not None and done.status.value == "done"
     assert done.counts.ok == 8 and done.counts.failed == 0  # failed for good before: "ConnectionError: ..."
-    assert engine.attempts == 3
+    assert engine.attempts >= 3  # the failed call, the OSError, then grading (the chunks may go in separate calls)
     assert graded_counts(redis) == {str(i): 1 for i in range(8)}
     redis.close()
 

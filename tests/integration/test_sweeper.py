@@ -8,13 +8,15 @@ from typing import Any
 from litestar import Litestar
 from litestar.testing import TestClient
 from redis import Redis
+from rq.registry import ScheduledJobRegistry
 
+from juiz.errors import TransientEngineError
 from juiz.settings import Settings
 from juiz.store import ChunkRef, Store
 from juiz.sweeper import sweep
 from schemas import BatchOptions, Triple
 from tests.integration.helpers import make_settings, triples
-from tests.integration.test_recovery import graded_counts
+from tests.integration.test_recovery import FlakyEngine, graded_counts
 
 
 def orphan_two_chunks(store: Store, settings: Settings) -> Any:
@@ -76,3 +78,24 @@ def test_a_worker_sweeps_in_its_maintenance(redis: Redis, redis_url: str, run_wo
     done = store.get_batch(batch.id)
     assert done is not None and done.status.value == "done" and done.counts.ok == 12
     assert graded_counts(redis) == {str(i): 1 for i in range(12)}
+
+
+def test_a_chunk_waiting_for_its_retry_is_not_taken_by_other_jobs(
+    redis: Redis, redis_url: str, run_worker: Any
+) -> None:
+    # Claims take any pending chunk (RQ's queue is never edited behind its back), so a chunk waiting out its retry
+    # backoff must not be pending: it stays its job's until RQ runs that job again.
+    settings = make_settings(redis_url, retry_backoff_s="3600", coalesce_max_items=16, gather_s=0, sweep_grace_s=0)
+    store = Store(redis, settings)
+    waiting, _ = store.create_batch("t", BatchOptions(), [Triple.model_validate(t) for t in triples(4)])
+    run_worker(settings, max_jobs=1, worker_engine=FlakyEngine(redis, TransientEngineError("server down"), 1))
+    other, _ = store.create_batch("t", BatchOptions(), [Triple.model_validate(t) for t in triples(4, start=4)])
+
+    run_worker(settings)
+
+    assert store.result_count(other.id) == 4
+    assert store.result_count(waiting.id) == 0  # not graded before its retry is due
+    assert redis.zcard(store.pending_key(settings.queue)) == 0
+    assert len(ScheduledJobRegistry(queue=store.rq_queue(settings.queue))) == 1
+    report = sweep(store, "test", force=True)  # its job is scheduled: alive, so the chunk is not swept either
+    assert report is not None and report.swept == [] and report.batches_checked == 1
