@@ -596,9 +596,8 @@ class Store:
 
     def wait_for_chunks(self, queue: str, cursor: str, timeout_s: float) -> str:
         """Block until a chunk event newer than `cursor` (or `timeout_s`); returns the newest id seen."""
-        reply = self.redis.xread(
-            {self.queue_events_key(queue): cursor}, count=1000, block=max(1, int(timeout_s * 1000))
-        )
+        block_ms = max(1, int(timeout_s * 1000))
+        reply: Any = self.redis.xread({self.queue_events_key(queue): cursor}, count=1000, block=block_ms)
         return text(reply[0][1][-1][0]) if reply else cursor
 
     def last_batch_at(self, queue: str) -> float:

@@ -3,6 +3,8 @@ by a cancel), so /v1/grade and NDJSON followers wake when something happened rat
 
 from __future__ import annotations
 
+from typing import Any
+
 from redis.asyncio import Redis as AsyncRedis
 
 from juiz.store import Store, text
@@ -13,5 +15,5 @@ START = "0-0"  # a cursor before every event: the first wait returns at once if 
 async def wait_for_progress(redis: AsyncRedis, batch_id: str, cursor: str, timeout_s: float) -> str:
     """Block until the batch has an event newer than `cursor`, or `timeout_s`; returns the newest id seen."""
     key = Store.batch_key(batch_id, "events")
-    reply = await redis.xread({key: cursor}, count=100, block=max(1, int(timeout_s * 1000)))
+    reply: Any = await redis.xread({key: cursor}, count=100, block=max(1, int(timeout_s * 1000)))
     return text(reply[0][1][-1][0]) if reply else cursor
