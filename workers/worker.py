@@ -59,7 +59,15 @@ from rq.queue import Queue
 from rq.scheduler import RQScheduler
 from rq.serializers import JSONSerializer
 from rq.worker import SimpleWorker, WorkerStatus
-from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_delay, stop_never, wait_exponential
+from tenacity import (
+    RetryCallState,
+    Retrying,
+    retry_if_exception_type,
+    stop_after_delay,
+    stop_any,
+    stop_never,
+    wait_exponential,
+)
 
 from juiz.engine import JudgeEngine, VLLMEngine
 from juiz.errors import EngineDeadError
@@ -167,6 +175,8 @@ class JuizWorker(SimpleWorker):
         intermediate queue (requeued by RQ's maintenance) or, if lost, is requeued by the sweeper."""
         idle_since = time.monotonic()
         while True:
+            if self.stop_asked:  # asked while Redis was away: RQ's handler could not tell the loop
+                raise StopRequested
             try:
                 self.set_state(WorkerStatus.IDLE)
                 self.heartbeat()
@@ -218,15 +228,22 @@ class JuizWorker(SimpleWorker):
     def wait_for_redis(self, deadline_s: float | None = None) -> None:
         """Ping with exponential backoff until Redis answers; with `deadline_s`, the error propagates after it.
 
-        Without a deadline it waits as long as Redis is away: a worker never exits for a ConnectionError."""
+        Without a deadline it waits as long as Redis is away: a worker never exits for a ConnectionError. A stop
+        asked for meanwhile (SIGTERM) ends the wait with RQ's StopRequested, so the work loop ends."""
+
+        def asked(_state: RetryCallState) -> bool:
+            return self.stop_asked
+
         for attempt in Retrying(
             retry=retry_if_exception_type(REDIS_ERRORS),
             wait=wait_exponential(multiplier=0.2, max=5),
-            stop=stop_never if deadline_s is None else stop_after_delay(deadline_s),
+            stop=stop_any(asked, stop_never if deadline_s is None else stop_after_delay(deadline_s)),
             before_sleep=_log_once_per_outage,
             reraise=True,
         ):
             with attempt:
+                if self.stop_asked:
+                    raise StopRequested
                 self.connection.ping()
 
 

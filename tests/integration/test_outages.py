@@ -8,6 +8,7 @@ with a deadline. Real RQ workers (in process, or `tests.integration.fake_worker`
 from __future__ import annotations
 
 import random
+import signal
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -16,6 +17,7 @@ from typing import Any
 
 import pytest
 from redis import Redis
+from rq.worker import Worker
 
 from juiz.engine import CallControl, Completion, Conversation, GenerationRequest
 from juiz.errors import TransientEngineError
@@ -95,9 +97,7 @@ def outage_settings(url: str, **overrides: Any) -> Settings:
     return make_settings(url, **{**values, **overrides})
 
 
-def test_an_outage_between_claim_and_load_loses_no_chunk(
-    server: AofRedis, monkeypatch: pytest.MonkeyPatch, redis_url: str
-) -> None:
+def test_an_outage_between_claim_and_load_loses_no_chunk(server: AofRedis, monkeypatch: pytest.MonkeyPatch) -> None:
     settings = outage_settings(server.url)
     redis = Redis.from_url(server.url)
     store = Store(redis, settings)
@@ -228,9 +228,7 @@ def test_infrastructure_faults_in_the_engine_send_the_chunk_back_instead_of_fail
     redis.close()
 
 
-def test_restarts_during_a_batch_lose_nothing_and_keep_the_workers(
-    server: AofRedis, workers: Workers, redis_url: str
-) -> None:
+def test_restarts_during_a_batch_lose_nothing_and_keep_the_workers(server: AofRedis, workers: Workers) -> None:
     # Redis restarted at whatever point the workers are at each time the batch has made progress; outages of 0.5-3 s,
     # some longer than the jobs' own retries (redis_retry_s=1): what is left half-done, the sweeper finds.
     settings = make_settings(
@@ -268,4 +266,16 @@ def test_restarts_during_a_batch_lose_nothing_and_keep_the_workers(
     ids = [j.id for j in store.results_in_input_order(batch.id)]
     assert sorted(ids) == sorted(f"t{i}" for i in range(400))  # every item stored once
     assert all(worker.poll() is None for worker in pool)  # both still serving
+    redis.close()
+
+
+def test_a_worker_asked_to_stop_while_redis_is_away_stops(server: AofRedis, workers: Workers) -> None:
+    # Waiting for Redis without a deadline must not make a worker deaf to SIGTERM (docker stop during an outage).
+    settings = make_settings(server.url)
+    redis = Redis.from_url(server.url)
+    worker = workers.start(settings)
+    wait_until(lambda: len(Worker.all(connection=redis)) == 1, "the worker to register")
+    server.shutdown()
+    worker.send_signal(signal.SIGTERM)
+    wait_until(lambda: worker.poll() is not None, "the worker to stop", timeout_s=60)
     redis.close()
