@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import logging
 import math
 import os
@@ -66,6 +67,7 @@ from tenacity import (
     stop_after_delay,
     stop_any,
     stop_never,
+    stop_when_event_set,
     wait_exponential,
 )
 
@@ -94,10 +96,18 @@ class JuizWorker(SimpleWorker):
     settings: Settings
     model_id: str = ""
     priority_streak: int = 0
-    stop_asked: bool = False  # a stop the operator asked for (SIGINT/SIGTERM): `run` does not start work again
+
+    @functools.cached_property
+    def stop_event(self) -> threading.Event:
+        """Set by a stop the operator asked for (SIGINT/SIGTERM): waits for Redis end, `run` does not work again."""
+        return threading.Event()
+
+    @property
+    def stop_asked(self) -> bool:
+        return self.stop_event.is_set()
 
     def request_stop(self, signum: Any, frame: Any) -> None:
-        self.stop_asked = True
+        self.stop_event.set()
         super().request_stop(signum, frame)
 
     def get_heartbeat_ttl(self, job: Job, working_time: float = 0.0) -> int:
@@ -230,14 +240,12 @@ class JuizWorker(SimpleWorker):
 
         Without a deadline it waits as long as Redis is away: a worker never exits for a ConnectionError. A stop
         asked for meanwhile (SIGTERM) ends the wait with RQ's StopRequested, so the work loop ends."""
-
-        def asked(_state: RetryCallState) -> bool:
-            return self.stop_asked
-
         for attempt in Retrying(
             retry=retry_if_exception_type(REDIS_ERRORS),
             wait=wait_exponential(multiplier=0.2, max=5),
-            stop=stop_any(asked, stop_never if deadline_s is None else stop_after_delay(deadline_s)),
+            stop=stop_any(
+                stop_when_event_set(self.stop_event), stop_never if deadline_s is None else stop_after_delay(deadline_s)
+            ),
             before_sleep=_log_once_per_outage,
             reraise=True,
         ):
