@@ -353,6 +353,14 @@ def _raise_if_call_level(exc: Exception) -> None:
     """
     if isinstance(exc, (TransientEngineError, EngineDeadError)):
         raise exc
+    # Infrastructure faults (a socket, a timeout, Redis restarting under an engine that uses it) say nothing about
+    # the items: the worker sends the chunk back to the queue (bounded retries) instead of failing them for good.
+    redis_errors = sys.modules.get("redis.exceptions")
+    transient: tuple[type[BaseException], ...] = (OSError, TimeoutError)
+    if redis_errors is not None:
+        transient += (redis_errors.ConnectionError, redis_errors.TimeoutError)
+    if isinstance(exc, transient):
+        raise TransientEngineError(f"{type(exc).__name__}: {exc}") from exc
     vllm_errors = sys.modules.get("vllm.v1.engine.exceptions")
     if vllm_errors is not None and isinstance(exc, vllm_errors.EngineDeadError):
         raise EngineDeadError(f"the vLLM engine died: {exc}") from exc

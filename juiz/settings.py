@@ -93,6 +93,11 @@ class Settings(BaseSettings):
     rate_limit_per_minute: int = Field(
         600, ge=0, description="Requests per minute one tenant may make to /v1 (more: 429 with Retry-After); 0: none."
     )
+    agreement_threads: int = Field(
+        2,
+        ge=1,
+        description="Most agreement reports one API process computes at once (one per batch at a time).",
+    )
     agreement_max_work: int = Field(
         2_000_000,
         ge=1,
@@ -182,6 +187,16 @@ class Settings(BaseSettings):
     )
     worker_ttl_s: int = Field(
         25, ge=20, description="RQ worker heartbeat TTL; an idle worker wakes (and can run maintenance) every TTL-15 s."
+    )
+    sweep_interval_s: float = Field(
+        30.0,
+        gt=0,
+        description="How often (at most, all workers together) the sweeper looks for chunks no job will grade.",
+    )
+    sweep_grace_s: float = Field(
+        60.0,
+        ge=0,
+        description="A batch not over is checked by the sweeper once it has made no progress for this long.",
     )
     scheduler_interval_s: float = Field(
         5.0, gt=0, description="How often a worker moves due retries from RQ's schedule back to their queue."

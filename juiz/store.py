@@ -10,12 +10,17 @@ Keys (all under `juiz:`; a batch's keys share its id):
     batch:{id}:chunkjobs  hash    chunk no → the id of the RQ job queued for it (what a coalescing job takes out)
     batch:{id}:owner      hash    chunk no → the id of the RQ job grading it now (its one owner)
     batch:{id}:abandoned  hash    chunk no → how many workers died grading it (more than MAX_ABANDONED: failed)
+    batch:{id}:events     stream  one entry per results write or cancel: what /v1/grade and followers block on
+    events:{queue}        stream  one entry per batch submitted or chunks given back: what a gathering job blocks on
     last-batch:{queue}    string  when the newest batch of the queue was created (a worker waits for a burst to end)
     pending:{queue}       zset    "batch:chunk" of chunks nobody is grading yet, oldest first: what workers coalesce
+    pending-tenants:{queue}        zset  tenants with pending chunks (by their oldest batch): claim's round-robin
+    pending-batches:{queue}:{t}    zset  tenant t's batches with pending chunks, oldest first (pruned by claim)
     owned:{job id}        set     "batch:chunk" of the chunks a job took from other jobs (given back if it dies)
     grading:{worker key}  string  the job a worker is grading (TTL renewed by its heartbeat): busy workers
     idem:{tenant}:{sha}   string  "batch_id fingerprint" for an Idempotency-Key
     tenant:{t}:batches    zset    the tenant's batch ids by creation time (the web page's list, newest first)
+    active                zset    ids of batches not known to be over, by creation time (what juiz.sweeper checks)
     cache:{sha}           string  a reusable result for (question, answer, prompt, prompt sha, model, sampling)
     metrics, hist:*, rate:*       counters and histograms /metrics reads at scrape time
 
@@ -23,12 +28,13 @@ Results are stored by one Lua script that checks the stored-marker, appends, cou
 step, so a worker that re-runs a chunk (after a crash, or a Redis outage) can never store an item twice.
 
 Every chunk has ONE owner at a time: the RQ job that claimed it (`claim`, one Lua script). A job claims its own chunk
-and, to fill its engine call, other pending chunks whose RQ jobs are still queued: it takes those jobs out of the RQ
-queue (LREM) in the same step, so no job ever finds its chunk held by another worker. A chunk whose job a worker has
-already dequeued is never taken. A job that can't finish (transient fault, dead engine, killed worker) gives its
-chunks back (`release`): back in `pending`, with a fresh RQ job each.
+and, to fill its engine call, other pending chunks (`pending` is the truth: a chunk leaves it when a job claims it,
+in the same script). The claimed chunks' own RQ jobs are then taken off their queue through RQ's API; one dequeued
+meanwhile runs, finds its chunk owned and stops. RQ's keys are never written by these scripts. A job that can't
+finish (transient fault, dead engine, killed worker) gives the chunks it took back (`release`): back in `pending`,
+with a fresh RQ job each; its own chunk stays its own while RQ's retry waits out its backoff.
 
-These scripts name keys they build themselves (batch hashes, RQ job keys): fine on one Redis, not on Redis Cluster.
+These scripts name keys they build themselves (batch hashes): fine on one Redis, not on Redis Cluster.
 
 RQ needs a connection that does not decode responses; this module decodes what it reads itself.
 """
@@ -82,7 +88,7 @@ local function retain(now, ttl)
 end
 """
 
-# KEYS: batch, stored, results, metrics, items, jobs, chunkjobs, owner.
+# KEYS: batch, stored, results, metrics, items, jobs, chunkjobs, owner, events.
 # ARGV: now, retention_s, then (index, status, entry) triples.
 # Returns the indices newly stored; -1 when the batch was cancelled, -2 when there is no such batch.
 _STORE_RESULTS = (
@@ -101,6 +107,9 @@ for i = 3, #ARGV, 3 do
   end
 end
 if #stored == 0 then return stored end
+-- progress event: /v1/grade and NDJSON followers block on this stream instead of polling
+redis.call('XADD', KEYS[9], 'MAXLEN', '~', 64, '*', 'stored', #stored)
+redis.call('EXPIRE', KEYS[9], 86400)
 local done = redis.call('HINCRBY', KEYS[1], 'done', #stored)
 redis.call('HSET', KEYS[1], 'updated_at', ARGV[1])
 if status == 'queued' then
@@ -126,11 +135,12 @@ end
 """
 
 # A job claims its own chunk and, to fill its engine call, other pending chunks whose RQ jobs are still queued.
-# KEYS: pending zset, RQ queue list, RQ workers-of-this-queue set, this job's owned set.
+# KEYS: pending zset, RQ queue list, RQ workers-of-this-queue set, this job's owned set, pending-tenants zset.
 # ARGV: own member ('' when only coalescing), job id, budget in items (-1: the fair share), coalesce_max_items,
 #       chunk_size, how many pending chunks to look at, worker key, busy-marker TTL, owned-set TTL, key prefix,
-#       RQ job key prefix, items the job holds already (for the fair share when gathering more).
-# Returns {0} when the own chunk is not this job's to grade, else {1, share, claimed member, ...}.
+#       RQ job key prefix, items the job holds already (for the fair share when gathering more), queue name.
+# Returns {0} when the own chunk is not this job's to grade, else {1, share, {claimed member, ...}, {their RQ jobs}}.
+# RQ's keys are never touched here: the jobs of claimed chunks are taken off their queue by Store.claim (RQ's API).
 _CLAIM = (
     _TERMINAL_LUA
     + """
@@ -163,28 +173,56 @@ if budget < 0 then
   share = math.min(tonumber(ARGV[4]), math.ceil(waiting / free))
   budget = share - have
 end
-local claimed = {}
+local claimed, superseded = {}, {}
 if budget > 0 then
-  -- the oldest pending chunks, grouped by tenant and taken round-robin: one tenant's backlog can't fill every call
-  local batches, tenants, order = {}, {}, {}
-  for _, m in ipairs(redis.call('ZRANGE', KEYS[1], 0, tonumber(ARGV[6]) - 1)) do
-    local id, no = split(m)
+  -- Candidates, grouped by tenant and taken round-robin, so one tenant's backlog can't fill every call however deep
+  -- it is: each tenant's oldest batches with pending chunks (pending-tenants / pending-batches, kept by create and
+  -- release, pruned here), then the oldest pending chunks of all (which also covers chunks queued before the index).
+  local batches, tenants, order, seen = {}, {}, {}, {}
+  local scan = tonumber(ARGV[6])
+  local function batch_of(id)
     local b = batches[id]
     if b == nil then
-      local h = redis.call('HMGET', bkey(id), 'status', 'total', 'chunk_size', 'tenant')
+      local h = redis.call('HMGET', bkey(id), 'status', 'total', 'chunk_size', 'tenant', 'created_at')
       if not h[1] or terminal(h[1]) then b = false
-      else b = {total = tonumber(h[2]), cs = tonumber(h[3]), tenant = h[4]} end
+      else b = {total = tonumber(h[2]), cs = tonumber(h[3]), tenant = h[4], created = tonumber(h[5])} end
       batches[id] = b
     end
-    if b == false then
-      redis.call('ZREM', KEYS[1], m)
-    elseif m ~= ARGV[1] then
-      local list = tenants[b.tenant]
-      if list == nil then list = {}; tenants[b.tenant] = list; order[#order + 1] = b.tenant end
-      list[#list + 1] = {m, id, no, size(b.total, b.cs, no)}
-    end
+    return b
   end
-  local next_of, progress = {}, true
+  local function add(m, id, no, b)
+    if m == ARGV[1] or seen[m] then return end
+    seen[m] = true
+    local list = tenants[b.tenant]
+    if list == nil then list = {}; tenants[b.tenant] = list; order[#order + 1] = b.tenant end
+    list[#list + 1] = {m, id, no, size(b.total, b.cs, no)}
+  end
+  local tb_prefix = P .. ':pending-batches:' .. ARGV[13] .. ':'
+  for _, tenant in ipairs(redis.call('ZRANGE', KEYS[5], 0, -1)) do
+    local tb = tb_prefix .. tenant
+    for _, id in ipairs(redis.call('ZRANGE', tb, 0, 3)) do
+      local b = batch_of(id)
+      local found = false
+      if b then
+        -- a batch's chunks are scored created_at + n * 1e-6: its pending ones are in that window
+        local hi = b.created + math.ceil(b.total / b.cs) * 1e-6 + 1e-3
+        local window = redis.call('ZRANGEBYSCORE', KEYS[1], b.created - 1e-3, hi, 'LIMIT', 0, scan)
+        for _, m in ipairs(window) do
+          local mid, no = split(m)
+          if mid == id then found = true; add(m, id, no, b) end
+        end
+        if #window >= scan then found = true end  -- window full of another batch's chunks: not known to be empty
+      end
+      if not found then redis.call('ZREM', tb, id) end
+    end
+    if redis.call('EXISTS', tb) == 0 then redis.call('ZREM', KEYS[5], tenant) end
+  end
+  for _, m in ipairs(redis.call('ZRANGE', KEYS[1], 0, scan - 1)) do
+    local id, no = split(m)
+    local b = batch_of(id)
+    if b == false then redis.call('ZREM', KEYS[1], m) else add(m, id, no, b) end
+  end
+  local next_of, progress, served = {}, true, {}
   while budget > 0 and progress do
     progress = false
     for _, tenant in ipairs(order) do
@@ -193,30 +231,36 @@ if budget > 0 then
         local c = list[i]
         i = i + 1
         if c[4] <= budget then
+          -- Pending: no job has claimed it (a job claims its own chunk in this same script), so it is ours now.
+          -- Its own RQ job, if it runs anyway, finds the chunk owned and stops; Store.claim takes it off the queue.
           local job = redis.call('HGET', bkey(c[2], 'chunkjobs'), c[3])
-          -- LREM fails when a worker has dequeued that job already: the chunk is its job's, never ours
-          if job and redis.call('LREM', KEYS[2], 1, job) == 1 then
-            redis.call('ZREM', KEYS[1], c[1])
-            redis.call('HSET', bkey(c[2], 'owner'), c[3], job_id)
+          redis.call('ZREM', KEYS[1], c[1])
+          redis.call('HSET', bkey(c[2], 'owner'), c[3], job_id)
+          redis.call('SADD', KEYS[4], c[1])
+          if job then
             redis.call('HDEL', bkey(c[2], 'chunkjobs'), c[3])
             redis.call('SREM', bkey(c[2], 'jobs'), job)
-            redis.call('DEL', ARGV[11] .. job)
-            redis.call('SADD', KEYS[4], c[1])
-            budget = budget - c[4]
-            claimed[#claimed + 1] = c[1]
-            progress = true
-            break
+            superseded[#superseded + 1] = job
           end
+          budget = budget - c[4]
+          claimed[#claimed + 1] = c[1]
+          served[#served + 1] = tenant
+          progress = true
+          break
         end
       end
       next_of[tenant] = i
       if budget <= 0 then break end
     end
   end
+  -- tenants served now go to the back of the round-robin: the next call starts with those that waited longest
+  local t = redis.call('TIME')
+  local now = tonumber(t[1]) + tonumber(t[2]) * 1e-6
+  for _, tenant in ipairs(served) do redis.call('ZADD', KEYS[5], 'XX', now, tenant) end
 end
 redis.call('SET', P .. ':grading:' .. ARGV[7], job_id, 'EX', ARGV[8])
 if #claimed > 0 then redis.call('EXPIRE', KEYS[4], ARGV[9]) end
-return {1, share, unpack(claimed)}
+return {1, share, claimed, superseded}
 """
 )
 
@@ -234,9 +278,12 @@ for i = 3, #ARGV do
   local owner = redis.call('HGET', owner_key, no)
   if owner == job_id or not owner then
     redis.call('HDEL', owner_key, no)
-    local b = redis.call('HMGET', P .. ':batch:' .. id, 'status', 'created_at')
+    local b = redis.call('HMGET', P .. ':batch:' .. id, 'status', 'created_at', 'tenant', 'queue')
     if b[1] and not terminal(b[1]) then
       redis.call('ZADD', KEYS[1], tonumber(b[2]) + tonumber(no) * 1e-6, m)
+      -- the fairness index claim reads (see _CLAIM)
+      redis.call('ZADD', P .. ':pending-batches:' .. b[4] .. ':' .. b[3], 'NX', b[2], id)
+      redis.call('ZADD', P .. ':pending-tenants:' .. b[4], 'NX', b[2], b[3])
       released[#released + 1] = m
     end
   end
@@ -278,6 +325,8 @@ local status = redis.call('HGET', KEYS[1], 'status')
 if status == 'queued' or status == 'running' then
   redis.call('HSET', KEYS[1], 'status', 'cancelled', 'cancelled_at', ARGV[1], 'finished_at', ARGV[1])
   retain(ARGV[1], ARGV[2])
+  redis.call('XADD', KEYS[9], 'MAXLEN', '~', 64, '*', 'cancelled', 1)
+  redis.call('EXPIRE', KEYS[9], 86400)
   return 1
 end
 return 0
@@ -387,6 +436,22 @@ class Store:
         return f"{PREFIX}:last-batch:{queue}"
 
     @staticmethod
+    def pending_tenants_key(queue: str) -> str:
+        return f"{PREFIX}:pending-tenants:{queue}"
+
+    @staticmethod
+    def pending_batches_key(queue: str, tenant: str) -> str:
+        return f"{PREFIX}:pending-batches:{queue}:{tenant}"
+
+    @staticmethod
+    def queue_events_key(queue: str) -> str:
+        return f"{PREFIX}:events:{queue}"
+
+    @staticmethod
+    def active_key() -> str:
+        return f"{PREFIX}:active"
+
+    @staticmethod
     def owned_key(job_id: str) -> str:
         return f"{PREFIX}:owned:{job_id}"
 
@@ -396,7 +461,7 @@ class Store:
 
     def _batch_keys(self, batch_id: str) -> list[str]:
         """The keys the Lua scripts take, in their order: batch, stored, results, metrics, items, jobs, chunkjobs,
-        owner."""
+        owner, events."""
         return [
             self.batch_key(batch_id),
             self.batch_key(batch_id, "stored"),
@@ -406,6 +471,7 @@ class Store:
             self.batch_key(batch_id, "jobs"),
             self.batch_key(batch_id, "chunkjobs"),
             self.batch_key(batch_id, "owner"),
+            self.batch_key(batch_id, "events"),
         ]
 
     # --- queues -----------------------------------------------------------------------------------------------
@@ -471,7 +537,13 @@ class Store:
         settings = self.settings
         scan = max(16, 4 * settings.coalesce_max_items // max(1, settings.chunk_size) + 16)
         reply = self._claim(
-            keys=[self.pending_key(queue), self.rq_queue(queue).key, f"rq:workers:{queue}", self.owned_key(job_id)],
+            keys=[
+                self.pending_key(queue),
+                self.rq_queue(queue).key,
+                f"rq:workers:{queue}",
+                self.owned_key(job_id),
+                self.pending_tenants_key(queue),
+            ],
             args=[
                 own.member if own is not None else "",
                 job_id,
@@ -485,11 +557,42 @@ class Store:
                 PREFIX,
                 Job.redis_job_namespace_prefix,
                 have,
+                queue,
             ],
         )
         if not reply or int(reply[0]) == 0:
             return None
-        return Claim(share=int(reply[1]), chunks=[ChunkRef.parse(text(m)) for m in reply[2:]])
+        superseded = [text(j) for j in reply[3]]
+        if superseded:
+            self._drop_jobs(queue, superseded)
+        return Claim(share=int(reply[1]), chunks=[ChunkRef.parse(text(m)) for m in reply[2]])
+
+    def _drop_jobs(self, queue_name: str, job_ids: Sequence[str]) -> None:
+        """Take jobs whose chunks another job claimed off their queue and delete them, through RQ's API. Tidiness,
+        not correctness: a job dequeued meanwhile runs, finds its chunk owned, and stops."""
+        queue = self.rq_queue(queue_name)
+        with self.redis.pipeline(transaction=False) as pipe:
+            for job_id in job_ids:
+                queue.remove(job_id, pipeline=pipe)
+            removed = pipe.execute()
+        gone = [job_id for job_id, n in zip(job_ids, removed, strict=True) if n]
+        jobs = [job for job in Job.fetch_many(gone, connection=self.redis, serializer=JSONSerializer) if job]
+        if jobs:
+            with self.redis.pipeline(transaction=False) as pipe:
+                for job in jobs:
+                    job.delete(pipeline=pipe, remove_from_queue=False)
+                pipe.execute()
+
+    def chunk_events_cursor(self, queue: str) -> str:
+        """The id of the queue's newest chunk event (a batch submitted, chunks given back); '0-0' if none."""
+        newest = self.redis.xrevrange(self.queue_events_key(queue), count=1)
+        return text(newest[0][0]) if newest else "0-0"
+
+    def wait_for_chunks(self, queue: str, cursor: str, timeout_s: float) -> str:
+        """Block until a chunk event newer than `cursor` (or `timeout_s`); returns the newest id seen."""
+        block_ms = max(1, int(timeout_s * 1000))
+        reply: Any = self.redis.xread({self.queue_events_key(queue): cursor}, count=1000, block=block_ms)
+        return text(reply[0][1][-1][0]) if reply else cursor
 
     def last_batch_at(self, queue: str) -> float:
         """When the newest batch of `queue` was created (0 if none)."""
@@ -514,6 +617,7 @@ class Store:
         if back and requeue:
             with self.redis.pipeline(transaction=True) as pipe:
                 self._enqueue_chunks(queue, back, pipe)
+                pipe.xadd(self.queue_events_key(queue), {"released": len(back)}, maxlen=1000, approximate=True)
                 pipe.execute()
         return back
 
@@ -628,7 +732,11 @@ class Store:
             pipe.rpush(items_key, *(t.model_dump_json() for t in items[start : start + 1000]))
         pending = {ChunkRef(record.id, n).member: record.created_at + n * 1e-6 for n in range(record.n_chunks)}
         pipe.zadd(self.pending_key(record.queue), pending)
+        pipe.zadd(self.pending_batches_key(record.queue, record.tenant), {record.id: record.created_at})
+        pipe.zadd(self.pending_tenants_key(record.queue), {record.tenant: record.created_at}, nx=True)
         pipe.zadd(self.tenant_batches_key(record.tenant), {record.id: record.created_at})  # the web page's list
+        pipe.zadd(self.active_key(), {record.id: record.created_at})  # the sweeper drops it once it is over
+        pipe.xadd(self.queue_events_key(record.queue), {"batch": record.id}, maxlen=1000, approximate=True)
         self._enqueue_chunks(record.queue, [ChunkRef(record.id, n) for n in range(record.n_chunks)], pipe)
 
     def get_batch(self, batch_id: str) -> BatchRecord | None:
@@ -650,11 +758,13 @@ class Store:
         job_ids = [text(j) for j in self.redis.smembers(self.batch_key(batch.id, "jobs"))]
         queue = self.rq_queue(batch.queue)
         scheduled = ScheduledJobRegistry(queue=queue)
+        jobs = [job for job in Job.fetch_many(job_ids, connection=self.redis, serializer=JSONSerializer) if job]
         with self.redis.pipeline() as pipe:
             for job_id in job_ids:
                 queue.remove(job_id, pipeline=pipe)
                 scheduled.remove(job_id, pipeline=pipe)
-                pipe.delete(Job.key_for(job_id))
+            for job in jobs:
+                job.delete(pipeline=pipe, remove_from_queue=False)
             pipe.execute()
 
     # --- chunks ---------------------------------------------------------------------------------------------
@@ -673,9 +783,6 @@ class Store:
             for index, raw, done in zip(indices, raw_items, stored, strict=True)
             if done is None
         ]
-
-    def pending_chunks(self, queue: str, limit: int) -> list[ChunkRef]:
-        return [ChunkRef.parse(text(m)) for m in self.redis.zrange(self.pending_key(queue), 0, limit - 1)]
 
     def drop_pending(self, queue: str, chunks: Iterable[ChunkRef]) -> None:
         members = [c.member for c in chunks]

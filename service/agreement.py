@@ -1,14 +1,21 @@
 """GET /v1/batches/{id}/agreement (and /agreement/metrics, /calibration) at a bounded cost.
 
 The bootstrap is resamples × items work and memory (issue 10: 10,000 items × 10,000 resamples took 91 s and four
-concurrent calls 3.4 GiB). So: resamples are lowered until resamples × items fits `agreement_max_work`; one report
-is computed at a time per API process, in a worker thread (never on the event loop); and a finished batch's report
-is computed once and kept in Redis beside the batch (same retention), so repeated calls are a GET.
+concurrent calls 3.4 GiB). So: resamples are lowered until resamples × items fits `agreement_max_work`; reports are
+computed in worker threads (never on the event loop), one at a time per batch and at most `agreement_threads` at a
+time per API process (one tenant's big batch no longer holds up every other batch's report, issue 17 item 6); and a
+finished batch's report is computed once and kept in Redis beside the batch (same retention), so repeated calls are
+a GET.
+
+This module owns those cached reports. Their key holds the batch's labels_version (bumped by every manual-label
+change, `Store.set_manual_label`), so a relabelled batch's reports of every kind are computed afresh; nothing has to
+remember to invalidate them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -25,10 +32,26 @@ from schemas import AgreementByMetric, AgreementReport, CalibrationSpec
 
 Report = TypeVar("Report", bound=BaseModel)
 
-# One bootstrap at a time per process: each one holds resamples × items integers while it runs.
-_LIMITER = anyio.CapacityLimiter(1)
+# The process-wide budget (agreement_threads bootstraps at once: each holds resamples × items integers), created on
+# first use for the settings' value.
+_BUDGETS: dict[int, anyio.CapacityLimiter] = {}
+# One computation at a time per batch: a batch's requests queue behind each other, not behind other batches'.
+_BATCH_LOCKS: weakref.WeakValueDictionary[str, anyio.Lock] = weakref.WeakValueDictionary()
 # Concurrent first requests for the same finished batch share one computation.
 _IN_FLIGHT: dict[str, asyncio.Future[Any]] = {}
+
+
+async def _in_thread(store: Store, batch_id: str, compute: Callable[[], Report]) -> Report:
+    """Run `compute` in a worker thread: one per batch at a time, within the process-wide budget."""
+    threads = store.settings.agreement_threads
+    budget = _BUDGETS.get(threads)
+    if budget is None:
+        budget = _BUDGETS[threads] = anyio.CapacityLimiter(threads)
+    lock = _BATCH_LOCKS.get(batch_id)
+    if lock is None:
+        lock = _BATCH_LOCKS[batch_id] = anyio.Lock()
+    async with lock:
+        return await anyio.to_thread.run_sync(compute, limiter=budget)
 
 
 def capped_resamples(requested: int, items: int, max_work: int) -> int:
@@ -38,8 +61,9 @@ def capped_resamples(requested: int, items: int, max_work: int) -> int:
     return max(0, min(requested, max_work // items))
 
 
-def cache_key(batch_id: str, resamples: int, kind: str = "agreement") -> str:
-    return Store.batch_key(batch_id, f"{kind}:{resamples}")
+def cache_key(batch_id: str, resamples: int, kind: str = "agreement", labels_version: int = 0) -> str:
+    # Under `agreement:` for every kind, so a scan for the batch's agreement keys finds them all.
+    return Store.batch_key(batch_id, f"agreement:v{labels_version}:{kind}:{resamples}")
 
 
 def _plain(store: Store, record: BatchRecord, requested: int) -> AgreementReport:
@@ -80,8 +104,10 @@ async def _cached(store: Store, redis: AsyncRedis, record: BatchRecord, requeste
     """The batch's report of this kind; from Redis when the batch is over and it was computed before."""
     compute = partial(kind.compute, store, record, requested)
     if not record.terminal:  # still changing: computed each time, within the cap
-        return await anyio.to_thread.run_sync(compute, limiter=_LIMITER)
-    key = cache_key(record.id, requested, kind.name)
+        return await _in_thread(store, record.id, compute)
+    # Read before the results are: a report computed while a label changes is stored under the older version.
+    version = int(await redis.hget(Store.batch_key(record.id), "labels_version") or 0)
+    key = cache_key(record.id, requested, kind.name, version)
     cached = await redis.get(key)
     if cached is not None:
         return kind.model.model_validate_json(cached)
@@ -91,7 +117,7 @@ async def _cached(store: Store, redis: AsyncRedis, record: BatchRecord, requeste
     future: asyncio.Future[Report] = asyncio.get_running_loop().create_future()
     _IN_FLIGHT[key] = future
     try:
-        report = await anyio.to_thread.run_sync(compute, limiter=_LIMITER)
+        report = await _in_thread(store, record.id, compute)
         retention = store.settings.retention_s
         await redis.set(key, report.model_dump_json(), ex=retention or None)
         future.set_result(report)
@@ -126,4 +152,4 @@ async def fitted_calibration(store: Store, record: BatchRecord, folds: int, seed
         calibration = fit_from_results(judgements, record.options.label_mapping, folds=folds, seed=seed)
         return CalibrationSpec.model_validate(calibration.to_json())
 
-    return await anyio.to_thread.run_sync(fit, limiter=_LIMITER)
+    return await _in_thread(store, record.id, fit)

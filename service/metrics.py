@@ -14,6 +14,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from rq import Worker
 
 from juiz.store import ENGINE_CALL_BUCKETS, ITEM_BUCKETS, Store, text
+from juiz.sweeper import stalled_batches
 from schemas import WorkerView
 
 STATUSES = ("ok", "parse_error", "failed")
@@ -76,6 +77,16 @@ class RedisCollector(Collector):
         yield CounterMetricFamily("juiz_batches", "Batches created.", value=counters.get("batches_created", 0))
         yield CounterMetricFamily(
             "juiz_engine_calls", "Engine calls made by workers.", value=counters.get("engine_calls", 0)
+        )
+        yield CounterMetricFamily(
+            "juiz_chunks_swept",
+            "Chunks the sweeper found with no job to grade them and queued again.",
+            value=counters.get("chunks_swept", 0),
+        )
+        yield GaugeMetricFamily(
+            "juiz_batches_stalled",
+            "Batches the last sweep found with chunks no job would grade (requeued by it): a stuck-batch alarm.",
+            value=stalled_batches(store),
         )
         yield GaugeMetricFamily(
             "juiz_judgements_per_second",

@@ -2,17 +2,17 @@
 
 A job carries only ids (`batch_id`, `chunk_no`, JSON-serialised); everything else is in Redis. It is thin:
 
-    claim the chunk + a fair share of other pending chunks (Store.claim: one Lua step that also takes their RQ jobs
-    out of the queue) → drop items already stored or cached → grade the rest in ONE `Judge.grade_many` call
-    → store (exactly once per item) → finish
+    claim the chunk + a fair share of other pending chunks (Store.claim: one Lua step; their RQ jobs are then taken
+    off the queue through RQ's API) → drop items already stored or cached → grade the rest in ONE
+    `Judge.grade_many` call → store (exactly once per item) → finish
 
-One owner per chunk: the job that claimed it. A coalescing job takes the other chunks' RQ jobs out of the queue in
-the same atomic step, so no job ever finds its chunk held by another worker and nothing sleeps or re-queues itself.
+One owner per chunk: the job that claimed it. A job whose chunk another job claimed first (it was dequeued before
+its job was taken off the queue) finds it owned and stops at once; nothing re-queues itself.
 The share is min(coalesce_max_items, ceil(waiting items / workers not grading)): one 256-item batch is split
 between 4 idle workers, a backlog fills every call, and other chunks are taken round-robin by tenant. When its batch
 is small (one chunk) and the call is not full, the job waits until `gather_s` after that batch was created for
-chunks still on their way, taking its fair share of them (idle workers take theirs), so small batches from many
-clients share a call. Before claiming, a fresh batch's
+chunks still on their way (blocking on the queue's events stream, woken by each submission), taking its fair share
+of them (idle workers take theirs), so small batches from many clients share a call. Before claiming, a fresh batch's
 job waits for a burst of submissions to end (`gather_quiet_s` without a new batch), so batches submitted together
 are shared as one backlog rather than split by whichever arrived first; a lone large batch never waits longer than
 that. /v1/grade never waits.
@@ -22,11 +22,14 @@ Faults:
   heartbeat_ttl_s + maintenance_interval_s, and `on_chunk_failure` gives every chunk it held back (fresh RQ jobs).
   The store's stored-marker keeps an item graded twice (a worker that was only slow) from being stored twice. A chunk
   whose workers died more than MAX_ABANDONED times is failed instead (an item that crashes every worker).
-- `TransientEngineError`: the chunks taken from other jobs go back to the queue, the job's own chunk stays for RQ's
-  retry (`Retry` with backoff, set at enqueue time).
+- `TransientEngineError` (and OSError, timeouts and Redis errors from the engine call, which the judge reports as
+  one): the chunks taken from other jobs go back to the queue, the job's own chunk stays for RQ's retry (`Retry`
+  with backoff, set at enqueue time); past the retries its items are stored as `failed` with the reason.
 - `EngineDeadError`: store nothing, give every chunk back, and stop the worker (non-zero exit; see workers.worker).
-- Redis away while the engine runs: the results are stored once it is back (retried with backoff for up to
-  `redis_retry_s`); the stored-marker makes a repeat harmless.
+- Redis away at any step: every read and chunk state change is retried with backoff for up to `redis_retry_s`, and
+  each is idempotent (a claim is read back from the owned set, a release repeated gives the same chunks back, the
+  stored-marker makes a repeated store harmless). A job that gives up never drops owner entries of chunks it could
+  not give back; what it leaves, RQ's abandoned-job handling or the sweeper (juiz.sweeper) requeues.
 - Any other failure of the whole call is permanent: the items are stored as `failed` with the reason — retrying
   never re-rolls a grade. When RQ gives up on a job, `on_chunk_failure` stores its remaining items as `failed`.
 - A batch cancelled during the call: `CallControl.cancelled` reports its items (one Redis round trip per poll) and
@@ -134,43 +137,65 @@ class _Work:
 
 def grade_chunk(batch_id: str, chunk_no: int) -> dict[str, int]:
     """Grade chunk `chunk_no` of batch `batch_id` (plus a fair share of other pending chunks). Returns counts for
-    RQ's logs."""
+    RQ's logs.
+
+    Every Redis step is retried while Redis is away (a restart), and each is idempotent: a claim whose reply was
+    lost is read back from the job's owned set, a release repeated puts the same chunks back, and the owner entries
+    are dropped only for chunks stored or given back, never for chunks a failed release left behind.
+    """
     b = bound()
-    store = b.store
+    store, settings = b.store, b.settings
     job = get_current_job()
     job_id = job.id if job is not None else f"local-{uuid.uuid4().hex}"
-    batch = store.get_batch(batch_id)
+    batch = _retrying(settings, lambda: store.get_batch(batch_id))
     if batch is None or batch.terminal:
         return {"skipped": 1}
     queue = batch.queue
     # An earlier run of this same job whose worker died may still hold chunks it took from other jobs.
-    store.release(queue, job_id, store.owned(job_id))
-    if queue != b.settings.priority_queue:
+    _retrying(settings, lambda: store.release(queue, job_id, store.owned(job_id)))
+    if queue != settings.priority_queue:
         _settle(b, batch)
-    claim = store.claim(queue, job_id, b.worker_key, own=ChunkRef(batch_id, chunk_no))
+    own = ChunkRef(batch_id, chunk_no)
+    claim = _retrying(settings, lambda: store.claim(queue, job_id, b.worker_key, own=own))
     if claim is None:
         return {"not_ours": 1}  # done, cancelled, or handed to a newer job while this one was taken as dead
-    own = ChunkRef(batch_id, chunk_no)
-    taken = list(claim.chunks)
+    # The owned set is the truth: a claim retried after its reply was lost returns nothing the first one took.
+    taken = _retrying(settings, lambda: _union(claim.chunks, store.owned(job_id)))
     try:
         batches: dict[str, BatchRecord | None] = {batch_id: batch}
-        work = _load(store, [own, *taken], batches)
-        if queue != b.settings.priority_queue and batch.n_chunks == 1:
-            taken += _gather(b, queue, job_id, work, batch.created_at, batches)
-        return _grade_and_store(b, work, job)
+        work = _retrying(settings, lambda: _load(store, [own, *taken], batches))
+        if queue != settings.priority_queue and batch.n_chunks == 1:
+            taken += _gather(b, queue, job_id, work, batch.created_at, batches, taken)
+        counts = _grade_and_store(b, work, job)
     except EngineDeadError as exc:
         # Store nothing: every chunk goes back with a fresh job, and this worker stops after the job.
         log.error("engine dead: giving back %d chunk(s) and stopping this worker: %s", len(taken) + 1, exc)
-        _retrying(b.settings, lambda: store.release(queue, job_id, [own, *taken]))
+        _give_back(b, queue, job_id, own, taken, own_requeue=True)
         b.engine_dead = exc
         return {"engine_dead": 1}
     except BaseException:
         # RQ retries this job (own chunk) or gives up on it (on_chunk_failure); the other chunks go back now.
-        store.release(queue, job_id, taken)
-        store.release(queue, job_id, [own], requeue=False)
+        _give_back(b, queue, job_id, own, taken, own_requeue=False)
         raise
-    finally:
-        _retrying(b.settings, lambda: store.finish(job_id, b.worker_key, [own, *taken]))
+    _retrying(settings, lambda: store.finish(job_id, b.worker_key, [own, *taken]))
+    return counts
+
+
+def _give_back(b: Binding, queue: str, job_id: str, own: ChunkRef, taken: list[ChunkRef], *, own_requeue: bool) -> None:
+    """The chunks taken from other jobs back to `pending` with fresh jobs, retried until Redis answers; then the job's
+    owned set and busy marker go. The own chunk goes back too with `own_requeue`; without it, it stays this job's
+    for RQ's retry to claim again (out of `pending`, so no other job grades it before the retry's backoff is over;
+    if RQ gives up, `on_chunk_failure` settles it). Owner entries are dropped only by a release that got through,
+    so one that never did leaves them for the sweeper (juiz.sweeper) rather than orphaning the chunks."""
+    store, settings = b.store, b.settings
+    _retrying(settings, lambda: store.release(queue, job_id, _union(taken, store.owned(job_id))))
+    if own_requeue:
+        _retrying(settings, lambda: store.release(queue, job_id, [own]))
+    _retrying(settings, lambda: store.finish(job_id, b.worker_key, []))
+
+
+def _union(first: Sequence[ChunkRef], second: Sequence[ChunkRef]) -> list[ChunkRef]:
+    return list(dict.fromkeys([*first, *second]))
 
 
 def _load(store: Store, chunks: Sequence[ChunkRef], batches: dict[str, BatchRecord | None]) -> list[_Work]:
@@ -195,7 +220,7 @@ def _settle(b: Binding, batch: BatchRecord) -> None:
     settings = b.settings
     deadline = batch.created_at + settings.gather_s
     while (now := time.time()) < deadline:
-        quiet_at = b.store.last_batch_at(batch.queue) + settings.gather_quiet_s
+        quiet_at = _retrying(settings, lambda: b.store.last_batch_at(batch.queue)) + settings.gather_quiet_s
         if now >= quiet_at:
             return
         time.sleep(min(quiet_at, deadline) - now)
@@ -208,6 +233,7 @@ def _gather(
     work: list[_Work],
     created_at: float,
     batches: dict[str, BatchRecord | None],
+    held: Sequence[ChunkRef],
 ) -> list[ChunkRef]:
     """For a small batch (one chunk): wait until gather_s after it was created for chunks still on their way, while
     the call is not full, taking this worker's fair share of what arrives.
@@ -221,16 +247,22 @@ def _gather(
     taken: list[ChunkRef] = []
     deadline = created_at + settings.gather_s
     have = sum(len(w.items) for w in work)
-    while have < settings.coalesce_max_items and (remaining := deadline - time.time()) > 0:
-        time.sleep(min(0.05, remaining))
+    # Read before the claim below, so a chunk queued after that claim still wakes the wait that follows it.
+    cursor = _retrying(settings, lambda: store.chunk_events_cursor(queue))
+    while have < settings.coalesce_max_items and time.time() < deadline:
         # The share is recomputed with what has arrived since: idle workers take their part of it themselves.
-        claim = store.claim(queue, job_id, b.worker_key, own=None, have=have)
-        if claim is None or not claim.chunks:
-            continue
-        taken += claim.chunks
-        more = _load(store, claim.chunks, batches)
+        _retrying(settings, lambda have=have: store.claim(queue, job_id, b.worker_key, own=None, have=have))  # type: ignore[misc]
+        # What this job owns now, less what it held already: a claim retried after a lost reply loses nothing.
+        known = {*held, *taken}
+        fresh = [c for c in _retrying(settings, lambda: store.owned(job_id)) if c not in known]
+        taken += fresh
+        more = _retrying(settings, lambda fresh=fresh: _load(store, fresh, batches))  # type: ignore[misc]
         work += more
         have += sum(len(w.items) for w in more)
+        if have >= settings.coalesce_max_items or (remaining := deadline - time.time()) <= 0:
+            break
+        # Wakes when a batch is submitted or chunks are given back (or at the deadline), not on a timer.
+        cursor = _retrying(settings, lambda c=cursor, r=remaining: store.wait_for_chunks(queue, c, r))  # type: ignore[misc]
     return taken
 
 
@@ -239,7 +271,7 @@ def _grade_and_store(b: Binding, work: list[_Work], job: Any) -> dict[str, int]:
     if not work:
         return {"chunks": 0, "items": 0, "graded": 0, "stored": 0}
     for batch_id in {w.batch.id for w in work}:
-        store.mark_running(batch_id)
+        _retrying(settings, lambda batch_id=batch_id: store.mark_running(batch_id))  # type: ignore[misc]
     flat = [(w, index, triple) for w in work for index, triple in w.items]
     results: dict[tuple[str, int], Judgement] = {}
 
@@ -249,7 +281,7 @@ def _grade_and_store(b: Binding, work: list[_Work], job: Any) -> dict[str, int]:
             _cache_key_or_none(triple, w.batch.options, judge.engine.model_id, _cache_scope(settings, w.batch))
             for w, _, triple in flat
         ]
-        cached = store.cache_get([k for k in keys if k is not None])
+        cached = _retrying(settings, lambda: store.cache_get([k for k in keys if k is not None]))
         hits = iter(cached)
         for (w, index, triple), key in zip(flat, keys, strict=True):
             if key is None:
@@ -257,7 +289,7 @@ def _grade_and_store(b: Binding, work: list[_Work], job: Any) -> dict[str, int]:
             hit = next(hits)
             if hit is not None:
                 results[(w.batch.id, index)] = _from_cache(hit, triple, w.batch.options)
-        store.record_cache_hits(len(results))
+        _retrying(settings, lambda: store.record_cache_hits(len(results)))
 
     to_grade = [(i, entry) for i, entry in enumerate(flat) if (entry[0].batch.id, entry[1]) not in results]
     if to_grade:
@@ -386,16 +418,16 @@ def on_chunk_failure(job: Any, connection: Any, exc_type: Any = None, exc_value:
         log.error("job %s failed, but no judge is bound here to record it", job.id)
         return
     batch_id, chunk_no = job.args
-    store, model_id = _binding.store, _binding.judge.engine.model_id
-    batch = store.get_batch(batch_id)
+    store, model_id, settings = _binding.store, _binding.judge.engine.model_id, _binding.settings
+    batch = _retrying(settings, lambda: store.get_batch(batch_id))
     if batch is None or batch.terminal:
         return
     own = ChunkRef(batch_id, chunk_no)
     if exc_type is not None and issubclass(exc_type, AbandonedJobError):
-        held = [own, *store.owned(job.id)]
-        deaths = store.count_abandoned(held)
+        held = _union([own], _retrying(settings, lambda: store.owned(job.id)))
+        deaths = _retrying(settings, lambda: store.count_abandoned(held))
         poison = [c for c, n in zip(held, deaths, strict=True) if n > MAX_ABANDONED]
-        back = store.release(batch.queue, job.id, [c for c in held if c not in poison])
+        back = _retrying(settings, lambda: store.release(batch.queue, job.id, [c for c in held if c not in poison]))
         log.warning("job %s was abandoned by its worker; %d chunk(s) queued again", job.id, len(back))
         for chunk in poison:  # every worker that graded it died: fail its items rather than kill the next one
             chunk_batch = store.get_batch(chunk.batch_id)
@@ -412,9 +444,10 @@ def on_chunk_failure(job: Any, connection: Any, exc_type: Any = None, exc_value:
     if job.should_retry:
         return
     reason = f"gave up after retries: {exc_type.__name__ if exc_type else 'abandoned'}: {exc_value or ''}".rstrip(": ")
-    items = store.chunk_items(batch, chunk_no)
-    store.store_results(batch, [(i, failed_judgement(t, batch.options, model_id, reason)) for i, t in items])
-    store.drop_pending(batch.queue, [own])  # RQ won't run it again: no longer waiting for anyone
-    store.release(batch.queue, job.id, store.owned(job.id))
-    store.finish(job.id, _binding.worker_key, [own])
+    items = _retrying(settings, lambda: store.chunk_items(batch, chunk_no))
+    failed = [(i, failed_judgement(t, batch.options, model_id, reason)) for i, t in items]
+    _retrying(settings, lambda: store.store_results(batch, failed))
+    _retrying(settings, lambda: store.drop_pending(batch.queue, [own]))  # RQ won't run it again: nobody waits
+    _retrying(settings, lambda: store.release(batch.queue, job.id, store.owned(job.id)))
+    _retrying(settings, lambda: store.finish(job.id, _binding.worker_key, [own]))
     log.warning("chunk %s:%s failed for good (%s); %d item(s) marked failed", batch_id, chunk_no, reason, len(items))

@@ -16,8 +16,11 @@ maintenance_interval_s (≈ 30 s by default) whatever the call length. `job_time
 engine aborts at 90 % of it; RQ's own timeout is a backstop).
 
 Faults the worker rides out or stops on:
-- Redis away (a restart): the job stores its results once Redis is back (workers.jobs retries with backoff); RQ's
-  own bookkeeping around the job (`execute_job`, heartbeats, maintenance) waits for Redis instead of quitting.
+- Redis away (a restart), at any point of the loop: the job retries each of its own steps with backoff (workers.jobs);
+  RQ's bookkeeping around the job (`execute_job`, heartbeats, maintenance, suspension checks, the dequeue) waits for
+  Redis instead of quitting, however long it is away; and should RQ's `work` loop end on a Redis fault anyway (it
+  quits on any exception it does not expect), `run` starts it again once Redis answers. The worker never exits for a
+  `ConnectionError`; what a fault left half-done (a job lost between queue and registry) is requeued by the sweeper.
 - A dead engine (`EngineDeadError`): the job gives its chunks back and the worker stops, deregistered (so /ready
   drops it), and the process exits non-zero (`ENGINE_DEAD_EXIT`) for a supervisor to restart it.
 
@@ -33,7 +36,10 @@ runs one CPU worker in this process.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import functools
 import logging
+import math
 import os
 import shutil
 import signal
@@ -47,17 +53,29 @@ from typing import TYPE_CHECKING, Any
 from redis import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
+from rq.exceptions import DequeueTimeout, StopRequested
 from rq.executions import Execution
 from rq.job import Job, JobStatus
 from rq.queue import Queue
 from rq.scheduler import RQScheduler
 from rq.serializers import JSONSerializer
-from rq.worker import SimpleWorker
+from rq.worker import SimpleWorker, WorkerStatus
+from tenacity import (
+    RetryCallState,
+    Retrying,
+    retry_if_exception_type,
+    stop_after_delay,
+    stop_any,
+    stop_never,
+    stop_when_event_set,
+    wait_exponential,
+)
 
 from juiz.engine import JudgeEngine, VLLMEngine
 from juiz.errors import EngineDeadError
 from juiz.settings import Settings
 from juiz.store import Store
+from juiz.sweeper import sweep
 from workers import jobs
 
 if TYPE_CHECKING:  # imported where used: the in-process engine's workers never load the server back end
@@ -78,6 +96,19 @@ class JuizWorker(SimpleWorker):
     settings: Settings
     model_id: str = ""
     priority_streak: int = 0
+
+    @functools.cached_property
+    def stop_event(self) -> threading.Event:
+        """Set by a stop the operator asked for (SIGINT/SIGTERM): waits for Redis end, `run` does not work again."""
+        return threading.Event()
+
+    @property
+    def stop_asked(self) -> bool:
+        return self.stop_event.is_set()
+
+    def request_stop(self, signum: Any, frame: Any) -> None:
+        self.stop_event.set()
+        super().request_stop(signum, frame)
 
     def get_heartbeat_ttl(self, job: Job, working_time: float = 0.0) -> int:
         # Short: renewed every heartbeat_interval_s while the job runs, so silence means a dead worker.
@@ -113,7 +144,7 @@ class JuizWorker(SimpleWorker):
         binding = jobs.bound()
         if binding.engine_dead is not None:
             self.log.error("engine dead; worker %s stops", self.name)
-            self._stop_requested = True
+            raise StopRequested  # RQ's work loop ends on it, then deregisters the worker
 
     def heartbeat(self, timeout: int | None = None, pipeline: Any = None) -> None:
         try:
@@ -124,36 +155,109 @@ class JuizWorker(SimpleWorker):
     def run_maintenance_tasks(self) -> None:
         try:
             super().run_maintenance_tasks()
+            self.sweep()
         except REDIS_ERRORS:
             self.log.warning("maintenance skipped: Redis away")
             self.wait_for_redis()
 
-    def check_for_suspension(self, burst: bool) -> None:
+    def sweep(self) -> None:
+        """The sweeper's pass, when this worker gets its lease (juiz.sweeper): chunks no job will grade, requeued."""
         try:
-            super().check_for_suspension(burst)
+            sweep(jobs.bound().store, self.name)
         except REDIS_ERRORS:
-            self.wait_for_redis()
+            raise
+        except Exception:  # a sweep that fails must not stop the worker; the next one tries again
+            self.log.exception("sweep failed")
 
-    def wait_for_redis(self) -> None:
-        """Ping with exponential backoff until Redis answers (up to redis_retry_s; then the error propagates)."""
-        deadline = time.monotonic() + self.settings.redis_retry_s
-        pause = 0.2
+    def check_for_suspension(self, burst: bool) -> None:
         while True:
             try:
-                self.connection.ping()
-                return
+                return super().check_for_suspension(burst)
             except REDIS_ERRORS:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(pause)
-                pause = min(pause * 2, 5.0)
+                self.wait_for_redis()
 
-    def reorder_queues(self, reference_queue: Queue) -> None:
+    def dequeue_job_and_maintain_ttl(self, timeout: int | None, max_idle_time: int | None = None) -> Any:
+        """RQ's dequeue loop (heartbeat, maintenance, a blocking `Queue.dequeue_any`), with juiz's queue order and
+        Redis faults waited out at every step.
+
+        Written here because RQ has no public way to order the queues per dequeue (its own strategies set a private
+        attribute); everything it calls is RQ's public API. A job dequeued just as Redis died waits in RQ's
+        intermediate queue (requeued by RQ's maintenance) or, if lost, is requeued by the sweeper."""
+        idle_since = time.monotonic()
+        while True:
+            if self.stop_asked:  # asked while Redis was away: RQ's handler could not tell the loop
+                raise StopRequested
+            try:
+                self.set_state(WorkerStatus.IDLE)
+                self.heartbeat()
+                if self.should_run_maintenance_tasks:
+                    self.run_maintenance_tasks()
+                wait = timeout
+                if max_idle_time is not None:
+                    left = math.ceil(max_idle_time - (time.monotonic() - idle_since))
+                    if left <= 0:
+                        return None
+                    wait = left if wait is None else min(wait, left)
+                result = self.queue_class.dequeue_any(
+                    self.ordered_queues(),
+                    wait,
+                    connection=self.connection,
+                    job_class=self.job_class,
+                    serializer=self.serializer,
+                    death_penalty_class=self.death_penalty_class,
+                )
+            except DequeueTimeout:
+                continue
+            except REDIS_ERRORS:
+                self.wait_for_redis()
+                continue
+            if result is not None:
+                job, queue = result
+                self.count_dequeued(queue)
+                self.log.info("Worker %s: %s: %s (%s)", self.name, queue.name, job.description, job.id)
+            return result
+
+    def ordered_queues(self) -> list[Queue]:
         """Priority first, but after `priority_burst` priority jobs in a row the batch queue goes first once."""
         priority = self.settings.priority_queue
-        self.priority_streak = self.priority_streak + 1 if reference_queue.name == priority else 0
         batch_first = self.priority_streak >= self.settings.priority_burst
-        self._ordered_queues = sorted(self.queues, key=lambda q: (q.name == priority) == batch_first)
+        return sorted(self.queues, key=lambda q: (q.name == priority) == batch_first)
+
+    def count_dequeued(self, queue: Queue) -> None:
+        self.priority_streak = self.priority_streak + 1 if queue.name == self.settings.priority_queue else 0
+
+    def teardown(self) -> None:
+        try:
+            super().teardown()
+        except REDIS_ERRORS:
+            # Can't deregister now: the worker key expires on its own TTL; `run` re-registers if it works again.
+            self.log.warning("worker %s could not deregister: Redis away", self.name)
+            with contextlib.suppress(Exception):
+                self.unsubscribe()
+
+    def wait_for_redis(self, deadline_s: float | None = None) -> None:
+        """Ping with exponential backoff until Redis answers; with `deadline_s`, the error propagates after it.
+
+        Without a deadline it waits as long as Redis is away: a worker never exits for a ConnectionError. A stop
+        asked for meanwhile (SIGTERM) ends the wait with RQ's StopRequested, so the work loop ends."""
+        for attempt in Retrying(
+            retry=retry_if_exception_type(REDIS_ERRORS),
+            wait=wait_exponential(multiplier=0.2, max=5),
+            stop=stop_any(
+                stop_when_event_set(self.stop_event), stop_never if deadline_s is None else stop_after_delay(deadline_s)
+            ),
+            before_sleep=_log_once_per_outage,
+            reraise=True,
+        ):
+            with attempt:
+                if self.stop_asked:
+                    raise StopRequested
+                self.connection.ping()
+
+
+def _log_once_per_outage(state: RetryCallState) -> None:
+    if state.attempt_number == 1:
+        log.warning("Redis away; waiting for it: %s", state.outcome.exception() if state.outcome else "")
 
 
 class Heartbeat(threading.Thread):
@@ -174,6 +278,7 @@ class Heartbeat(threading.Thread):
                 store.still_grading(worker.key, settings.heartbeat_ttl_s)
                 if worker.should_run_maintenance_tasks:
                     worker.clean_registries()
+                    worker.sweep()
             except REDIS_ERRORS:
                 log.warning("heartbeat failed: Redis away")
             except Exception:  # never let a heartbeat problem end the thread: silence would look like death
@@ -242,24 +347,50 @@ def run(settings: Settings, engine: JudgeEngine, *, burst: bool = False, name: s
     Raises EngineDeadError when the worker stopped because its engine died (its work is back in the queue).
     """
     redis = Redis.from_url(settings.redis_url)
-    redis.ping()
+    _wait_for(redis)
     worker = build_worker(settings, redis, engine, name=name)
     scheduler = None if burst else SchedulerThread(settings, redis)
     if scheduler is not None:
         scheduler.start()
     log.info("worker %s ready: model %s, queues %s", worker.name, engine.model_id, ", ".join(settings.queues))
+    worked = False
     try:
-        # In burst mode RQ runs the scheduler once, in-process: due retries are queued before the queues drain.
-        worked = worker.work(burst=burst, with_scheduler=burst, logging_level=settings.log_level)
-        dead = jobs.bound().engine_dead
-        if dead is not None:
-            raise dead
-        return worked
+        while True:
+            try:
+                # In burst mode RQ runs the scheduler once, in-process: due retries are queued before the queues drain.
+                worked = worker.work(burst=burst, with_scheduler=burst, logging_level=settings.log_level) or worked
+            except REDIS_ERRORS:
+                log.exception("worker %s: Redis away while starting or stopping its work loop", worker.name)
+            dead = jobs.bound().engine_dead
+            if dead is not None:
+                raise dead
+            if burst or worker.stop_asked:
+                return worked
+            # RQ's loop quits on an exception it does not expect (a Redis fault at an unguarded step): start it again.
+            log.error("worker %s: the work loop ended without a stop request; starting it again", worker.name)
+            _retried(worker.register_death)  # marks the old registration dead, so registering again is allowed
     finally:
         if scheduler is not None:
             scheduler.stop()
         jobs.unbind()
         redis.close()
+
+
+def _wait_for(redis: Redis) -> None:
+    """At start-up Redis may be restarting too: wait for it rather than exit."""
+    _retried(redis.ping)
+
+
+def _retried(step: Any) -> None:
+    """`step()` retried with backoff for as long as Redis is away."""
+    for attempt in Retrying(
+        retry=retry_if_exception_type(REDIS_ERRORS),
+        wait=wait_exponential(multiplier=0.2, max=5),
+        before_sleep=_log_once_per_outage,
+        reraise=True,
+    ):
+        with attempt:
+            step()
 
 
 def load_prompts() -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -37,6 +36,7 @@ from schemas import (
     Judgement,
     ResultsPage,
 )
+from service import progress
 from service.agreement import cached_agreement, cached_agreement_by_metric, fitted_calibration
 from service.intake import JSON, NDJSON, read_submission
 from service.openapi import BATCH_ID_PATTERN, CURSOR_PATTERN, SECURITY, responses
@@ -44,7 +44,7 @@ from service.views import batch_view
 
 MAX_PAGE = 1000
 STREAM_PAGE = 500
-FOLLOW_POLL_S = 0.5
+FOLLOW_WAIT_S = 5.0  # one blocking read at most this long (then the batch is read again anyway)
 TERMINAL_STATUSES = frozenset(status.value.encode() for status in TERMINAL)
 
 Resamples = Annotated[
@@ -174,6 +174,7 @@ class _Follow:
     batch_id: str
     offset: int
     follow: bool
+    cursor: str = progress.START  # the batch's progress events read so far
 
 
 async def _ndjson(state: _Follow, first: list[bytes], terminal: bool) -> AsyncIterator[bytes]:
@@ -187,7 +188,8 @@ async def _ndjson(state: _Follow, first: list[bytes], terminal: bool) -> AsyncIt
         if len(entries) < STREAM_PAGE:
             if not state.follow or terminal:
                 return
-            await asyncio.sleep(FOLLOW_POLL_S)
+            # Wakes on the batch's next progress event (results stored, a cancel), not on a timer.
+            state.cursor = await progress.wait_for_progress(state.redis, state.batch_id, state.cursor, FOLLOW_WAIT_S)
         entries, terminal, _ = await _owned_raw_results(
             state.redis, state.tenant, state.batch_id, state.offset, STREAM_PAGE
         )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from functools import partial
 from typing import Any
@@ -16,12 +15,12 @@ from litestar.params import RawBody
 
 from juiz.store import Store
 from schemas import BatchView, GradeRequest, Judgement
+from service import progress
 from service.intake import read_grade_request
 from service.openapi import SECURITY, responses
 from service.views import batch_view
 
-POLL_FIRST_S = 0.02
-POLL_MAX_S = 0.25
+WAIT_MAX_S = 5.0  # one blocking read at most this long, so a request never outlives its deadline by much
 
 
 def documented_grade_request(data: GradeRequest) -> None:
@@ -67,15 +66,16 @@ class GradeController(Controller):
             partial(store.create_batch, tenant, options, [triple], priority=True)
         )
         deadline = time.monotonic() + state.settings.grade_timeout_s
-        pause = POLL_FIRST_S
+        cursor = progress.START
         while True:
             results = await anyio.to_thread.run_sync(store.read_results, record.id, 0, 1)
             if results:
                 return Response(results[0], status_code=200)
-            if time.monotonic() >= deadline:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
                 break
-            await asyncio.sleep(min(pause, max(deadline - time.monotonic(), 0)))
-            pause = min(pause * 2, POLL_MAX_S)
+            # Wakes when the result is stored (the batch's progress event), not on a timer.
+            cursor = await progress.wait_for_progress(state.async_redis, record.id, cursor, min(remaining, WAIT_MAX_S))
         latest = await anyio.to_thread.run_sync(store.get_batch, record.id)
         view = batch_view(latest or record)
         return Response(view, status_code=202, headers={"Location": view.links.self})  # type: ignore[arg-type]

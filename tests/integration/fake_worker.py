@@ -7,7 +7,9 @@ While it waits it honours `CallControl` (cancelled items are aborted at once) an
 call under `fake-engine:running` so a test can act mid-call on an event, not after a sleep.
 `JUIZ_FAKE_ENGINE_DEAD=1` makes it raise EngineDeadError on every call (an engine whose process died).
 With `JUIZ_FAKE_ENGINE_EVENTS=<dir>` it also creates `<dir>/call-<n>-done` when a call's delay is over, before its
-own Redis bookkeeping (which waits for Redis to come back), so a test can restart Redis right after a call ended.
+own Redis bookkeeping (which waits for Redis to come back), so a test can restart Redis right after a call ended;
+and `<dir>/call-<n>-returned` after that bookkeeping, then, if `<dir>/hold` exists, it waits for `<dir>/go-on` before
+returning, so a test can take Redis away just before the job stores the call's results.
 """
 
 from __future__ import annotations
@@ -108,6 +110,10 @@ class CountingFakeEngine:
                 bookkeeping()
         for n, reason in abort.items():
             completions[n] = aborted(reason)
+        if self.events is not None:
+            (self.events / f"call-{self.done}-returned").touch()
+            if (self.events / "hold").exists():
+                _wait_for_file(self.events / "go-on")
         return completions
 
     def _wait(self, n: int, control: CallControl | None) -> dict[int, str]:
@@ -124,6 +130,12 @@ class CountingFakeEngine:
                 break
             time.sleep(min(end - now, control.poll_s if control is not None else end - now, 0.05))
         return abort
+
+
+def _wait_for_file(path: Path, timeout_s: float = 120) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not path.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
 
 
 def _marker(conversation: Conversation) -> str | None:
