@@ -18,9 +18,10 @@ from prompts.neutralise import neutralise
 
 Mode = Literal["cot", "fast"]
 
-# The version a metric uses when a request names none. juiz-1 discriminates better than the faithful TruLens
-# version with small judges (see README, "Prompt versions").
-DEFAULT_VERSIONS = {"answer_relevance": "juiz-1", "groundedness": "juiz-1", "context_relevance": "juiz-1"}
+# The version a metric uses when a request names none: the check-based checks-2 where there is one (yes/no checks read
+# from token probabilities, see juiz.checks), else the chain-of-thought juiz-1, which discriminates better than the
+# faithful TruLens version with small judges (see README, "Prompt versions").
+DEFAULT_VERSIONS = {"answer_relevance": "checks-2", "groundedness": "checks-2", "context_relevance": "juiz-1"}
 LANGUAGES = ("en", "pt")
 
 

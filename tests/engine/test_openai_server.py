@@ -28,6 +28,9 @@ pytestmark = pytest.mark.engine
 
 SERVED_NAME = "judge"
 MAX_MODEL_LEN = 4096
+# These tests grade with the CoT prompt (parsed replies, fast mode's digit, one item failing alone on the tiny model,
+# which may not answer the default checks-2's yes/no questions readably); checks-2 on a real engine: test_vllm_engine.
+COT = "answer_relevance@juiz-1"
 
 
 def server_command(model: Path, port: int) -> list[str]:
@@ -96,7 +99,7 @@ def test_the_server_is_recognised_as_vllm(engine: OpenAIEngine) -> None:
 
 
 def test_every_cot_reply_parses_with_an_expected_score_and_provenance(engine: OpenAIEngine) -> None:
-    results = Judge(engine).grade(TRIPLES, BatchOptions())
+    results = Judge(engine).grade(TRIPLES, BatchOptions(prompt=COT))
     assert [r.id for r in results] == [t.id for t in TRIPLES]
     for result in results:
         assert result.status == JudgementStatus.OK, (result.error, result.raw_output)
@@ -108,7 +111,7 @@ def test_every_cot_reply_parses_with_an_expected_score_and_provenance(engine: Op
 
 
 def test_fast_mode_gives_one_digit_and_its_distribution(engine: OpenAIEngine) -> None:
-    results = Judge(engine).grade(TRIPLES, BatchOptions(mode="fast"))
+    results = Judge(engine).grade(TRIPLES, BatchOptions(prompt=COT, mode="fast"))
     for result in results:
         assert result.status == JudgementStatus.OK, (result.error, result.raw_output)
         assert result.raw_output in ("0", "1", "2", "3")
@@ -117,7 +120,7 @@ def test_fast_mode_gives_one_digit_and_its_distribution(engine: OpenAIEngine) ->
 
 def test_an_over_long_item_fails_alone_with_the_servers_reason(engine: OpenAIEngine) -> None:
     too_long = Triple(id="long", question="Why? " * 3000, answer="Because.")
-    results = Judge(engine).grade([TRIPLES[0], too_long], BatchOptions())
+    results = Judge(engine).grade([TRIPLES[0], too_long], BatchOptions(prompt=COT))
     assert results[0].status == JudgementStatus.OK
     assert results[1].status == JudgementStatus.FAILED
     assert "HTTP 400" in (results[1].error or "") and str(MAX_MODEL_LEN) in (results[1].error or "")
@@ -127,7 +130,7 @@ def test_a_deadline_aborts_requests_in_flight_and_the_server_serves_on(engine: O
     conversation = [{"role": "user", "content": "Write a long essay about rivers."}]
     aborted = engine.generate([conversation] * 4, COT_REQUEST, CallControl(deadline=time.monotonic() + 0.2))
     assert all(c.finish_reason == "abort" and (c.error or "").startswith("timed out") for c in aborted)
-    [result] = Judge(engine).grade([TRIPLES[0]], BatchOptions())
+    [result] = Judge(engine).grade([TRIPLES[0]], BatchOptions(prompt=COT))
     assert result.status == JudgementStatus.OK
     metrics = httpx.get(engine.base_url.removesuffix("/v1") + "/metrics", timeout=30).text
     running = [line for line in metrics.splitlines() if line.startswith("vllm:num_requests_running")]

@@ -20,6 +20,7 @@ import os
 import re
 import time
 from collections.abc import Sequence
+from functools import cache
 from pathlib import Path
 
 from redis import Redis
@@ -27,6 +28,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
 
+import prompts
 from juiz.engine import CallControl, Completion, Conversation, FakeEngine, GenerationRequest, aborted
 from juiz.errors import EngineDeadError
 from juiz.settings import Settings
@@ -38,12 +40,47 @@ ABORTED_KEY = "fake-engine:aborted"  # hash: item marker → requests aborted by
 ITEM_MARKER = re.compile(r"\[item-(\d+)\]")
 
 
+# A check prompt's P(yes) for each score: below the veto (0.5) for 0, then one step past each of rule-2's cuts.
+CHECK_P_YES = {0: 0.2, 1: 0.5, 2: 0.7, 3: 0.9}
+
+
+def _asks_yes_no(user: str) -> bool:
+    """A check-based prompt's one-token question (the default prompts, checks-2) rather than a CoT/fast grade."""
+    return user.rstrip().endswith(tuple(_final_checks()[1]))
+
+
+@cache
+def _final_checks() -> tuple[frozenset[str], frozenset[str]]:
+    """The default check prompts' last once-asked question (the conversation that stands for the metric's grading, as
+    the one conversation of a CoT grade does) and every check prompt's reply instruction."""
+    questions, replies = set(), set()
+    for prompt_id in prompts.available():
+        metric, version, lang = prompts.parse_prompt_id(prompt_id)
+        template = prompts.load(metric, version, lang or "en")
+        if template.kind != "checks":
+            continue
+        replies.add(template.reply_check.strip())
+        if version == prompts.DEFAULT_VERSIONS[metric]:
+            questions.add([c for c in template.checks if c.ask == "once"][-1].question)
+    return frozenset(questions), frozenset(replies)
+
+
 def fake_reply(conversation: Conversation) -> str:
-    """A well-formed judge reply whose score depends on the question, so results differ between items."""
+    """A well-formed judge reply whose score depends on the question, so results differ between items: a CoT grade,
+    or for a check prompt's yes/no question `p=<P(yes)>` (FakeEngine's word probabilities) giving the same score."""
     user = conversation[-1]["content"]
     markers = ITEM_MARKER.findall(user)
     score = int(markers[0]) % 4 if markers else 2
+    if _asks_yes_no(user):
+        return f"p={CHECK_P_YES[score]}"
     return f"Criteria: relevance\nSupporting Evidence: fake evidence\nScore: {score}"
+
+
+def counts_as_graded(conversation: Conversation) -> bool:
+    """Whether generating this conversation completes an item's metric: every CoT/fast one; of a check prompt's
+    several, only the default check prompt's last once-asked check (so an item is counted once per metric)."""
+    user = conversation[-1]["content"]
+    return not _asks_yes_no(user) or any(question in user for question in _final_checks()[0])
 
 
 class CountingFakeEngine:
@@ -81,6 +118,7 @@ class CountingFakeEngine:
             raise EngineDeadError("FAKE engine: its process is gone")
         markers = [_marker(c) for c in conversations]
         entry = ",".join(m or "-" for m in markers)
+        counted = [counts_as_graded(c) for c in conversations]
         self._redis.rpush(RUNNING_KEY, entry)
         abort = self._wait(len(conversations), control)
         self.done += 1
@@ -96,7 +134,7 @@ class CountingFakeEngine:
                         continue
                     if n in abort:
                         pipe.hincrby(ABORTED_KEY, marker, 1)
-                    else:
+                    elif counted[n]:
                         pipe.hincrby(GRADED_KEY, marker, 1)
                 pipe.execute()
 

@@ -15,6 +15,10 @@ from juiz.settings import Settings
 from tests.integration.fake_worker import GRADED_KEY, CountingFakeEngine
 from tests.integration.helpers import METRICS_HEADERS, juiz_keys, make_settings, queued_jobs, triples
 
+# Tests counting engine calls pin the CoT prompt: one conversation per item in one call. The default (checks-2) asks
+# several yes/no questions per item in two waves (juiz.checks); the fake worker answers both.
+COT = {"prompt": "answer_relevance@juiz-1"}
+
 MakeClient = Callable[[Settings], TestClient[Litestar]]
 
 
@@ -251,7 +255,7 @@ def test_small_batches_share_one_engine_call(
 ) -> None:
     settings = make_settings(redis_url, coalesce_max_items=16)
     client = make_client(settings)
-    ids = [submit(client, triples(2, start=10 * n))["id"] for n in range(3)]
+    ids = [submit(client, triples(2, start=10 * n), options=COT)["id"] for n in range(3)]
     run_worker(settings)
     assert engine.calls == [6]  # three 2-item batches from one job's call
     assert all(client.get(f"/v1/batches/{i}").json()["status"] == "done" for i in ids)
@@ -262,9 +266,9 @@ def test_identical_triples_reuse_the_cached_result(
 ) -> None:
     settings = make_settings(redis_url)
     client = make_client(settings)
-    first = submit(client, triples(3, prefix="a"))
+    first = submit(client, triples(3, prefix="a"), options=COT)
     run_worker(settings)
-    second = submit(client, triples(3, prefix="b", label="I"))
+    second = submit(client, triples(3, prefix="b", label="I"), options=COT)
     run_worker(settings)
     assert sum(engine.calls) == 3  # the second batch came from the cache
 
@@ -278,7 +282,7 @@ def test_identical_triples_reuse_the_cached_result(
     assert "juiz_cache_hits_total 3.0" in client.get("/metrics", headers=METRICS_HEADERS).text
 
     uncached = make_settings(redis_url, result_cache=False)
-    third = submit(make_client(uncached), triples(3, prefix="c"))
+    third = submit(make_client(uncached), triples(3, prefix="c"), options=COT)
     run_worker(uncached)
     assert sum(engine.calls) == 6
     assert client.get(third["links"]["self"]).json()["status"] == "done"
@@ -286,9 +290,9 @@ def test_identical_triples_reuse_the_cached_result(
 
 def test_parse_errors_are_not_cached(client: TestClient[Litestar], settings: Settings, run_worker: Any) -> None:
     rambling = FakeEngine(lambda _: "I think the answer is quite relevant.", model_id="fake-engine")
-    first = submit(client, triples(2))
+    first = submit(client, triples(2), options=COT)
     run_worker(settings, worker_engine=rambling)
     assert client.get(first["links"]["self"]).json()["counts"]["parse_error"] == 2
-    submit(client, triples(2))
+    submit(client, triples(2), options=COT)
     run_worker(settings, worker_engine=rambling)
     assert rambling.calls == [2, 2]  # graded again, not served from the cache

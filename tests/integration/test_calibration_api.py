@@ -24,6 +24,11 @@ def _labelled(n: int) -> list[dict[str, Any]]:
     return items
 
 
+# The calibration's features asserted below are those of CoT results (an expected score per metric): these batches
+# pin the CoT prompts. A check-based result (the default, checks-2) also offers each check's P(yes) as a feature.
+COT = {"prompt": ["answer_relevance@juiz-1", "groundedness@juiz-1"]}
+
+
 def _submit(client: TestClient[Litestar], items: list[dict[str, Any]], options: dict[str, Any]) -> dict[str, Any]:
     response = client.post("/v1/batches", json={"items": items, "options": options})
     assert response.status_code == 202, response.text
@@ -37,7 +42,7 @@ def _all_results(client: TestClient[Litestar], url: str, **params: str) -> list[
 def test_agreement_shows_raw_and_calibrated_and_a_calibration_applies_to_new_batches(
     client: TestClient[Litestar], settings: Settings, run_worker: Any
 ) -> None:
-    labelled = _submit(client, _labelled(24), {})
+    labelled = _submit(client, _labelled(24), {"prompt": COT["prompt"][0]})
     run_worker(settings)
     report = client.get(labelled["links"]["agreement"], params={"resamples": "50"}).json()
     calibration = report["calibration"]
@@ -104,7 +109,7 @@ def test_jsonl_upload_with_metrics_then_agreement_by_metric_and_a_fitted_calibra
     response = client.post(
         "/v1/batches",
         content=jsonl,
-        params={"metrics": "answer_relevance, groundedness", "samples": "1"},
+        params={"metrics": "answer_relevance, groundedness", "samples": "1", "prompt": ",".join(COT["prompt"])},
         headers={"Content-Type": "application/x-ndjson"},
     )
     assert response.status_code == 202, response.text

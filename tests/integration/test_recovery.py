@@ -33,6 +33,10 @@ from workers.jobs import MAX_ABANDONED, on_chunk_failure
 from workers.worker import build_worker
 
 REPO = Path(__file__).resolve().parents[2]
+# Tests counting engine calls, attempts or aborted requests pin the CoT prompt: one conversation per item in one call.
+# The default (checks-2) asks several yes/no questions per item in two waves (juiz.checks); the fake worker answers
+# both, and counts an item graded once per metric either way.
+COT = {"prompt": "answer_relevance@juiz-1"}
 MakeClient = Callable[[Settings], TestClient[Litestar]]
 # Guards against a hang, not timing assertions: every wait below ends on an event long before these.
 WAIT_S = 120
@@ -172,9 +176,11 @@ def test_a_batch_cancelled_mid_call_is_aborted_in_the_engine_and_the_other_tenan
 ) -> None:
     settings = make_settings(redis_url, api_keys="alice:key-a,bob:key-b", chunk_size=2, coalesce_max_items=8)
     client = make_client(settings)
-    alice = client.post("/v1/batches", json={"items": triples(4)}, headers={"Authorization": "Bearer key-a"}).json()
+    alice = client.post(
+        "/v1/batches", json={"items": triples(4), "options": COT}, headers={"Authorization": "Bearer key-a"}
+    ).json()
     bob = client.post(
-        "/v1/batches", json={"items": triples(4, start=4)}, headers={"Authorization": "Bearer key-b"}
+        "/v1/batches", json={"items": triples(4, start=4), "options": COT}, headers={"Authorization": "Bearer key-b"}
     ).json()
 
     workers.start(settings, JUIZ_FAKE_ENGINE_DELAY_S="5")
@@ -212,7 +218,7 @@ class FlakyEngine(CountingFakeEngine):
 def test_a_transient_fault_is_retried(
     client: TestClient[Litestar], settings: Settings, redis: Redis, run_worker: Any
 ) -> None:
-    batch = client.post("/v1/batches", json={"items": triples(3)}).json()
+    batch = client.post("/v1/batches", json={"items": triples(3), "options": COT}).json()
     engine = FlakyEngine(redis, TransientEngineError("connection refused"), failures=2)
     run_worker(settings, worker_engine=engine)
     assert engine.attempts == 3
@@ -238,7 +244,7 @@ def test_transient_faults_past_the_retries_fail_the_items_with_the_reason(
 def test_a_permanent_fault_fails_the_items_without_retrying(
     client: TestClient[Litestar], settings: Settings, redis: Redis, run_worker: Any
 ) -> None:
-    batch = client.post("/v1/batches", json={"items": triples(2)}).json()
+    batch = client.post("/v1/batches", json={"items": triples(2), "options": COT}).json()
     engine = FlakyEngine(redis, EngineError("input too long"), failures=100)
     run_worker(settings, worker_engine=engine)
     assert engine.attempts == 3  # one batched call, then the judge isolates each item once: no RQ retry

@@ -17,7 +17,16 @@ from juiz.report import render_report
 from schemas import BatchOptions, Judgement, LabelMapping, Segment, Triple
 
 ALL = ["answer_relevance", "groundedness", "context_relevance"]
+# The fake replies below are CoT grades (and the report shows the CoT text): these tests pin the CoT prompts, as the
+# default for answer relevance and groundedness is the check-based checks-2.
+COT = {"answer_relevance": "answer_relevance@juiz-1", "groundedness": "groundedness@juiz-1"}
 CONTEXT = [Segment(text="Paris is the capital of France.", source="geo.mp4"), Segment(text="Cows eat grass.")]
+
+
+def cot(metrics: list[str] | None = None, **options: object) -> BatchOptions:
+    """Options grading `metrics` (default: answer relevance alone) with the CoT prompts."""
+    metrics = metrics or ["answer_relevance"]
+    return BatchOptions.model_validate({"metrics": metrics, "prompt": [COT[m] for m in metrics if m in COT], **options})
 
 
 def reply(conversation: Conversation) -> str:
@@ -40,7 +49,7 @@ def results() -> list[Judgement]:
         Triple(id="i1", question=q, answer="Lyon.", context=CONTEXT, manual_label="I"),
         Triple(id="i2", question=q, answer="I don't know.", context=CONTEXT, manual_label="I"),
     ]
-    return Judge(FakeEngine(reply)).grade(items, BatchOptions(metrics=ALL))
+    return Judge(FakeEngine(reply)).grade(items, cot(metrics=ALL))
 
 
 def test_each_metric_and_the_verdict_side_by_side() -> None:
@@ -68,7 +77,7 @@ def test_each_metric_and_the_verdict_side_by_side() -> None:
 
 
 def test_no_verdict_column_without_groundedness() -> None:
-    only_ar = Judge(FakeEngine(reply)).grade([Triple(question="Q?", answer="Paris.", manual_label="C")])
+    only_ar = Judge(FakeEngine(reply)).grade([Triple(question="Q?", answer="Paris.", manual_label="C")], cot())
     report = compute_agreement_by_metric(only_ar, LabelMapping(), resamples=0)
     assert list(report.columns) == ["answer_relevance", "answer_relevance (expected)"]
     assert report.verdict is None
@@ -92,7 +101,7 @@ def test_report_shows_the_verdict_each_metric_and_segment_relevance(tmp_path: Pa
     )
     graded = Judge(FakeEngine(reply)).grade(
         [Triple(id="x", question="What is the capital of France?", answer="Lyon.", context=CONTEXT)],
-        BatchOptions(metrics=ALL, label_mapping=mapping),
+        cot(metrics=ALL, label_mapping=mapping),
     )
     text = render_report(graded)
     assert "**Groundedness (G)**: 0.00" in text
@@ -119,7 +128,7 @@ def test_the_seeds_are_graded_with_all_three_metrics() -> None:
     """The seeds' reports carry their retrieved segments, so every metric applies (FAKE engine: plumbing only)."""
     seeds = sorted((Path(__file__).resolve().parents[2] / "examples" / "seeds").glob("00*.txt"))
     triples = [t for path in seeds for t in read_triples(path)]
-    graded = Judge(FakeEngine(reply)).grade(triples, BatchOptions(metrics=ALL))
+    graded = Judge(FakeEngine(reply)).grade(triples, cot(metrics=ALL))
     assert len(graded) == 3
     for result in graded:
         assert result.metrics is not None and list(result.metrics) == ALL

@@ -83,6 +83,11 @@ def test_agreement_shows_calibrated_figures_and_uncertain_items(
     assert json.loads(capsys.readouterr().out)["calibration"] is None
 
 
+# CoT samples (--samples 3) are what the next test's replies disagree on: it pins the CoT prompt (the default, checks-2,
+# reads probabilities and draws no samples).
+COT = ["--prompt", "answer_relevance@juiz-1"]
+
+
 def test_score_applies_a_calibration_and_lists_uncertain_first(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -99,7 +104,7 @@ def test_score_applies_a_calibration_and_lists_uncertain_first(
         '{"id": "a", "question": "Q1?", "answer": "A1."}\n{"id": "b", "question": "Q2?", "answer": "A2."}\n'
     )
     out = tmp_path / "results.jsonl"
-    argv = ["score", str(items), "-o", str(out), "--samples", "3", "--calibration", str(calibration)]
+    argv = ["score", str(items), "-o", str(out), "--samples", "3", "--calibration", str(calibration), *COT]
     assert main([*argv, "--uncertain-first", "--batch-size", "1"]) == 0
     results = read_judgements(out)
     assert [r.id for r in results] == ["b", "a"]  # b's replies disagree

@@ -266,7 +266,13 @@ def test_judge_applies_the_batchs_calibration_to_every_result() -> None:
     from juiz.judge import Judge
 
     fitted = fit_from_results(_labelled_results(), LabelMapping())
-    engine = FakeEngine(lambda c: "Criteria: c\nSupporting Evidence: e\nScore: 0")
+
+    def score_0(conversation: list[dict[str, str]]) -> str:
+        """Grades 0 with either kind of prompt: "No" to a check-based prompt's (the default's) yes/no questions."""
+        asks_yes_no = conversation[-1]["content"].rstrip().endswith(("Yes or No.", "Sim ou Não."))
+        return "No" if asks_yes_no else "Criteria: c\nSupporting Evidence: e\nScore: 0"
+
+    engine = FakeEngine(score_0)
     items = [Triple(id="a", question="q?", answer="no idea")]
     (judgement,) = Judge(engine).grade(items, BatchOptions(calibration=fitted.spec()))
     assert judgement.calibrated is not None and judgement.calibrated.label == "I"

@@ -4,6 +4,7 @@ pytest helper."""
 from __future__ import annotations
 
 import json
+import math
 import threading
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
@@ -100,15 +101,25 @@ def test_assert_quality_in_a_teams_own_test() -> None:
 
 
 class FakeJudgeServer(BaseHTTPRequestHandler):
-    """A FAKE chat-completions server: score 0 when the rendered prompt mentions 'bananas', else 3; no logprobs."""
+    """A FAKE chat-completions server: score 0 when the rendered prompt mentions 'bananas', else 3. A CoT prompt gets
+    a written grade without logprobs; a check prompt's yes/no question (the default, checks-2) gets "No" or "Yes" with
+    the first token's top log-probabilities, which is what the judge reads it from."""
 
     def do_GET(self) -> None:
         self._send({"data": [{"id": "judge", "owned_by": "fake"}]})
 
     def do_POST(self) -> None:
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
-        score = 0 if "bananas" in body["messages"][-1]["content"] else 3
-        text = f"Criteria: c\nSupporting Evidence: e\nScore: {score}"
+        user = body["messages"][-1]["content"]
+        bad = "bananas" in user
+        if user.rstrip().endswith("Yes or No."):
+            word, other = ("No", "Yes") if bad else ("Yes", "No")
+            top = [{"token": word, "logprob": math.log(0.9)}, {"token": other, "logprob": math.log(0.1)}]
+            logprobs = {"content": [{"token": word, "logprob": math.log(0.9), "top_logprobs": top}]}
+            choice = {"index": 0, "message": {"content": word}, "logprobs": logprobs, "finish_reason": "length"}
+            self._send({"choices": [choice]})
+            return
+        text = f"Criteria: c\nSupporting Evidence: e\nScore: {0 if bad else 3}"
         self._send({"choices": [{"index": 0, "message": {"content": text}, "finish_reason": "stop"}]})
 
     def _send(self, payload: object) -> None:
@@ -142,6 +153,9 @@ def ragas_rows(n_bad: int) -> str:
     return "\n".join(json.dumps(r) for r in rows) + "\n"
 
 
+COT = ["--prompt", "answer_relevance@juiz-1"]
+
+
 @pytest.mark.parametrize(("n_bad", "code"), [(1, 0), (3, 1)])
 def test_juiz_check_grades_through_a_judge_server_and_gates(
     tmp_path: Path, judge_server: str, capsys: pytest.CaptureFixture[str], n_bad: int, code: int
@@ -149,7 +163,8 @@ def test_juiz_check_grades_through_a_judge_server_and_gates(
     data = tmp_path / "eval.jsonl"
     data.write_text(ragas_rows(n_bad), encoding="utf-8")
     junit = tmp_path / "junit.xml"
-    argv = ["check", str(data), "--field-map", "ragas", "--base-url", judge_server, "--model", "judge"]
+    # CoT pinned: the point is the gate on a server that gives no logprobs (a null expected score, never made up)
+    argv = ["check", str(data), "--field-map", "ragas", "--base-url", judge_server, "--model", "judge", *COT]
     argv += ["--min-mean", "0.75", "--max-share-below", "2:0.2", "--junit", str(junit), "-o", str(tmp_path / "o.jsonl")]
     assert main(argv) == code
     out = capsys.readouterr().out

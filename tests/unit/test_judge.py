@@ -12,9 +12,17 @@ from juiz.judge import Judge
 from juiz.parsing import COT_REPLY_REGEX, SEGMENT_REPLY_REGEX
 from schemas import BatchOptions, JudgementStatus, Triple
 
+# Tests of chain-of-thought behaviour (reply grammar, parsed criteria, fast mode's digit, one call per mode) pin the
+# CoT prompt; the default is the check-based checks-2. Tests of what holds whatever the prompt run with both.
+COT = BatchOptions(prompt="answer_relevance@juiz-1")
+BOTH_PROMPTS = pytest.mark.parametrize("options", [BatchOptions(), COT], ids=["default", "cot"])
+
 
 def reply_by_answer(conversation: Conversation) -> str:
+    """A CoT reply by the answer's text; a check prompt's yes/no question is answered "Yes"."""
     user = conversation[-1]["content"]
+    if user.rstrip().endswith(("Yes or No.", "Sim ou Não.")):
+        return "Yes"
     if "garbled" in user:
         return "I think it is fine."
     if "partial" in user:
@@ -35,13 +43,13 @@ def triples() -> list[Triple]:
 def test_all_items_go_to_the_engine_in_one_call() -> None:
     engine = FakeEngine(reply_by_answer)
     judge = Judge(engine)
-    results = judge.grade(triples())
+    results = judge.grade(triples(), COT)
     assert engine.calls == [3]
     assert [r.id for r in results] == ["a", "b", "c"]
 
 
 def test_statuses_scores_and_labels() -> None:
-    a, b, c = Judge(FakeEngine(reply_by_answer)).grade(triples())
+    a, b, c = Judge(FakeEngine(reply_by_answer)).grade(triples(), COT)
     assert (a.status, a.score, a.normalized_score, a.automated_label) == (JudgementStatus.OK, 3, 1.0, "C")
     assert (b.status, b.score, b.automated_label) == (JudgementStatus.OK, 2, "P")
     assert b.normalized_score == pytest.approx(2 / 3)
@@ -54,7 +62,7 @@ def test_statuses_scores_and_labels() -> None:
 
 
 def test_provenance_and_passthrough() -> None:
-    a, b, _ = Judge(FakeEngine(reply_by_answer, model_id="fake-judge")).grade(triples())
+    a, b, _ = Judge(FakeEngine(reply_by_answer, model_id="fake-judge")).grade(triples(), COT)
     assert a.provenance.model == "fake-judge"
     assert a.provenance.prompt == "answer_relevance@juiz-1.en"
     assert b.provenance.prompt == "answer_relevance@juiz-1.pt"
@@ -75,7 +83,7 @@ def test_fast_mode_uses_a_single_token_choice() -> None:
             seen.append(request)
             return super().generate(conversations, request)
 
-    (a,) = Judge(Recording(reply_by_answer)).grade(triples()[:1], BatchOptions(mode="fast"))
+    (a,) = Judge(Recording(reply_by_answer)).grade(triples()[:1], COT.model_copy(update={"mode": "fast"}))
     assert seen[0].max_tokens == 1 and seen[0].choice == ("0", "1", "2", "3")
     assert a.score == 3 and a.provenance.sampling["mode"] == "fast"
 
@@ -90,15 +98,15 @@ def test_cot_requests_the_reply_grammar() -> None:
             seen.append(request)
             return super().generate(conversations, request)
 
-    Judge(Recording(reply_by_answer)).grade(triples()[:1])
+    Judge(Recording(reply_by_answer)).grade(triples()[:1], COT)
     assert seen[0].regex == COT_REPLY_REGEX and seen[0].temperature == 0.0
 
 
 def test_mixed_options_share_calls_by_mode() -> None:
     engine = FakeEngine(reply_by_answer)
     items = [(t, BatchOptions(prompt="answer_relevance@trulens-1")) for t in triples()]
-    items += [(t, BatchOptions()) for t in triples()]
-    items += [(triples()[0], BatchOptions(mode="fast"))]
+    items += [(t, COT) for t in triples()]
+    items += [(triples()[0], COT.model_copy(update={"mode": "fast"}))]
     results = Judge(engine).grade_many(items)
     assert engine.calls == [6, 1]
     assert results[0].provenance.prompt == "answer_relevance@trulens-1.en"
@@ -121,23 +129,26 @@ class RejectsLongAnswers:
         return self.inner.generate(conversations, request, control)
 
 
-def test_one_bad_item_fails_alone_and_the_rest_are_graded() -> None:
+@BOTH_PROMPTS
+def test_one_bad_item_fails_alone_and_the_rest_are_graded(options: BatchOptions) -> None:
     items = [Triple(id=str(i), question="Q?", answer="LONG" if i == 5 else "fine") for i in range(8)]
-    results = Judge(RejectsLongAnswers()).grade(items)
+    results = Judge(RejectsLongAnswers()).grade(items, options)
     statuses = [r.status for r in results]
     assert statuses.count(JudgementStatus.FAILED) == 1
     assert results[5].status == JudgementStatus.FAILED and "max_model_len" in (results[5].error or "")
     assert all(r.status == JudgementStatus.OK for i, r in enumerate(results) if i != 5)
 
 
-def test_a_request_the_engine_dropped_is_failed_not_a_parse_error() -> None:
+@BOTH_PROMPTS
+def test_a_request_the_engine_dropped_is_failed_not_a_parse_error(options: BatchOptions) -> None:
     class Dropping(FakeEngine):
         def generate(
             self, conversations: Sequence[Conversation], request: GenerationRequest, control: CallControl | None = None
         ) -> list[Completion]:
-            return [Completion(text="", error="the engine dropped the request (finish_reason=error)")]
+            dropped = "the engine dropped the request (finish_reason=error)"
+            return [Completion(text="", error=dropped) for _ in conversations]  # a check prompt asks several
 
-    (result,) = Judge(Dropping(reply_by_answer)).grade(triples()[:1])
+    (result,) = Judge(Dropping(reply_by_answer)).grade(triples()[:1], options)
     assert result.status == JudgementStatus.FAILED and "dropped" in (result.error or "")
     assert result.score is None and result.raw_output is None
 
@@ -158,9 +169,10 @@ def test_warm_up_compiles_both_grammars_with_one_token() -> None:
     assert seen[1].regex == SEGMENT_REPLY_REGEX  # context relevance's shorter per-segment template
 
 
-def test_user_fields_named_like_result_fields_are_kept_apart() -> None:
+@BOTH_PROMPTS
+def test_user_fields_named_like_result_fields_are_kept_apart(options: BatchOptions) -> None:
     triple = Triple(id="g", question="Q?", answer="A.", expected_score=0.2, status="draft", team="x")
-    (result,) = Judge(FakeEngine(reply_by_answer)).grade([triple])
+    (result,) = Judge(FakeEngine(reply_by_answer)).grade([triple], options)
     assert result.status == JudgementStatus.OK and result.expected_score != 0.2
     assert result.model_extra == {"input_expected_score": 0.2, "input_status": "draft", "team": "x"}
 
@@ -186,11 +198,10 @@ class FailsOn:
         return self.inner.generate(conversations, request, control)
 
 
-def test_any_engine_exception_fails_only_its_item_and_its_text_stays_there() -> None:
+@BOTH_PROMPTS
+def test_any_engine_exception_fails_only_its_item_and_its_text_stays_there(options: BatchOptions) -> None:
     secret = "tenant A's prompt (length 9000) is longer than the maximum model length"
-    items = [
-        (Triple(id=f"b-{i}", question="Q?", answer="TOO-LONG" if i == 2 else "fine"), BatchOptions()) for i in range(6)
-    ]
+    items = [(Triple(id=f"b-{i}", question="Q?", answer="TOO-LONG" if i == 2 else "fine"), options) for i in range(6)]
     results = Judge(FailsOn("TOO-LONG", VLLMValidationError(secret))).grade_many(items)
     assert results[2].status == JudgementStatus.FAILED and secret in (results[2].error or "")
     others = [r for i, r in enumerate(results) if i != 2]
@@ -219,8 +230,9 @@ def test_a_job_timeout_is_never_isolated() -> None:
     assert engine.inner.calls == []
 
 
-def test_grade_many_passes_the_control_to_the_engine() -> None:
-    items = [(t, BatchOptions()) for t in triples()]
+@BOTH_PROMPTS
+def test_grade_many_passes_the_control_to_the_engine(options: BatchOptions) -> None:
+    items = [(t, options) for t in triples()]
     control = CallControl(cancelled=lambda: [1])  # item b
     results = Judge(FakeEngine(reply_by_answer)).grade_many(items, control)
     assert results[1].status == JudgementStatus.FAILED and results[1].error == "cancelled"

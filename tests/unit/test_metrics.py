@@ -16,6 +16,15 @@ from schemas.judgement import MetricStatus
 from schemas.labels import VerdictLevel
 
 ALL = ["answer_relevance", "groundedness", "context_relevance"]
+# These tests are about the CoT prompts' wiring (one call per sampling setting, parsed evidence, the digit's expected
+# score): they pin the CoT versions, as the default for answer relevance and groundedness is the check-based checks-2.
+COT = {"answer_relevance": "answer_relevance@juiz-1", "groundedness": "groundedness@juiz-1"}
+
+
+def cot(metrics: list[str] | None = None, **options: object) -> BatchOptions:
+    """Options grading `metrics` (default: answer relevance alone) with the CoT prompts."""
+    metrics = metrics or ["answer_relevance"]
+    return BatchOptions.model_validate({"metrics": metrics, "prompt": [COT[m] for m in metrics if m in COT], **options})
 
 
 def reply(conversation: Conversation) -> str:
@@ -58,7 +67,7 @@ def items() -> list[Triple]:
 
 def test_all_metrics_in_one_call_per_sampling_setting_and_shared_segments_once() -> None:
     engine = Recording()
-    results = Judge(engine).grade(items(), BatchOptions(metrics=ALL))
+    results = Judge(engine).grade(items(), cot(metrics=ALL))
     # cot: AR for 3 items + groundedness for 2 in one call; the shorter per-segment template in a second call,
     # where both items' segments are the same two conversations (same question, same segments): generated once.
     assert engine.sizes == [5, 2]
@@ -74,12 +83,12 @@ def test_all_metrics_in_one_call_per_sampling_setting_and_shared_segments_once()
 
 def test_fast_mode_is_one_call_for_every_metric() -> None:
     engine = Recording()
-    Judge(engine).grade(items()[:2], BatchOptions(metrics=ALL, mode="fast"))
+    Judge(engine).grade(items()[:2], cot(metrics=ALL, mode="fast"))
     assert engine.requests == [FAST_REQUEST] and engine.sizes == [2 + 2 + 2]
 
 
 def test_context_relevance_per_segment_and_its_aggregate() -> None:
-    (right, *_) = Judge(Recording()).grade(items(), BatchOptions(metrics=ALL))
+    (right, *_) = Judge(Recording()).grade(items(), cot(metrics=ALL))
     assert right.metrics is not None
     cr = right.metrics["context_relevance"]
     assert cr.status is MetricStatus.OK and cr.aggregate == "max"
@@ -94,7 +103,7 @@ def test_context_relevance_per_segment_and_its_aggregate() -> None:
 
 
 def test_metrics_that_need_a_context_are_skipped_with_the_reason_never_scored() -> None:
-    *_, bare = Judge(Recording()).grade(items(), BatchOptions(metrics=ALL))
+    *_, bare = Judge(Recording()).grade(items(), cot(metrics=ALL))
     assert bare.metrics is not None
     for metric in ("groundedness", "context_relevance"):
         result = bare.metrics[metric]
@@ -105,18 +114,18 @@ def test_metrics_that_need_a_context_are_skipped_with_the_reason_never_scored() 
 
 
 def test_top_level_fields_are_answer_relevance_else_the_first_metric() -> None:
-    right, *_ = Judge(Recording()).grade(items(), BatchOptions(metrics=["groundedness", "answer_relevance"]))
+    right, *_ = Judge(Recording()).grade(items(), cot(metrics=["groundedness", "answer_relevance"]))
     assert right.provenance.prompt == "answer_relevance@juiz-1.en" and right.score == 3
-    *_, bare = Judge(Recording()).grade(items(), BatchOptions(metrics=["groundedness"]))
+    *_, bare = Judge(Recording()).grade(items(), cot(metrics=["groundedness"]))
     assert bare.provenance.prompt == "groundedness@juiz-1.en"
     assert bare.status is JudgementStatus.FAILED and bare.score is None and "needs a context" in (bare.error or "")
-    _, wrong, _ = Judge(Recording()).grade(items(), BatchOptions(metrics=["groundedness"]))
+    _, wrong, _ = Judge(Recording()).grade(items(), cot(metrics=["groundedness"]))
     assert wrong.score == 1 and wrong.automated_label == "P"  # the default mapping reads the main metric
 
 
 def test_default_options_are_answer_relevance_only() -> None:
     engine = Recording()
-    right, *_ = Judge(engine).grade(items())
+    right, *_ = Judge(engine).grade(items(), cot())
     assert engine.sizes == [3]
     assert right.metrics is not None and list(right.metrics) == ["answer_relevance"]
     assert right.score == right.metrics["answer_relevance"].score == 3 and right.automated_label == "C"
@@ -125,14 +134,14 @@ def test_default_options_are_answer_relevance_only() -> None:
 def test_verdict_rule_over_several_metrics() -> None:
     mapping = with_default_verdict(LabelMapping())
     assert mapping.verdict == list(DEFAULT_VERDICT)
-    right, wrong, bare = Judge(Recording()).grade(items(), BatchOptions(metrics=ALL, label_mapping=mapping))
+    right, wrong, bare = Judge(Recording()).grade(items(), cot(metrics=ALL, label_mapping=mapping))
     assert right.automated_label == "C"  # relevant (3) and grounded (3)
     assert wrong.automated_label == "I"  # relevant (3) but grounded 1 < 1.5
     assert bare.automated_label is None  # groundedness skipped: no label made up
 
 
 def test_verdict_and_single_metric_from_the_expected_score() -> None:
-    (right, wrong, _) = Judge(Recording()).grade(items(), BatchOptions(metrics=ALL))
+    (right, wrong, _) = Judge(Recording()).grade(items(), cot(metrics=ALL))
     # FAKE engine: p(chosen digit) = 0.7, others 0.1 → E[3] = 3·(0.1·0+0.1·1+0.1·2+0.7·3)/3/3·3 = 2.4
     on_expected = LabelMapping(signal="expected_score")
     assert label_for(right, on_expected) == "P"  # 2.4 < 2.5
@@ -186,7 +195,7 @@ def test_cancelled_items_map_to_the_conversations_serving_only_them() -> None:
         return [0]  # item "right"
 
     Judge(Cancelling(reply)).grade_many(
-        [(t, BatchOptions(metrics=ALL)) for t in items()], control=CallControl(cancelled=cancelled)
+        [(t, cot(metrics=ALL)) for t in items()], control=CallControl(cancelled=cancelled)
     )
     # cot call: AR right, G right, AR wrong, G wrong, AR bare → only conversations 0 and 1 belong to item 0 alone;
     # segment call: both segments are shared with item "wrong", so nothing is cancelled there.

@@ -24,9 +24,12 @@ from juiz.openai_engine import (
 )
 from juiz.parsing import COT_REPLY_REGEX
 from juiz.retry import WaitRetryAfter, retry_after_s
-from schemas import JudgementStatus, Triple
+from schemas import BatchOptions, JudgementStatus, Triple
 
 REPLY = "Criteria: the question asks X.\nSupporting Evidence: the answer says X.\nScore: 2"
+# The fake server writes CoT replies with the score digit's logprobs: the tests grading through it pin the CoT prompt
+# (the default, checks-2, is read from yes/no probabilities: tests/unit/test_checks.py, test_gate.py).
+COT = BatchOptions(prompt="answer_relevance@juiz-1")
 
 
 def chat_response(text: str, *, logprobs: bool = True) -> dict[str, Any]:
@@ -143,7 +146,7 @@ def test_completion_reads_text_logprobs_and_cached_tokens() -> None:
 def test_judge_on_the_server_back_end_scores_and_records_where() -> None:
     server = FakeServer()
     judge = Judge(server.engine())
-    [judgement] = judge.grade([Triple(id="1", question="q?", answer="a")])
+    [judgement] = judge.grade([Triple(id="1", question="q?", answer="a")], COT)
     assert judgement.status == JudgementStatus.OK and judgement.score == 2
     assert judgement.expected_score == pytest.approx((2 + 3) / 2 / 3)
     assert isinstance(judge.engine, RecordsOrigin)
@@ -154,7 +157,7 @@ def test_judge_on_the_server_back_end_scores_and_records_where() -> None:
 
 def test_missing_logprobs_give_a_null_expected_score_not_a_made_up_one() -> None:
     server = FakeServer(lambda body, attempt: httpx.Response(200, json=chat_response(REPLY, logprobs=False)))
-    [judgement] = Judge(server.engine()).grade([Triple(id="1", question="q?", answer="a")])
+    [judgement] = Judge(server.engine()).grade([Triple(id="1", question="q?", answer="a")], COT)
     assert judgement.status == JudgementStatus.OK and judgement.score == 2
     assert judgement.expected_score is None
 
@@ -207,7 +210,7 @@ def test_400_fails_that_item_alone_with_the_servers_reason() -> None:
     assert server.attempts["too long"] == 1  # permanent: never retried
     assert len(server.bodies) == 3
     judgements = Judge(server.engine()).grade(
-        [Triple(id="1", question="x", answer="a"), Triple(id="2", question="too long", answer="a")]
+        [Triple(id="1", question="x", answer="a"), Triple(id="2", question="too long", answer="a")], COT
     )
     assert [j.status for j in judgements] == [JudgementStatus.OK, JudgementStatus.FAILED]
     assert "maximum context length" in (judgements[1].error or "")

@@ -14,6 +14,8 @@ from juiz.uncertainty import MIN_MAJORITY_SHARE, uncertain_first
 from schemas import BatchOptions, Judgement, Triple
 
 ITEM = Triple(id="q1", question="What is a B-tree?", answer="A balanced search tree.")
+# Samples are CoT replies (a check-based prompt's spread is its probabilities): these tests pin the CoT prompt.
+COT = "answer_relevance@juiz-1"
 
 
 def _reply(score: int | str) -> str:
@@ -32,7 +34,7 @@ def fake_sampling_engine(replies: list[int | str]) -> FakeEngine:
 
 def grade(replies: list[int | str], **options: object) -> Judgement:
     engine = fake_sampling_engine(replies)
-    (judgement,) = Judge(engine).grade([ITEM], BatchOptions(**options))  # type: ignore[arg-type]
+    (judgement,) = Judge(engine).grade([ITEM], BatchOptions(prompt=COT, **options))  # type: ignore[arg-type]
     return judgement
 
 
