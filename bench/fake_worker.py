@@ -28,11 +28,17 @@ FAKE_MODEL_ID = "FAKE-engine (no model; benchmark of the API only)"
 CALLS_KEY = "bench:calls"
 HOLD_MARKER = "[bench-hold]"  # a call with such an item waits until RELEASE_KEY exists, at no cost
 RELEASE_KEY = "bench:release"
+# How a check prompt's question ends (prompts/*/checks-*.toml `reply_check`, en and pt).
+YES_NO_ENDINGS = ("Yes or No.", "Sim ou Não.")
 
 
 def fake_reply(conversation: Conversation) -> str:
-    """A well-formed judge reply; the score varies with the item so results differ."""
-    score = sum(map(ord, conversation[-1]["content"])) % 4
+    """A well-formed judge reply; the score varies with the item so results differ. A check prompt's yes/no question
+    (the default prompts ask several per item) gets `p=<P(yes)>`, FakeEngine's word probabilities."""
+    content = conversation[-1]["content"]
+    score = sum(map(ord, content)) % 4
+    if content.rstrip().endswith(YES_NO_ENDINGS):
+        return f"p={(score + 1) / 4:.2f}"
     return f"Criteria: relevance\nSupporting Evidence: fake evidence, no model ran\nScore: {score}"
 
 
