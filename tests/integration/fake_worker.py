@@ -40,8 +40,26 @@ ABORTED_KEY = "fake-engine:aborted"  # hash: item marker → requests aborted by
 ITEM_MARKER = re.compile(r"\[item-(\d+)\]")
 
 
-# A check prompt's P(yes) for each score: below the veto (0.5) for 0, then one step past each of rule-2's cuts.
-CHECK_P_YES = {0: 0.2, 1: 0.5, 2: 0.7, 3: 0.9}
+def _check_p_yes() -> dict[int, float]:
+    """A check prompt's P(yes) for each score under the default check prompts' rules: below every veto and first cut
+    for 0, then between cut k (of every metric) and cut k+1 (of any metric) for score k. Derived from the prompt
+    files, so refitted cuts don't silently change what the fake grades."""
+    rules = [
+        prompts.load(metric, version, "en").rule
+        for metric, version in prompts.DEFAULT_VERSIONS.items()
+        if prompts.kind(metric, version) == "checks"
+    ]
+    cuts = [r.cuts for r in rules if r is not None]
+    out = {0: min(min(c[0] for c in cuts), min(r.veto_below for r in rules if r is not None)) / 2}
+    for k in (1, 2, 3):
+        low = max(c[k - 1] for c in cuts)
+        high = min(c[k] for c in cuts) if k < 3 else 1.0
+        assert low < high, f"the default check rules' cuts leave no P(yes) that scores {k} for every metric"
+        out[k] = round((low + high) / 2, 4)
+    return out
+
+
+CHECK_P_YES = _check_p_yes()
 
 
 def _asks_yes_no(user: str) -> bool:
