@@ -24,7 +24,9 @@ def test_seeds_graded_through_the_api_by_a_real_engine(
         t.model_dump(mode="json", exclude_none=True) for p in sorted(seeds_dir.glob("00*.txt")) for t in read_triples(p)
     ]
     items = seeds + triples(2)
-    batch = client.post("/v1/batches", json={"items": items}).json()
+    # CoT pinned: this checks the reply grammar end to end (check prompts: tests/engine/test_vllm_engine.py).
+    options = {"prompt": "answer_relevance@juiz-1"}
+    batch = client.post("/v1/batches", json={"items": items, "options": options}).json()
 
     run_worker(settings, worker_engine=tiny_engine)
 

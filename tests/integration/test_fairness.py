@@ -17,11 +17,12 @@ def test_a_small_batch_is_not_stuck_behind_a_deep_backlog(redis: Redis, redis_ur
     # The production shape: 32-item chunks, 256 items per engine call; tenant A queues 40 batches of 256 first.
     settings = make_settings(redis_url, chunk_size=32, coalesce_max_items=256, gather_s=0)
     store = Store(redis, settings)
+    cot = BatchOptions(prompt="answer_relevance@juiz-1")  # one engine call per chunk set (check prompts take two)
     backlog = [
-        store.create_batch("a", BatchOptions(), [Triple.model_validate(t) for t in triples(256, start=256 * n)])[0]
+        store.create_batch("a", cot, [Triple.model_validate(t) for t in triples(256, start=256 * n)])[0]
         for n in range(40)
     ]
-    small, _ = store.create_batch("b", BatchOptions(), [Triple.model_validate(t) for t in triples(8, start=90_000)])
+    small, _ = store.create_batch("b", cot, [Triple.model_validate(t) for t in triples(8, start=90_000)])
     engine = CountingFakeEngine(redis)
 
     run_worker(settings, max_jobs=1, worker_engine=engine)  # one engine call
