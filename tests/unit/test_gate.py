@@ -114,8 +114,9 @@ class FakeJudgeServer(BaseHTTPRequestHandler):
         bad = "bananas" in user
         if user.rstrip().endswith("Yes or No."):
             word, other = ("No", "Yes") if bad else ("Yes", "No")
-            top = [{"token": word, "logprob": math.log(0.9)}, {"token": other, "logprob": math.log(0.1)}]
-            logprobs = {"content": [{"token": word, "logprob": math.log(0.9), "top_logprobs": top}]}
+            # 0.98: above the default check rules' top cuts (0.92/0.94, fitted on dev), so a good answer scores 3
+            top = [{"token": word, "logprob": math.log(0.98)}, {"token": other, "logprob": math.log(0.02)}]
+            logprobs = {"content": [{"token": word, "logprob": math.log(0.98), "top_logprobs": top}]}
             choice = {"index": 0, "message": {"content": word}, "logprobs": logprobs, "finish_reason": "length"}
             self._send({"choices": [choice]})
             return
