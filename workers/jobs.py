@@ -68,6 +68,7 @@ from juiz.store import BatchRecord, ChunkRef, Store
 from juiz.uncertainty import annotate
 from prompts.neutralise import VERSION as NEUTRALISER
 from schemas import BatchOptions, Judgement, JudgementStatus, Triple
+from schemas.judgement import CheckStatus, MetricStatus
 
 log = logging.getLogger(__name__)
 
@@ -314,9 +315,7 @@ def _grade_and_store(b: Binding, work: list[_Work], job: Any) -> dict[str, int]:
         for (position, (w, index, _)), judgement in zip(to_grade, graded, strict=True):
             results[(w.batch.id, index)] = judgement
             key = keys[position]
-            # Only clean grades are reused: a parse error may come from the engine dropping a request (an empty
-            # reply with finish_reason=error), which a later call would not repeat.
-            if key is not None and judgement.status is JudgementStatus.OK:
+            if key is not None and reusable(judgement):
                 fresh[key] = _cacheable(judgement)
         _retrying(settings, lambda: store.cache_put(fresh))
 
@@ -392,6 +391,21 @@ def _cache_key_or_none(triple: Triple, options: BatchOptions, model_id: str, ten
         return cache_key(triple, options, model_id, tenant)
     except Exception:  # a prompt that can't be selected fails in grading, with its reason
         return None
+
+
+def reusable(judgement: Judgement) -> bool:
+    """Whether a result may answer the same triple later: only a clean grade. A parse error may come from the engine
+    dropping a request (an empty reply with finish_reason=error), and a check that failed (aborted when its batch
+    was cancelled, timed out) leaves its metric graded from the other checks; a later call would repeat neither, and
+    a cached result missing a check's probability can't be calibrated."""
+    if judgement.status is not JudgementStatus.OK:
+        return False
+    for metric in (judgement.metrics or {}).values():
+        if metric.status is not MetricStatus.OK and metric.status is not MetricStatus.SKIPPED:
+            return False
+        if any(check.status is CheckStatus.FAILED for check in metric.checks or []):
+            return False
+    return True
 
 
 def _cacheable(judgement: Judgement) -> dict[str, Any]:

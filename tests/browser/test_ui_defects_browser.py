@@ -56,6 +56,20 @@ def sign_in(driver: WebDriver, stack: Stack) -> None:
     WebDriverWait(driver, DEADLINE_S).until(ec.presence_of_element_located((By.ID, "file")))
 
 
+def back_to_a_fresh_page(driver: WebDriver) -> None:
+    """Go back and wait for the document ui.js fetches afresh. A page restored from the back/forward cache reloads
+    itself on `pageshow`; a click on it before that reload is lost with the document, so wait until the current
+    document is not the one first loaded by a plain navigation (its navigation entry is then `reload` or
+    `back_forward`) and has finished loading."""
+    driver.back()
+    WebDriverWait(driver, DEADLINE_S, ignored_exceptions=[WebDriverException]).until(
+        lambda d: d.execute_script(
+            "const nav = performance.getEntriesByType('navigation')[0];"
+            "return document.readyState === 'complete' && nav !== undefined && nav.type !== 'navigate';"
+        )
+    )
+
+
 def test_back_after_saving_a_label_shows_the_saved_label(browser: WebDriver, stack: Stack) -> None:
     driver, wait = browser, WebDriverWait(browser, DEADLINE_S)
     batch_id = submit(stack, items(4, label="C"))
@@ -190,7 +204,7 @@ def test_label_ten_items_through_the_queue_with_the_keyboard_only(
     assert agreement_n(driver) == before + 10
 
     # From the queue's end: fit, then save (two clicks); the upload form then offers it.
-    driver.back()
+    back_to_a_fresh_page(driver)
     driver.find_element(By.XPATH, "//button[normalize-space()='Fit a calibration on these labels']").click()
     keep = wait.until(
         ec.element_to_be_clickable((By.XPATH, "//button[normalize-space()='Save it for the next batches']"))

@@ -203,3 +203,18 @@ def test_check_prompts_of_one_version_share_system_and_layout() -> None:
         ar = prompts.load("answer_relevance", "checks-2", lang)
         grounded = prompts.load("groundedness", "checks-2", lang)
         assert ar.system == grounded.system and ar.user == grounded.user and ar.reply_check == grounded.reply_check
+
+
+def test_a_result_with_a_failed_check_is_not_reused_from_the_cache() -> None:
+    """A check that failed (aborted on a cancel, timed out) leaves its metric graded from the others: that result
+    must not answer the same triple later (a later call would read the check, and calibration needs it)."""
+    from workers.jobs import reusable
+
+    def no_reference(conversation: Conversation) -> str:
+        return "" if "one or two short sentences" in conversation[-1]["content"] else "Yes"
+
+    [partial] = Judge(FakeEngine(no_reference)).grade(items()[:1], CHECKS)
+    [clean] = Judge(FakeEngine(by_check)).grade(items()[:1], CHECKS)
+    assert partial.status is JudgementStatus.OK and clean.status is JudgementStatus.OK
+    assert not reusable(partial)
+    assert reusable(clean)
