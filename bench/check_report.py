@@ -102,24 +102,36 @@ def _strengths(results: list[Judgement], metric: str) -> tuple[list[int], list[f
     return labels, strengths, vetoed, prompt_id
 
 
-def fit_cuts(results: list[Judgement], metric: str) -> tuple[tuple[float, float, float], float, float | None]:
+def fit_cuts(
+    results: list[Judgement], metric: str, *, balanced: bool = False
+) -> tuple[tuple[float, float, float], float, float | None]:
     labels, strengths, vetoed, _ = _strengths(results, metric)
-    y, x, v = np.array(labels), np.array(strengths), np.array(vetoed)
+    return fit_cut_arrays(np.array(labels), np.array(strengths), np.array(vetoed), balanced=balanced)
+
+
+def fit_cut_arrays(
+    y: np.ndarray, x: np.ndarray, v: np.ndarray, *, balanced: bool = False
+) -> tuple[tuple[float, float, float], float, float | None]:
+    """Cuts for classes (0 I, 1 P, 2 C) from strengths x and vetoes v: the best quadratic κ for the cuts of scores 2
+    and 3, then the best ρ for score 1's. `balanced` weighs each item by n / (3·n_class), so every class counts
+    equally (unweighted, a split of mostly I rewards never saying C)."""
+    weights = (len(y) / (3 * np.bincount(y, minlength=3)))[y] if balanced else None
 
     def label_of(c2: float, c3: float) -> np.ndarray:
         return np.where(v, 0, np.where(x >= c3, 2, np.where(x >= c2, 1, 0)))
 
-    best = max(
-        ((c2, c3) for c2, c3 in itertools.combinations(GRID, 2)),
-        key=lambda c: (cohen_kappa_score(y, label_of(*c), weights="quadratic", labels=[0, 1, 2]), -(c[1] - c[0])),
-    )
-    kappa = float(cohen_kappa_score(y, label_of(*best), weights="quadratic", labels=[0, 1, 2]))
+    def kappa_of(c2: float, c3: float) -> float:
+        return float(
+            cohen_kappa_score(y, label_of(c2, c3), weights="quadratic", labels=[0, 1, 2], sample_weight=weights)
+        )
+
+    best = max(itertools.combinations(GRID, 2), key=lambda c: (kappa_of(*c), -(c[1] - c[0])))
 
     def score_of(c1: float) -> list[float]:
         return [0.0 if vv else float(sum(s >= c for c in (c1, *best))) for s, vv in zip(x, v, strict=True)]
 
     c1 = max((c for c in GRID if c < best[0]), key=lambda c: _spearman([float(t) for t in y], score_of(c)) or -1.0)
-    return (c1, *best), round(kappa, 3), _spearman([float(t) for t in y], score_of(c1))
+    return (c1, *best), round(kappa_of(*best), 3), _spearman([float(t) for t in y], score_of(c1))
 
 
 def _ordinal_proba(train_x: np.ndarray, train_y: np.ndarray, x: np.ndarray, n: int) -> np.ndarray:

@@ -85,8 +85,10 @@ CELLS = {
     "checks-1": Cell("checks-1", "fast", {"answer_relevance": "checks-1", "groundedness": "checks-1"}),
     # checks-2: both metrics share each item's prefix; the context is shown to every check.
     "checks-2": Cell("checks-2", "fast", {"answer_relevance": "checks-2", "groundedness": "checks-2"}),
+    # checks-3: checks-2's checks with the rule's cuts fitted with every class weighted equally (bench.rule_fit).
+    "checks-3": Cell("checks-3", "fast", {"answer_relevance": "checks-3", "groundedness": "checks-3"}),
 }
-DEFAULT_CELLS = ("checks-2", "cot-v2", "cot-v1", "fast-v2", "fast-v1")
+DEFAULT_CELLS = ("checks-3", "cot-v2", "cot-v1", "fast-v2", "fast-v1")
 
 
 def saved_judgements(split: str, cell: Cell, triples: Sequence[Triple]) -> list[Judgement] | None:

@@ -21,7 +21,7 @@ Mode = Literal["cot", "fast"]
 # The version a metric uses when a request names none: the check-based checks-2 where there is one (yes/no checks read
 # from token probabilities, see juiz.checks), else the chain-of-thought juiz-1, which discriminates better than the
 # faithful TruLens version with small judges (see README, "Prompt versions").
-DEFAULT_VERSIONS = {"answer_relevance": "checks-2", "groundedness": "checks-2", "context_relevance": "juiz-1"}
+DEFAULT_VERSIONS = {"answer_relevance": "checks-3", "groundedness": "checks-3", "context_relevance": "juiz-1"}
 LANGUAGES = ("en", "pt")
 
 

@@ -29,7 +29,8 @@ pytestmark = pytest.mark.engine
 SERVED_NAME = "judge"
 MAX_MODEL_LEN = 4096
 # These tests grade with the CoT prompt (parsed replies, fast mode's digit, one item failing alone on the tiny model,
-# which may not answer the default checks-2's yes/no questions readably); checks-2 on a real engine: test_vllm_engine.
+# which may not answer the default check prompts' yes/no questions readably); check prompts on a real engine:
+# test_vllm_engine.
 COT = "answer_relevance@juiz-1"
 
 

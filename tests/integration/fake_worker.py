@@ -40,30 +40,39 @@ ABORTED_KEY = "fake-engine:aborted"  # hash: item marker → requests aborted by
 ITEM_MARKER = re.compile(r"\[item-(\d+)\]")
 
 
-def _check_p_yes() -> dict[int, float]:
-    """A check prompt's P(yes) for each score under the default check prompts' rules: below every veto and first cut
-    for 0, then between cut k (of every metric) and cut k+1 (of any metric) for score k. Derived from the prompt
-    files, so refitted cuts don't silently change what the fake grades."""
-    rules = [
-        prompts.load(metric, version, "en").rule
-        for metric, version in prompts.DEFAULT_VERSIONS.items()
-        if prompts.kind(metric, version) == "checks"
-    ]
-    cuts = [r.cuts for r in rules if r is not None]
-    out = {0: min(min(c[0] for c in cuts), min(r.veto_below for r in rules if r is not None)) / 2}
-    for k in (1, 2, 3):
-        low = max(c[k - 1] for c in cuts)
-        high = min(c[k] for c in cuts) if k < 3 else 1.0
-        assert low < high, f"the default check rules' cuts leave no P(yes) that scores {k} for every metric"
-        out[k] = round((low + high) / 2, 4)
+def _check_p_yes() -> dict[str, dict[int, float]]:
+    """Per metric graded by a default check prompt, the P(yes) its checks answer for each score under the prompt's
+    rule: below the veto and the first cut for 0, midway between cut k and cut k+1 for score k. Derived from the
+    prompt files, so refitted cuts don't silently change what the fake grades."""
+    out: dict[str, dict[int, float]] = {}
+    for metric, version in prompts.DEFAULT_VERSIONS.items():
+        rule = prompts.load(metric, version, "en").rule if prompts.kind(metric, version) == "checks" else None
+        if rule is None:
+            continue
+        bounds = [*rule.cuts, 1.0]
+        out[metric] = {0: min(rule.cuts[0], rule.veto_below) / 2}
+        out[metric].update({k: round((bounds[k - 1] + bounds[k]) / 2, 4) for k in (1, 2, 3)})
     return out
 
 
 CHECK_P_YES = _check_p_yes()
 
 
+@cache
+def _metric_of_check() -> dict[str, str]:
+    """The last line of each default check prompt's questions (any language) → its metric: a check conversation ends
+    with its question, then the reply instruction."""
+    out = {}
+    for prompt_id in prompts.available():
+        metric, version, lang = prompts.parse_prompt_id(prompt_id)
+        template = prompts.load(metric, version, lang or "en")
+        if template.kind == "checks" and version == prompts.DEFAULT_VERSIONS[metric]:
+            out.update({c.question.strip().splitlines()[-1]: metric for c in template.checks})
+    return out
+
+
 def _asks_yes_no(user: str) -> bool:
-    """A check-based prompt's one-token question (the default prompts, checks-2) rather than a CoT/fast grade."""
+    """A check-based prompt's one-token question (the default prompts, checks-3) rather than a CoT/fast grade."""
     return user.rstrip().endswith(tuple(_final_checks()[1]))
 
 
@@ -90,7 +99,8 @@ def fake_reply(conversation: Conversation) -> str:
     markers = ITEM_MARKER.findall(user)
     score = int(markers[0]) % 4 if markers else 2
     if _asks_yes_no(user):
-        return f"p={CHECK_P_YES[score]}"
+        metric = next((m for question, m in _metric_of_check().items() if question in user), "answer_relevance")
+        return f"p={CHECK_P_YES[metric][score]}"
     return f"Criteria: relevance\nSupporting Evidence: fake evidence\nScore: {score}"
 
 

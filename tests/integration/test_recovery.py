@@ -34,7 +34,7 @@ from workers.worker import build_worker
 
 REPO = Path(__file__).resolve().parents[2]
 # Tests counting engine calls, attempts or aborted requests pin the CoT prompt: one conversation per item in one call.
-# The default (checks-2) asks several yes/no questions per item in two waves (juiz.checks); the fake worker answers
+# The default (checks-3) asks several yes/no questions per item in two waves (juiz.checks); the fake worker answers
 # both, and counts an item graded once per metric either way.
 COT = {"prompt": "answer_relevance@juiz-1"}
 MakeClient = Callable[[Settings], TestClient[Litestar]]

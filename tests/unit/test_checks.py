@@ -179,7 +179,7 @@ def test_check_prompts_ask_one_token_whatever_the_mode() -> None:
         options = CHECKS.model_copy(update={"mode": mode})
         assert request_for_options(options, "answer_relevance") == CHECK_REQUEST
     assert request_for_options(BatchOptions(prompt="answer_relevance@juiz-1"), "answer_relevance") != CHECK_REQUEST
-    assert request_for_options(BatchOptions(), "answer_relevance") == CHECK_REQUEST  # the default is checks-2
+    assert request_for_options(BatchOptions(), "answer_relevance") == CHECK_REQUEST  # the default is checks-3
 
 
 def test_metrics_whose_check_prompts_share_the_item_prefix_send_one_first_check_per_item() -> None:
@@ -198,11 +198,28 @@ def test_metrics_whose_check_prompts_share_the_item_prefix_send_one_first_check_
     assert engine.calls[1] == asked - 2
 
 
-def test_check_prompts_of_one_version_share_system_and_layout() -> None:
+@pytest.mark.parametrize("version", ["checks-2", "checks-3"])
+def test_check_prompts_of_one_version_share_system_and_layout(version: str) -> None:
     for lang in ("en", "pt"):
-        ar = prompts.load("answer_relevance", "checks-2", lang)
-        grounded = prompts.load("groundedness", "checks-2", lang)
+        ar = prompts.load("answer_relevance", version, lang)
+        grounded = prompts.load("groundedness", version, lang)
         assert ar.system == grounded.system and ar.user == grounded.user and ar.reply_check == grounded.reply_check
+
+
+def test_checks_3_is_checks_2_with_the_refitted_cuts_only() -> None:
+    """checks-3 only changes the rule's cuts (bench.rule_fit): its dev and test figures come from the checks-2 runs."""
+    for metric in ("answer_relevance", "groundedness"):
+        for lang in ("en", "pt"):
+            old, new = prompts.load(metric, "checks-2", lang), prompts.load(metric, "checks-3", lang)
+            assert new.rule is not None and old.rule is not None
+            assert (new.system, new.user, new.reply_check, new.checks) == (
+                old.system,
+                old.user,
+                old.reply_check,
+                old.checks,
+            )
+            assert new.rule.version == "rule-3" and new.rule.veto_below == old.rule.veto_below
+            assert new.rule.cuts != old.rule.cuts
 
 
 def test_a_result_with_a_failed_check_is_not_reused_from_the_cache() -> None:

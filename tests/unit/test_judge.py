@@ -13,7 +13,7 @@ from juiz.parsing import COT_REPLY_REGEX, SEGMENT_REPLY_REGEX
 from schemas import BatchOptions, JudgementStatus, Triple
 
 # Tests of chain-of-thought behaviour (reply grammar, parsed criteria, fast mode's digit, one call per mode) pin the
-# CoT prompt; the default is the check-based checks-2. Tests of what holds whatever the prompt run with both.
+# CoT prompt; the default is the check-based checks-3. Tests of what holds whatever the prompt run with both.
 COT = BatchOptions(prompt="answer_relevance@juiz-1")
 BOTH_PROMPTS = pytest.mark.parametrize("options", [BatchOptions(), COT], ids=["default", "cot"])
 

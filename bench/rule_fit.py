@@ -1,0 +1,112 @@
+"""A check rule's cuts, fitted on a recorded dev run and applied to a recorded test run, without the engine.
+
+The rule's grade depends on the checks' P(yes) only through each metric's strength (its expected score) and whether
+a veto fired, and both are in every recorded `bench.judge_quality` result (`replies.<cell>[].verdict_inputs`: the
+expected score, and the written grade that names a veto). So new cuts can be fitted on dev and measured on test from
+the runs already made, and the figures are the ones the engine would give with a prompt that only changes the cuts
+(checks-3 is checks-2 with rule-3's cuts; `bench.judge_quality --cells checks-3` grades with it for real).
+
+    .venv/bin/python -m bench.rule_fit [--dev RESULT.json] [--test RESULT.json] [--cell checks-2]
+
+Prints, per objective (unweighted quadratic κ: rule-2; every class weighted equally: rule-3), the cuts fitted on dev
+and, for dev and test, each metric's and the default verdict's Spearman ρ, quadratic κ and per-class recall. Writes
+bench/results/rule_fit.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from sklearn.metrics import cohen_kappa_score
+
+from bench.check_report import fit_cut_arrays
+from bench.common import RESULTS, save, table
+from bench.judge_quality import CLASSES, _spearman
+from juiz.labels import DEFAULT_VERDICT
+
+METRICS = ("answer_relevance", "groundedness")
+DEV = RESULTS / "judge_quality_dev_checks-2.json"
+TEST = RESULTS / "judge_quality_test_checks-2_cot-v2_cot-v1.json"
+
+
+def recorded(path: Path, cell: str) -> dict[str, Any]:
+    """Labels (0 I, 1 P, 2 C) and, per metric, strengths and vetoes of a recorded run's labelled items."""
+    replies = json.loads(path.read_text(encoding="utf-8"))["replies"][cell]
+    out: dict[str, Any] = {"y": np.array([CLASSES[r["label"]] for r in replies])}
+    for metric in METRICS:
+        inputs = [r["verdict_inputs"][metric] for r in replies]
+        assert all(i["status"] == "ok" for i in inputs), f"{path.name}: {metric} not graded on every item"
+        out[metric] = (
+            np.array([float(i["expected"]) for i in inputs]),
+            np.array(["vetoed:" in i["reply"] for i in inputs]),
+        )
+    return out
+
+
+def scores(strength: np.ndarray, vetoed: np.ndarray, cuts: tuple[float, ...]) -> np.ndarray:
+    """The rule's 0–3 score (juiz.check_rule.apply_rule): 0 when vetoed, else how many cuts the strength reaches."""
+    return np.where(vetoed, 0, (strength[:, None] >= np.array(cuts)[None, :]).sum(axis=1))
+
+
+def verdict(by_metric: dict[str, np.ndarray]) -> np.ndarray:
+    """DEFAULT_VERDICT's class: the first level whose minimums every metric meets, else I."""
+    out = np.zeros(len(next(iter(by_metric.values()))), dtype=int)
+    for level in reversed(DEFAULT_VERDICT):
+        met = np.all([by_metric[m] >= minimum for m, minimum in level.when.items()], axis=0)
+        out = np.where(met, CLASSES[level.label], out)
+    return out
+
+
+def figures(y: np.ndarray, score: np.ndarray, label: np.ndarray) -> dict[str, Any]:
+    recall = {name: round(float((label[y == k] == k).mean()), 3) for name, k in CLASSES.items()}
+    return {
+        "spearman": _spearman([float(t) for t in y], [float(s) for s in score]),
+        "kappa_quadratic": round(float(cohen_kappa_score(y, label, weights="quadratic", labels=[0, 1, 2])), 3),
+        "recall": recall,
+        "balanced_accuracy": round(float(np.mean(list(recall.values()))), 3),
+    }
+
+
+def measure(run: dict[str, Any], cuts: dict[str, tuple[float, ...]]) -> dict[str, Any]:
+    y = run["y"]
+    by_metric = {m: scores(*run[m], cuts[m]) for m in METRICS}
+    # Under the default mapping score 3 is C, 2 is P, 0–1 are I.
+    out = {m: figures(y, s, np.select([s >= 3, s >= 2], [2, 1], 0)) for m, s in by_metric.items()}
+    decided = verdict({m: s.astype(float) for m, s in by_metric.items()})
+    out["verdict"] = figures(y, decided, decided)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dev", type=Path, default=DEV, help="a recorded dev run (cuts are fitted on dev only)")
+    parser.add_argument("--test", type=Path, default=TEST, help="a recorded test run to measure the cuts on")
+    parser.add_argument("--cell", default="checks-2")
+    args = parser.parse_args(argv)
+    dev, test = recorded(args.dev, args.cell), recorded(args.test, args.cell)
+    report: dict[str, Any] = {"dev": args.dev.name, "test": args.test.name, "cell": args.cell, "objectives": {}}
+    rows = []
+    for objective, balanced in (("unweighted κ (rule-2)", False), ("classes weighted equally (rule-3)", True)):
+        cuts = {m: fit_cut_arrays(dev["y"], *dev[m], balanced=balanced)[0] for m in METRICS}
+        section = {"cuts": cuts, "dev": measure(dev, cuts), "test": measure(test, cuts)}
+        report["objectives"][objective] = section
+        for split in ("dev", "test"):
+            for name, f in section[split].items():
+                recall = f["recall"]
+                rows.append(
+                    [objective, split, name, f["spearman"], f["kappa_quadratic"], recall["C"], recall["P"],
+                     recall["I"], f["balanced_accuracy"]]
+                )  # fmt: skip
+        print(f"{objective}: " + "; ".join(f"{m} cuts {list(c)}" for m, c in cuts.items()))
+    header = ["objective", "split", "grade", "ρ", "quadratic κ", "C→C", "P→P", "I→I", "balanced acc."]
+    print(table(rows, header))
+    save("rule_fit", report)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
