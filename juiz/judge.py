@@ -24,7 +24,7 @@ import prompts
 from juiz import __version__
 from juiz.check_rule import apply_rule
 from juiz.checks import CHECK_REQUEST, REFERENCE_REQUEST, Ask, CheckJob, read_check, reference_text
-from juiz.engine import CallControl, Completion, Conversation, GenerationRequest, JudgeEngine
+from juiz.engine import CANCELLED, CallControl, Completion, Conversation, GenerationRequest, JudgeEngine, aborted
 from juiz.errors import EngineDeadError, PromptError, TransientEngineError
 from juiz.labels import label_for
 from juiz.language import detect_language
@@ -310,8 +310,18 @@ class Judge:
                     owners.append(set())
                 owners[unique[key]].add(task.item)
                 slots.append((index, unique[key]))
+            # Work whose every item was cancelled before the call (e.g. between the waves of a check-based metric) is
+            # not sent: it comes back aborted, as if cancelled during the call.
+            gone = set(control.cancelled()) if control is not None and control.cancelled is not None else set()
+            send = [p for p, items in enumerate(owners) if not (items and items <= gone)]
+            completions = [aborted(CANCELLED)] * len(conversations)
             started = time.perf_counter()
-            completions = self._generate_isolating_failures(conversations, request, _engine_control(control, owners))
+            if send:
+                sent = self._generate_isolating_failures(
+                    [conversations[p] for p in send], request, _engine_control(control, [owners[p] for p in send])
+                )
+                for p, completion in zip(send, sent, strict=True):
+                    completions[p] = completion
             latency = time.perf_counter() - started
             for index, position in slots:
                 replies[index] = _Reply(completions[position], latency)

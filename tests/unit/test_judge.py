@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 import pytest
 
+import prompts
 from juiz.engine import CallControl, Completion, Conversation, FakeEngine, GenerationRequest, JudgeEngine
 from juiz.errors import EngineDeadError, EngineError, TransientEngineError
 from juiz.judge import Judge
 from juiz.parsing import COT_REPLY_REGEX, SEGMENT_REPLY_REGEX
 from schemas import BatchOptions, JudgementStatus, Triple
+from schemas.judgement import CheckStatus
 
 # Tests of chain-of-thought behaviour (reply grammar, parsed criteria, fast mode's digit, one call per mode) pin the
 # CoT prompt; the default is the check-based checks-3. Tests of what holds whatever the prompt run with both.
@@ -239,3 +242,25 @@ def test_grade_many_passes_the_control_to_the_engine(options: BatchOptions) -> N
     assert results[0].status == JudgementStatus.OK
     expired = Judge(FakeEngine(reply_by_answer)).grade_many(items, CallControl(deadline=0.0))
     assert all(r.status == JudgementStatus.FAILED and "timed out" in (r.error or "") for r in expired)
+
+
+def test_work_cancelled_before_a_call_is_not_sent() -> None:
+    """An item cancelled before its conversations are sent (here between the two waves of a check-based metric) costs
+    the engine nothing: its conversations come back aborted without reaching it."""
+    cancelled: set[int] = set()
+    engine = FakeEngine(lambda _: "Yes")
+    original = engine.generate
+
+    def generate_then_cancel(conversations: Any, request: Any, control: Any = None) -> Any:
+        out = original(conversations, request, control)
+        cancelled.add(1)  # item b is cancelled once the first wave is back
+        return out
+
+    engine.generate = generate_then_cancel  # type: ignore[method-assign]
+    items = [(t, BatchOptions()) for t in triples()[:2]]
+    results = Judge(engine).grade_many(items, CallControl(cancelled=lambda: sorted(cancelled)))
+    checks_per_item = len(prompts.load("answer_relevance", prompts.DEFAULT_VERSIONS["answer_relevance"], "en").checks)
+    assert engine.calls == [2, checks_per_item - 1]  # wave 1: one check per item; wave 2: item a's others only
+    kept, dropped = (results[i].metrics["answer_relevance"].checks or [] for i in (0, 1))  # type: ignore[index]
+    assert all(c.status is CheckStatus.OK for c in kept)
+    assert [c.error for c in dropped if c.status is CheckStatus.FAILED] == ["cancelled"] * (checks_per_item - 1)
