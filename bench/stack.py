@@ -94,7 +94,7 @@ def service(
         }
         full_env = {**os.environ, **values}
         settings = Settings.from_env(full_env)  # what the children will read
-        juiz = [sys.executable, "-m", "juiz.cli"]
+        juiz = [sys.executable, "-m", "juiz_cli"]
         api = stack.enter_context(
             child("API", [*juiz, "serve", "--port", str(api_port)], full_env, workdir / "api.log")
         )

@@ -487,8 +487,5 @@ def _models(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    # `python -m juiz.cli serve|worker|demo` keeps working for scripts written before those commands moved out of the
-    # core (bench/stack.py starts its API so): the console script's full command set, from the package above.
-    from juiz_cli import main as console_main
-
-    raise SystemExit(console_main())
+    # The core's commands only; `python -m juiz_cli` (the `juiz` console script) adds serve, worker and demo.
+    raise SystemExit(main())

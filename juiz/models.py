@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from juiz.errors import ModelError
+from juiz.settings import DEFAULT_MODEL as DEFAULT_MODEL  # declared with the other settings; re-exported here
+from juiz.settings import Settings
 
 log = logging.getLogger(__name__)
 
@@ -54,13 +56,10 @@ DEV_MODELS: dict[str, DevModel] = {
         ),
     )
 }
-DEFAULT_MODEL = "qwen2.5-coder-1.5b-instruct"
 TEST_MODEL = "smollm2-135m-instruct"
 
 
 def juiz_home() -> Path:
-    from juiz.settings import Settings  # settings imports this module (DEFAULT_MODEL)
-
     return Path(Settings.from_env().home).expanduser()
 
 

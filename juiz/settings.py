@@ -22,7 +22,8 @@ from pydantic import Field, SecretStr, ValidationError, field_validator, model_v
 from pydantic_settings import BaseSettings, EnvSettingsSource, PydanticBaseSettingsSource, SettingsConfigDict
 
 from juiz.errors import InputError
-from juiz.models import DEFAULT_MODEL
+
+DEFAULT_MODEL = "qwen2.5-coder-1.5b-instruct"  # the development judge (`juiz models pull`, juiz.models)
 
 ENV_PREFIX = "JUIZ_"
 MiB = 1 << 20

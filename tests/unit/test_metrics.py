@@ -191,8 +191,13 @@ def test_cancelled_items_map_to_the_conversations_serving_only_them() -> None:
             seen.append(sorted(control.cancelled()))
             return super().generate(conversations, request)
 
+    asked: list[int] = []
+
     def cancelled() -> Collection[int]:
-        return [0]  # item "right"
+        # Item "right" is cancelled once the cot call is under way (cancelled before it, its conversations would not
+        # be sent at all: test_judge.py::test_work_cancelled_before_a_call_is_not_sent).
+        asked.append(1)
+        return [0] if len(asked) > 1 else []
 
     Judge(Cancelling(reply)).grade_many(
         [(t, cot(metrics=ALL)) for t in items()], control=CallControl(cancelled=cancelled)
