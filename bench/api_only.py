@@ -39,7 +39,7 @@ from typing import Any
 import aiohttp
 import httpx
 
-from bench.common import build_triples, save, setup_logging, triple_dicts
+from bench.common import COT_PROMPT, build_triples, save, setup_logging, triple_dicts
 from bench.fake_worker import FAKE_MODEL_ID
 from bench.stack import Stack, service
 
@@ -52,7 +52,7 @@ MIXED_PAGE = 100
 
 
 def post_batch(stack: Stack, items: list[dict[str, Any]]) -> tuple[float, str, int]:
-    body = json.dumps({"items": items, "options": {}}, ensure_ascii=False).encode()
+    body = json.dumps({"items": items, "options": {"prompt": COT_PROMPT}}, ensure_ascii=False).encode()
     headers = {
         "Authorization": f"Bearer {stack.api_key}",
         "Content-Type": "application/json",

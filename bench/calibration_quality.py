@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from bench.common import WORK, close_engine, load_engine, save, setup_logging, table
+from bench.labelled import CELLS, labelled_set, saved_judgements
 from juiz.agreement import compute_agreement, metric_signal, verdict_signal
 from juiz.calibration import (
     CalibrationUnavailable,
@@ -160,7 +161,6 @@ def judge_quality_sections(
     """What `bench.judge_quality --calibration --samples 1,3,5` adds (JSON keys `calibration`, `samples`,
     `hostile_pairs`): per cell, raw vs calibrated (fit on dev when the report split is test; cross-fitted always)
     and hostile pairs; sampled replies for the first CoT cell grading answer relevance."""
-    from bench.judge_quality import labelled_set, saved_judgements
 
     out: dict[str, Any] = {"hostile_pairs": {}}
     if calibration:
@@ -338,7 +338,6 @@ def print_sections(calibration: dict[str, Any] | None, samples: Sequence[dict], 
 def results_from_replies(path: Path, cell: str) -> tuple[list[Triple], list[Judgement]]:
     """A bench.judge_quality results file's per-item grades (`replies`) back as results, with their items: enough
     for the calibration and hostile-pair figures without grading again."""
-    from bench.judge_quality import labelled_set
 
     payload = json.loads(path.read_text(encoding="utf-8"))
     items = {t.id: t for t in labelled_set(payload["split"], None)}
@@ -393,7 +392,6 @@ def offline(paths: Sequence[Path], cell: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from bench.judge_quality import CELLS, labelled_set
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cell", default="cot-v2", help=f"one of {', '.join(CELLS)} (default cot-v2)")

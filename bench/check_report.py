@@ -26,7 +26,8 @@ from sklearn.metrics import cohen_kappa_score
 
 import prompts
 from bench.common import WORK, table
-from bench.judge_quality import CLASSES, _auc, _spearman
+from bench.judge_quality import _auc, _spearman
+from bench.labelled import CLASSES
 from juiz.calibration import check_feature
 from juiz.check_rule import apply_rule
 from schemas import Judgement

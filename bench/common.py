@@ -60,6 +60,12 @@ def triple_dicts(triples: Sequence[Triple]) -> list[dict[str, Any]]:
     return [{"id": t.id, "question": t.question, "answer": t.answer} for t in triples]
 
 
+# The serving benchmarks (engine efficiency, prefix caching, small batches, the OpenAI back end, scale-out, API only)
+# measure what a chain-of-thought grade costs and how juiz batches it, as they always have: they pin the CoT prompt.
+# The check-based default (one token per check, two waves) has its own cost rows in bench.judge_quality.
+COT_PROMPT = "answer_relevance@juiz-1"
+
+
 def request_for(mode: str) -> GenerationRequest:
     return COT_REQUEST if mode == "cot" else FAST_REQUEST
 

@@ -24,6 +24,7 @@ import time
 from typing import Any
 
 from bench.common import (
+    COT_PROMPT,
     build_triples,
     close_engine,
     conversations,
@@ -131,7 +132,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parser.parse_args(argv)
     setup_logging()
     sizes = [int(s) for s in args.sizes.split(",")]
-    options = BatchOptions()  # what `juiz score` uses by default: juiz-1 prompt, CoT, language per question
+    options = BatchOptions(prompt=COT_PROMPT)  # CoT, language per question
 
     rows = measure_in_process(args.model, sizes, options)
     service_rows = {} if args.no_service else measure_service(args.model, sizes, options)

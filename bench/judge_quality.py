@@ -24,100 +24,30 @@ import statistics
 import time
 from collections import defaultdict
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from scipy.stats import spearmanr
 from sklearn.metrics import roc_auc_score
 
-from bench.common import GOLDEN, REPO, WORK, close_engine, load_engine, save, setup_logging, table
+from bench.common import GOLDEN, WORK, close_engine, load_engine, save, setup_logging, table
+from bench.labelled import CELLS, DATA, DEFAULT_CELLS, Cell, labelled_set
 from juiz.agreement import Signal, compute_agreement, metric_signal, verdict_signal
 from juiz.engine import CallControl, Completion, Conversation, GenerationRequest, JudgeEngine
 from juiz.judge import Judge
 from juiz.labels import DEFAULT_VERDICT, metric_of, with_default_verdict
 from juiz.models import DEFAULT_MODEL, TEST_MODEL
 from juiz.readers import read_triples
-from schemas import BatchOptions, Judgement, LabelMapping, Triple
+from schemas import Judgement, LabelMapping, Triple
 from schemas.judgement import MetricStatus
 
 log = logging.getLogger("bench.judge_quality")
 
-DATA = REPO / "bench" / "data"
-CLASSES = {"I": 0, "P": 1, "C": 2}
 # Category groups the targets speak of.
 REFUSALS = {"refusal"}
 INJECTED = {"injection_answer", "injection_context", "hostile_fake_score", "hostile_ignore", "hostile_special_tokens"}
 FALSE_IN_CONTEXT = {"false_in_context"}
 FALSE = {"false_in_context", "false_not_in_context"}
 CORRECT = {"correct_terse", "correct_verbose"}
-
-
-@dataclass(frozen=True)
-class Cell:
-    """One engine pass: a mode and a prompt version per metric, graded together as the product grades them."""
-
-    name: str
-    mode: str
-    versions: dict[str, str]
-
-    def options(self) -> BatchOptions:
-        return BatchOptions.model_validate(
-            {
-                "metrics": list(self.versions),
-                "mode": self.mode,
-                "prompt": [f"{m}@{v}" for m, v in self.versions.items()],
-            }
-        )
-
-
-# The grid that fits ~25 min on a 2-core CPU with the 1.5B judge: the candidate answer-relevance version with
-# groundedness (→ the verdict) in both modes, the released juiz-1 beside it, context relevance per segment in fast
-# mode (CoT per segment is `cr-cot`, opt-in: about one more CoT pass over every distinct question × segment).
-CELLS = {
-    "cot-v2": Cell("cot-v2", "cot", {"answer_relevance": "juiz-2", "groundedness": "juiz-1"}),
-    "cot-v1": Cell("cot-v1", "cot", {"answer_relevance": "juiz-1"}),
-    "fast-v2": Cell(
-        "fast-v2", "fast", {"answer_relevance": "juiz-2", "groundedness": "juiz-1", "context_relevance": "juiz-1"}
-    ),
-    "fast-v1": Cell("fast-v1", "fast", {"answer_relevance": "juiz-1"}),
-    "cr-cot": Cell("cr-cot", "cot", {"context_relevance": "juiz-1"}),
-    # Issue 19: yes/no checks read from token probabilities (the mode does not apply to check-based prompts).
-    "checks-1": Cell("checks-1", "fast", {"answer_relevance": "checks-1", "groundedness": "checks-1"}),
-    # checks-2: both metrics share each item's prefix; the context is shown to every check.
-    "checks-2": Cell("checks-2", "fast", {"answer_relevance": "checks-2", "groundedness": "checks-2"}),
-    # checks-3: checks-2's checks with the rule's cuts fitted with every class weighted equally (bench.rule_fit).
-    "checks-3": Cell("checks-3", "fast", {"answer_relevance": "checks-3", "groundedness": "checks-3"}),
-}
-DEFAULT_CELLS = ("checks-3", "cot-v2", "cot-v1", "fast-v2", "fast-v1")
-
-
-def saved_judgements(split: str, cell: Cell, triples: Sequence[Triple]) -> list[Judgement] | None:
-    """The results `--save-judgements` kept for this split and cell, if they grade exactly these items with the
-    cell's prompt versions (the calibration's dev grading is then not repeated)."""
-    path = WORK / "judgements" / f"{split}_{cell.name}.jsonl"
-    if not path.exists():
-        return None
-    results = [Judgement.model_validate_json(line) for line in path.read_text(encoding="utf-8").splitlines()]
-    if [r.id for r in results] != [t.id for t in triples]:
-        return None
-    for r in results:
-        for metric, version in cell.versions.items():
-            m = (r.metrics or {}).get(metric)
-            if m is None or m.provenance is None or not m.provenance.prompt.startswith(f"{metric}@{version}."):
-                return None
-    log.info("cell %s: %s results reused from %s", cell.name, split, path)
-    return results
-
-
-def labelled_set(split: str, limit: int | None) -> list[Triple]:
-    """The split's items; with --limit, a spread subset (every k-th item) so every category stays represented.
-    (Such a subset shares few contexts, so it costs more per item than a real batch, where a question's answers
-    share the question's segments and context relevance is graded once per distinct question and segment.)"""
-    triples = read_triples(DATA / f"rag_{split}.jsonl")
-    if limit and limit < len(triples):
-        step = len(triples) / limit
-        triples = [triples[int(i * step)] for i in range(limit)]
-    return triples
 
 
 def relevant_segments() -> dict[str, set[str]]:

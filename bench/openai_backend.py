@@ -31,6 +31,7 @@ from typing import Any
 import httpx
 
 from bench.common import (
+    COT_PROMPT,
     WORK,
     build_triples,
     close_engine,
@@ -161,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging()
     triples = build_triples(args.n, "ob")
     warm = build_triples(WARMUP_ITEMS, "ob-warm")
-    options = BatchOptions(mode=args.mode)
+    options = BatchOptions(mode=args.mode, prompt=COT_PROMPT)
     local = in_process(args.model, triples, warm, options)
     server = on_server(args.model, triples, warm, options)
     agreement = compare(local.pop("judgements"), server.pop("judgements"))

@@ -26,6 +26,7 @@ import time
 from typing import Any
 
 from bench.common import (
+    COT_PROMPT,
     build_triples,
     close_engine,
     completion_tokens,
@@ -76,7 +77,7 @@ def compare_block_size(model: str, block_size: int, items: list[Triple], results
     engine = VLLMEngine(resolve_model(model), model_id=model, block_size=block_size)
     try:
         for mode, row in results.items():
-            options = BatchOptions(mode=mode)  # type: ignore[arg-type]
+            options = BatchOptions(mode=mode, prompt=COT_PROMPT)  # type: ignore[arg-type]
             engine.generate(conversations(build_triples(WARMUP_ITEMS, "warm-pc"), options), request_for(mode))
             reset_prefix_cache(engine)
             compared = one_pass(engine, conversations(items, options), mode)
@@ -103,7 +104,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     engine = load_engine(args.model)
     try:
         for mode in args.modes.split(","):
-            options = BatchOptions(mode=mode)  # type: ignore[arg-type]
+            options = BatchOptions(mode=mode, prompt=COT_PROMPT)  # type: ignore[arg-type]
             engine.generate(conversations(build_triples(WARMUP_ITEMS, "warm-pc"), options), request_for(mode))
             first, second = conversations(first_items, options), conversations(second_items, options)
             reset_prefix_cache(engine)
@@ -157,7 +158,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     payload = {
         "model": args.model,
         "n": args.n,
-        "prompt": "answer_relevance@juiz-1 (default)",
+        "prompt": COT_PROMPT,
         "block_size": CPU_BLOCK_SIZE if on_cpu else None,
         "compared_block_size": args.compare_block_size if on_cpu else None,
         "modes": results,

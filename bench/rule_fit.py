@@ -25,7 +25,8 @@ from sklearn.metrics import cohen_kappa_score
 
 from bench.check_report import fit_cut_arrays
 from bench.common import RESULTS, save, table
-from bench.judge_quality import CLASSES, _spearman
+from bench.judge_quality import _spearman
+from bench.labelled import CLASSES
 from juiz.labels import DEFAULT_VERDICT
 
 METRICS = ("answer_relevance", "groundedness")

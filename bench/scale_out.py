@@ -51,7 +51,7 @@ from typing import Any
 import psutil
 from redis import Redis
 
-from bench.common import build_triples, save, setup_logging, table
+from bench.common import COT_PROMPT, build_triples, save, setup_logging, table
 from bench.fake_worker import CALLS_KEY, HOLD_MARKER, RELEASE_KEY
 from juiz.processes import private_redis
 from juiz.settings import ENV_PREFIX, Settings
@@ -141,7 +141,9 @@ def warm_up(store: Store, fleet: Fleet) -> None:
         seen = {json.loads(c)["pid"] for c in redis.lrange(CALLS_KEY, 0, -1)}
         if pids <= seen:
             return
-        batch, _ = store.create_batch("bench", BatchOptions(), build_triples(32 * len(pids), f"warm-{attempt}"))
+        batch, _ = store.create_batch(
+            "bench", BatchOptions(prompt=COT_PROMPT), build_triples(32 * len(pids), f"warm-{attempt}")
+        )
         wait_for(lambda b=batch.id: (r := store.get_batch(b)) is not None and r.terminal, "warm-up")  # type: ignore[misc]
     raise RuntimeError("some workers never got a job during warm-up")
 
@@ -170,7 +172,7 @@ def hold_all(store: Store, fleet: Fleet) -> None:
         items = build_triples(32 * len(waiting), f"hold-{attempt}")
         items = [t.model_copy(update={"question": f"{HOLD_MARKER} {t.question}"}) for t in items]
         before = len(held())  # counted before the hold batch exists
-        holds.append(store.create_batch("bench-hold", BatchOptions(), items)[0].id)
+        holds.append(store.create_batch("bench-hold", BatchOptions(prompt=COT_PROMPT), items)[0].id)
         wait_for(partial(lambda n: len(held()) > n or pids <= held(), before), "a worker to take the hold")
     raise RuntimeError("could not hold every worker")
 
@@ -194,7 +196,7 @@ def run_case(store: Store, batches: list[int], tag: str, hold: Fleet | None = No
     redis.delete(CALLS_KEY)
     if hold is not None:
         hold_all(store, hold)
-    options = BatchOptions()
+    options = BatchOptions(prompt=COT_PROMPT)
     triples = [build_triples(n, f"{tag}-{b}") for b, n in enumerate(batches)]
     started = time.time()
     ids = [store.create_batch("bench", options, items)[0].id for items in triples]
@@ -231,7 +233,7 @@ def measure_recovery(settings: Settings, workdir: Path, url: str, call_s: float,
         doomed = f.start(JUIZ_FAKE_CALL_S="600")  # its calls take far longer than any TTL
         wait_for(lambda: registered(redis, settings.queue) == 2, "the doomed worker")
         redis.delete(CALLS_KEY)
-        batch, _ = store.create_batch("bench", BatchOptions(), build_triples(64, "recovery"))
+        batch, _ = store.create_batch("bench", BatchOptions(prompt=COT_PROMPT), build_triples(64, "recovery"))
         wait_for(lambda: any(c["pid"] == doomed.pid for c in calls()), "the doomed worker's call")
         killed_at = time.time()
         doomed.send_signal(signal.SIGKILL)

@@ -21,7 +21,7 @@ import threading
 import time
 from typing import Any
 
-from bench.common import build_triples, rate, ratio, save, setup_logging, table, triple_dicts
+from bench.common import COT_PROMPT, build_triples, rate, ratio, save, setup_logging, table, triple_dicts
 from bench.stack import Stack, service
 from juiz.models import DEFAULT_MODEL
 from schemas import BatchOptions, BatchView
@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser.add_argument("--order", default="single,many", help="which run goes first")
     args = parser.parse_args(argv)
     setup_logging()
-    options = BatchOptions()
+    options = BatchOptions(prompt=COT_PROMPT)
     total = args.clients * args.items
     runs: dict[str, dict[str, Any]] = {}
     with service(NAME, args.model) as stack:
