@@ -15,13 +15,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from bench.common import WORK, results_dir, save, table
+from bench.common import WORK, exit_on_sigterm, results_dir, save, table
 from juiz.models import DEFAULT_MODEL, TEST_MODEL
 
 # name → (arguments of `make bench`, arguments for --quick). `make bench` must fit an hour on a 2-core CPU, so the
@@ -295,6 +296,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="tiny sizes on the test model: plumbing only")
     parser.add_argument("--full", action="store_true", help="the issue's larger sizes too (well over an hour on CPU)")
     args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, exit_on_sigterm)  # so a stopped run stops the benchmark it is running (below)
     model = args.model or (TEST_MODEL if args.quick else DEFAULT_MODEL)
     names = [n.strip() for n in args.only.split(",") if n.strip()]
     unknown = sorted(set(names) - set(BENCHMARKS))
@@ -313,7 +315,14 @@ def main(argv: list[str] | None = None) -> int:
             command += ["--model", model]
         print(f"\n=== {name}: {' '.join(command[1:])}", flush=True)
         started = time.perf_counter()
-        code = subprocess.run(command, cwd=Path(__file__).resolve().parent.parent).returncode
+        with subprocess.Popen(command, cwd=Path(__file__).resolve().parent.parent) as process:
+            try:
+                code = process.wait()
+            except BaseException:
+                # Stopped (SIGTERM, Ctrl-C): the benchmark gets SIGTERM, so it stops its own children, not SIGKILL.
+                process.terminate()
+                process.wait()
+                raise
         durations[name] = time.perf_counter() - started
         if code != 0:
             failed.append(name)
