@@ -13,7 +13,7 @@ from urllib.parse import urlencode
 
 from litestar import Request, Response, Router
 from litestar.datastructures import CacheControlHeader, ResponseHeader
-from litestar.exceptions import HTTPException, NotFoundException
+from litestar.exceptions import HTTPException, NotFoundException, ValidationException
 from litestar.response import Redirect
 from litestar.static_files import create_static_files_router
 
@@ -73,6 +73,13 @@ def _input(_: Request[Any, Any, Any], exc: InputError) -> Response[Any]:
     return _error_page(422, "Not accepted", str(exc))
 
 
+def _invalid(_: Request[Any, Any, Any], exc: ValidationException) -> Response[Any]:
+    # The app's handler answers these with the API's JSON 422; the page answers with its own page.
+    first = exc.extra[0] if isinstance(exc.extra, list) and exc.extra and isinstance(exc.extra[0], dict) else {}
+    where = f" ({first['key']}: {first.get('message', '')})" if first.get("key") else ""
+    return _error_page(422, "Not accepted", f"{exc.detail}{where}")
+
+
 def _http(_: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:
     title = "Not found" if isinstance(exc, NotFoundException) else "Error"
     detail = "internal error" if exc.status_code >= 500 else exc.detail
@@ -100,6 +107,7 @@ def ui_router() -> Router:
             SignInRequired: _sign_in,
             CsrfRejected: _csrf,
             InputError: _input,
+            ValidationException: _invalid,
             HTTPException: _http,
         },
         include_in_schema=False,
