@@ -56,6 +56,7 @@ from service.ui.rows import (
     page_of,
     score_counts,
 )
+from service.ui.session import Posted
 from service.views import batch_view
 
 PER_PAGE = 50
@@ -154,11 +155,8 @@ class UIController(Controller):
         return response
 
     @post("/signout", status_code=303)
-    async def signout(self, request: Request[Any, Any, Any], store: NamedDependency[Store]) -> Response[Any]:
-        form = await request.form()
-        current = await anyio.to_thread.run_sync(session.require, store, request)
-        session.check_csrf(current, request, form.get("csrf"))
-        await anyio.to_thread.run_sync(session.delete, store, current)
+    async def signout(self, store: NamedDependency[Store], posted: NamedDependency[Posted]) -> Response[Any]:
+        await anyio.to_thread.run_sync(session.delete, store, posted.session)
         response = Redirect("/ui/signin", status_code=303)
         response.set_cookie(session.expired_cookie())
         return response
@@ -220,12 +218,12 @@ class UIController(Controller):
         )
 
     @post("/batches", status_code=303)  # the app-wide max_body_bytes bounds the upload (413 beyond it)
-    async def upload(self, request: Request[Any, Any, Any], store: NamedDependency[Store]) -> Response[Any]:
+    async def upload(
+        self, request: Request[Any, Any, Any], store: NamedDependency[Store], posted: NamedDependency[Posted]
+    ) -> Response[Any]:
         """A new batch from an uploaded file (JSONL, JSON, CSV or a seeds-format report) and the form's options;
         every item is validated as POST /v1/batches validates it."""
-        current = await anyio.to_thread.run_sync(session.require, store, request)
-        form = await request.form()
-        session.check_csrf(current, request, form.get("csrf"))
+        current, form = posted.session, posted.form
         values = {
             "metrics": [str(m) for m in form.getall("metrics", [])] or ["answer_relevance"],
             "prompt": str(form.get("prompt") or "").strip(),
@@ -298,11 +296,12 @@ class UIController(Controller):
 
     @post("/batches/{batch_id:str}/name", status_code=303)
     async def rename(
-        self, request: Request[Any, Any, Any], store: NamedDependency[Store], batch_id: FromPath[str]
+        self,
+        store: NamedDependency[Store],
+        batch_id: FromPath[str],
+        posted: NamedDependency[Posted],
     ) -> Response[Any]:
-        current = await anyio.to_thread.run_sync(session.require, store, request)
-        form = await request.form()
-        session.check_csrf(current, request, form.get("csrf"))
+        current, form = posted.session, posted.form
         record = await anyio.to_thread.run_sync(owned_batch, store, current.tenant, batch_id)
         name = str(form.get("name") or "").strip()[:200]
         await anyio.to_thread.run_sync(store.set_batch_name, record.id, name)
@@ -310,11 +309,12 @@ class UIController(Controller):
 
     @post("/batches/{batch_id:str}/cancel", status_code=303)
     async def cancel(
-        self, request: Request[Any, Any, Any], store: NamedDependency[Store], batch_id: FromPath[str]
+        self,
+        store: NamedDependency[Store],
+        batch_id: FromPath[str],
+        posted: NamedDependency[Posted],
     ) -> Response[Any]:
-        current = await anyio.to_thread.run_sync(session.require, store, request)
-        form = await request.form()
-        session.check_csrf(current, request, form.get("csrf"))
+        current, form = posted.session, posted.form
         record = await anyio.to_thread.run_sync(owned_batch, store, current.tenant, batch_id)
         await anyio.to_thread.run_sync(store.cancel_batch, record)
         back = str(form.get("next") or "")
@@ -457,10 +457,9 @@ class UIController(Controller):
         store: NamedDependency[Store],
         batch_id: FromPath[str],
         item_index: FromPath[int],
+        posted: NamedDependency[Posted],
     ) -> Response[Any]:
-        current = await anyio.to_thread.run_sync(session.require, store, request)
-        form = await request.form()
-        session.check_csrf(current, request, form.get("csrf"))
+        current, form = posted.session, posted.form
         raw = str(form.get("manual_label") or "").strip()
         label = None if raw in ("", "(none)") else raw
         seen = str(form.get("seen") or "")

@@ -13,6 +13,7 @@ from urllib.parse import urlencode
 
 from litestar import Request, Response, Router
 from litestar.datastructures import CacheControlHeader, ResponseHeader
+from litestar.di import Provide
 from litestar.exceptions import HTTPException, NotFoundException, ValidationException
 from litestar.response import Redirect
 from litestar.static_files import create_static_files_router
@@ -23,7 +24,7 @@ from service.ui.annotate import AnnotationController
 from service.ui.compare import CompareController
 from service.ui.pages import UIController
 from service.ui.render import html
-from service.ui.session import UI_PATH, CsrfRejected, SignInRequired, safe_next
+from service.ui.session import UI_PATH, CsrfRejected, SignInRequired, posted_form, safe_next
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +102,7 @@ def ui_router() -> Router:
     return Router(
         path="/ui",
         route_handlers=[UIController, AnnotationController, CompareController, static],
+        dependencies={"posted": Provide(posted_form)},  # the signed-in session's form, its CSRF token checked
         after_request=no_store,
         response_headers=[ResponseHeader(name=name, value=value) for name, value in SECURITY_HEADERS.items()],
         exception_handlers={
