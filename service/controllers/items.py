@@ -3,7 +3,6 @@ through the store)."""
 
 from __future__ import annotations
 
-import time
 from datetime import datetime
 
 from litestar import Controller, patch
@@ -13,12 +12,11 @@ from litestar.exceptions import HTTPException, NotFoundException
 from litestar.params import FromPath, JSONBody
 from pydantic import BaseModel, ConfigDict, Field
 
-from juiz.errors import InputError
 from juiz.store import Store
 from schemas.triple import Label
 from service.controllers.batches import BatchId, owned_batch
 from service.openapi import responses
-from service.ui.labels import LabelRejected, check_label, invalidate_agreement
+from service.ui.labels import set_manual_label
 from service.ui.pages import row_cache
 
 
@@ -69,10 +67,6 @@ class ItemController(Controller):
         for an item not graded yet, 422 for a body or label the batch's label mapping does not accept. With
         repeated item ids, the first item graded with that id is changed."""
         record = owned_batch(store, tenant, batch_id)
-        try:
-            check_label(data.manual_label, record.options.label_mapping)
-        except LabelRejected as exc:
-            raise InputError(str(exc), source="body", field="manual_label") from None
         cache = row_cache(state, store)
         row = cache.index(record).by_id.get(item_id)
         if row is None:
@@ -81,9 +75,7 @@ class ItemController(Controller):
                     detail=f"item {item_id} is not graded yet; set its label once it is", extra={"field": "item_id"}
                 )
             raise NotFoundException(detail=f"no item {item_id} in batch {batch_id}", extra={"field": "item_id"})
-        judgement, version = store.set_manual_label(batch_id, row.position, data.manual_label, tenant, time.time())
-        invalidate_agreement(store, batch_id)
-        cache.updated(record, row.position, judgement, version)
+        _, judgement = set_manual_label(store, cache, record, row.position, data.manual_label, tenant)
         extra = judgement.model_extra or {}
         return ItemLabelView(
             batch_id=batch_id,

@@ -11,7 +11,6 @@ import csv
 import io
 import json
 import tempfile
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -41,7 +40,7 @@ from service.controllers.batches import owned_batch
 from service.errors import LimitExceeded
 from service.intake import read_submission
 from service.ui import charts, session
-from service.ui.labels import LabelRejected, check_label, invalidate_agreement, saved_calibration
+from service.ui.labels import saved_calibration, set_manual_label
 from service.ui.render import fragment, html
 from service.ui.rows import (
     INTERNAL_FIELDS,
@@ -518,16 +517,9 @@ def save_label(
     row = cache.index(record).by_index.get(item_index)
     if row is None:
         raise NotFoundException(detail=f"item {item_index} of batch {batch_id} is not graded yet")
-    try:
-        check_label(label, record.options.label_mapping)
-    except LabelRejected as exc:
-        raise InputError(str(exc), field="manual_label") from None
-    before = store.results_at(batch_id, [row.position])[0]
+    before, _ = set_manual_label(store, cache, record, row.position, label, tenant)
     extra = (before.model_extra if before is not None else None) or {}
     previous = None if before is None else before.manual_label
-    judgement, version = store.set_manual_label(batch_id, row.position, label, tenant, time.time())
-    invalidate_agreement(store, batch_id)
-    cache.updated(record, row.position, judgement, version)
     changed_at = str(extra.get("manual_label_at") or "")
     conflict = None
     if seen is not None and changed_at and changed_at != seen and previous != label:
