@@ -9,6 +9,14 @@ the session's token in a hidden field, compared in constant time; a request whos
 refused too. With an open API (no keys configured) a session without a key is created on the first visit, so the
 same token check covers every POST. A form handler takes `posted: Posted` (the router's dependency, `posted_form`):
 the session, the form, its token checked.
+
+Why not Litestar's `ServerSideSessionConfig` and `CSRFConfig` (Litestar 2.25): its session cookie's Secure flag is
+fixed by configuration (here it follows the request's scheme: Secure behind https, and http in tests and local
+demos still works), and its store keys sessions by the raw id (here Redis holds sha256(id) only, so reading Redis
+gives no session away). Its CSRF is a double-submit cookie signed with a shared secret, not a token bound to the
+session; it checks no Origin (a cross-origin post with a valid token must still be 403); and it would need a new
+secret setting shared by every API replica. The anonymous session of an open API and a session ending with its key
+would stay hand-written either way.
 """
 
 from __future__ import annotations
