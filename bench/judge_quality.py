@@ -23,7 +23,7 @@ import os
 import statistics
 import time
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from scipy.stats import spearmanr
@@ -211,6 +211,10 @@ class CountingEngine:
     @property
     def model_id(self) -> str:
         return self.engine.model_id
+
+    @property
+    def origin(self) -> Mapping[str, str]:
+        return self.engine.origin
 
     def generate(
         self, conversations: Sequence[Conversation], request: GenerationRequest, control: CallControl | None = None

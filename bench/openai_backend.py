@@ -25,7 +25,7 @@ import logging
 import os
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import httpx
@@ -68,6 +68,10 @@ class Recorder:
     @property
     def model_id(self) -> str:
         return self.engine.model_id
+
+    @property
+    def origin(self) -> Mapping[str, str]:
+        return self.engine.origin
 
     def generate(
         self, conversations: Sequence[Conversation], request: GenerationRequest, control: CallControl | None = None

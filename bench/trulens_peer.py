@@ -32,7 +32,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -223,6 +223,10 @@ class RecordingEngine:
     @property
     def model_id(self) -> str:
         return self.engine.model_id
+
+    @property
+    def origin(self) -> Mapping[str, str]:
+        return self.engine.origin
 
     def generate(
         self, conversations: Sequence[Conversation], request: GenerationRequest, control: CallControl | None = None

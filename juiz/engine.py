@@ -20,9 +20,10 @@ import re
 import sys
 import time
 import uuid
-from collections.abc import Callable, Collection, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Protocol, runtime_checkable
 
 from juiz.errors import EngineDeadError, EngineError, ModelError
@@ -31,6 +32,8 @@ log = logging.getLogger(__name__)
 
 Message = dict[str, str]
 Conversation = list[Message]
+# An engine in this process records no origin: Provenance.engine and engine_host stay null.
+IN_PROCESS: Mapping[str, str] = MappingProxyType({})
 
 
 @dataclass(frozen=True)
@@ -120,6 +123,11 @@ class JudgeEngine(Protocol):
 
     @property
     def model_id(self) -> str: ...
+
+    @property
+    def origin(self) -> Mapping[str, str]:
+        """Where it grades, copied into every result's provenance (`engine`, `engine_host`); IN_PROCESS when here."""
+        ...
 
     def generate(
         self, conversations: Sequence[Conversation], request: GenerationRequest, control: CallControl | None = None
@@ -241,6 +249,8 @@ class VLLMEngine:
     @property
     def model_id(self) -> str:
         return self._model_id
+
+    origin = IN_PROCESS
 
     @property
     def max_model_len(self) -> int:
@@ -558,6 +568,8 @@ class FakeEngine:
         self._reply = reply
         self._model_id = model_id
         self.calls: list[int] = []  # batch sizes seen, so tests can check batching
+
+    origin = IN_PROCESS
 
     @property
     def model_id(self) -> str:

@@ -12,7 +12,9 @@ JuizError
 ├── juiz.calibration.CalibrationUnavailable   labels that can't support a fit (also a ValueError; HTTP 409)
 ├── juiz.client.ApiError                      a juiz API answered an error
 ├── juiz.openai_engine.ServerError            one non-completion answer of a judge server (handled inside)
-└── service.errors.LimitExceeded              a configured limit was exceeded (HTTP 413)
+├── service.errors.LimitExceeded              a configured limit was exceeded (HTTP 413)
+├── service.ui.session.SignInRequired         a web page without a valid session (sent to sign in; 401 to a script)
+└── service.ui.session.CsrfRejected           a web page's form without its session's token, or from elsewhere (403)
 """
 
 from __future__ import annotations

@@ -28,7 +28,6 @@ from juiz.engine import CANCELLED, CallControl, Completion, Conversation, Genera
 from juiz.errors import EngineDeadError, PromptError, TransientEngineError
 from juiz.labels import label_for
 from juiz.language import detect_language
-from juiz.openai_engine import RecordsOrigin
 from juiz.parsing import (
     COT_MAX_TOKENS,
     COT_REPLY_REGEX,
@@ -562,9 +561,9 @@ def _rounded(value: float | None) -> float | None:
 
 def _with_origin(judgements: list[Judgement], engine: JudgeEngine) -> list[Judgement]:
     """Results graded on a judge server record where (Provenance.engine, engine_host); in process they stay null."""
-    if not isinstance(engine, RecordsOrigin):
+    origin = dict(engine.origin)
+    if not origin:
         return judgements
-    origin = engine.provenance()
     for judgement in judgements:
         judgement.provenance = judgement.provenance.model_copy(update=origin)
         for metric in (judgement.metrics or {}).values():

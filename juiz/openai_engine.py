@@ -26,8 +26,8 @@ import asyncio
 import logging
 import math
 import time
-from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
 import httpx
@@ -83,13 +83,6 @@ def _gbnf_for(request: GenerationRequest) -> str | None:
     if request.regex == COT_REPLY_REGEX:
         return COT_REPLY_GBNF
     return None
-
-
-@runtime_checkable
-class RecordsOrigin(Protocol):
-    """An engine that says where it grades, for each result's provenance (`engine`, `engine_host`)."""
-
-    def provenance(self) -> dict[str, str]: ...
 
 
 class ServerError(JuizError):
@@ -210,7 +203,8 @@ class OpenAIEngine:
     def close(self) -> None:
         """Nothing held between calls (each call opens and closes its own connection pool)."""
 
-    def provenance(self) -> dict[str, str]:
+    @property
+    def origin(self) -> Mapping[str, str]:
         """What results record about where they were graded: the back end and the server's host (never the key)."""
         return {"engine": self.backend, "engine_host": self.host}
 

@@ -35,6 +35,7 @@ from service.edge import (
     security_headers_middleware,
 )
 from service.errors import EXCEPTION_HANDLERS
+from service.intake import JsonRequest
 from service.metrics import HTTP_METRICS, registry_for
 from service.openapi import assets_router, document_limits, forbid_extra_fields, openapi_config
 from service.ratelimit import enforce_rate_limit
@@ -117,5 +118,6 @@ def create_app(settings: Settings | None = None, redis: Redis | None = None) -> 
         lifespan=[redis_connection],
         state=State({"settings": settings, "tenants_by_key": settings.tenants_by_key}),
         request_max_body_size=settings.max_body_bytes,
+        request_class=JsonRequest,  # typed bodies read by juiz's strict JSON reader
         openapi_config=openapi_config(),
     )

@@ -5,7 +5,8 @@ juiz.errors.PromptError       422  field options.prompt
 LimitExceeded                 413  limit max_items, with the maximum
 RequestEntityTooLarge         413  limit max_body_bytes (Litestar stops reading the body there)
 juiz.errors.IdempotencyConflict 409 field Idempotency-Key
-HTTPException (Litestar)      its own status (401, 404, 400 for a malformed parameter…), field when known
+ValidationException (Litestar) 422 a typed body, path or query parameter Litestar refused (its default is 400)
+HTTPException (Litestar)      its own status (401, 404 …), field when known
 redis ConnectionError         503  Redis is unreachable
 """
 
@@ -18,6 +19,7 @@ from litestar import Request, Response
 from litestar.exceptions import HTTPException, ValidationException
 from litestar.exceptions.http_exceptions import RequestEntityTooLarge
 from litestar.types import ExceptionHandlersMap
+from pydantic import ValidationError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -81,14 +83,36 @@ def http_exception(request: Request[Any, Any, Any], exc: HTTPException) -> Respo
     body = ErrorBody(status_code=exc.status_code, detail=exc.detail)
     if isinstance(exc.extra, dict):
         body.field = exc.extra.get("field")
-    elif isinstance(exc, ValidationException) and isinstance(exc.extra, list) and exc.extra:
-        first = exc.extra[0]
-        if isinstance(first, dict):
-            body.field = first.get("key")
-            body.detail = f"{exc.detail}: {first.get('message', '')}".rstrip(": ")
     if exc.status_code >= 500:
         body.detail = "internal error"
     return _respond(body, headers=exc.headers, path=request.url.path)
+
+
+def body_error(exc: ValidationError) -> InputError:
+    """A typed body pydantic refused → the InputError juiz's own checks raise: the first bad field, and an item of
+    `items` by its index (`items.3.question` → item 3, field question)."""
+    error = InputError.from_validation(exc, source="body")
+    head, _, rest = (error.field or "").partition(".")
+    index, _, field = rest.partition(".")
+    if head == "items" and index.isdigit():
+        return InputError(error.message, source=ITEMS_SOURCE, line=int(index), field=field or None)
+    return error
+
+
+def validation_failed(request: Request[Any, Any, Any], exc: ValidationException) -> Response[Any]:
+    """What Litestar refused while reading a typed body (`data: Model`) or a parameter: 422 naming the field, as for
+    every other bad input (Litestar's own default is a 400)."""
+    cause: BaseException | None = exc
+    while cause is not None and not isinstance(cause, ValidationError):
+        cause = cause.__cause__  # Litestar's ValidationException ← its msgspec error ← pydantic's ValidationError
+    if cause is not None:
+        return input_error(request, body_error(cause))
+    first = exc.extra[0] if isinstance(exc.extra, list) and exc.extra and isinstance(exc.extra[0], dict) else {}
+    key = first.get("key")
+    if key == "data":  # no body at all
+        return _respond(ErrorBody(status_code=422, detail="expected a JSON object in the request body"))
+    detail = f"{exc.detail}: {first.get('message', '')}".rstrip(": ")
+    return _respond(ErrorBody(status_code=422, detail=detail, field=key), path=request.url.path)
 
 
 def redis_down(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
@@ -104,6 +128,7 @@ EXCEPTION_HANDLERS: ExceptionHandlersMap = {
     LimitExceeded: limit_exceeded,
     RequestEntityTooLarge: body_too_large,
     IdempotencyConflict: idempotency_conflict,
+    ValidationException: validation_failed,
     HTTPException: http_exception,
     RedisConnectionError: redis_down,
     RedisTimeoutError: redis_down,

@@ -1,8 +1,12 @@
-"""Read a batch submission from a request body: a JSON `{items, options}` object or a JSONL upload.
+"""Read request bodies: typed JSON bodies (`data: Model`) and the batch submission, JSON or a JSONL upload.
 
-Everything is validated before anything is stored: the media type (415), limits (413), then nesting depth, options
-and every item, and each item's field lengths (422 naming the item's index or line, and its field). Items are
-validated by the same code the CLI's readers use.
+Every JSON body a handler takes as `data` is read by `JsonRequest`, the app's request class: the media type (415),
+then juiz's strict JSON reader (no NaN, Infinity or 1e400; too deep is a 422), before Litestar validates it into the
+handler's model (`service.errors.validation_failed` answers its refusals 422, naming the field).
+
+A batch is validated whole before anything is stored: limits (413), nesting depth, options and every item, and each
+item's field lengths (422 naming the item's index or line, and its field). Items are validated by the same code the
+CLI's readers use.
 """
 
 from __future__ import annotations
@@ -13,7 +17,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from litestar import Request
 from litestar.exceptions import HTTPException
+from pydantic import ValidationError, model_validator
 
 from juiz.errors import InputError
 from juiz.judge import context_segments, validate_options
@@ -26,12 +32,14 @@ from juiz.readers import (
     validate_triple,  # the readers' one validator: InputError naming the field (as the user wrote it)
 )
 from juiz.settings import Settings
-from schemas import BatchOptions, Triple
-from service.errors import ITEMS_SOURCE, LimitExceeded
+from schemas import BatchOptions, BatchSubmission, GradeRequest, Triple
+from service.errors import ITEMS_SOURCE, LimitExceeded, body_error
 
 NDJSON = "application/x-ndjson"
 JSON = "application/json"
 JSONL_TYPES = (NDJSON, "application/jsonl", "application/x-jsonlines")
+# A route handler's `opt` key: it reads a JSONL upload itself (its typed `data` is None then).
+READS_JSONL = "reads_jsonl"
 # The JSONL upload's query parameters: every option (juiz.options derives them from BatchOptions) and field_map.
 QUERY_PARAMETERS = (*OPTIONS, "field_map")
 LENGTH_SETTINGS = {
@@ -47,6 +55,53 @@ class Submission:
     items: list[Triple]
     options: BatchOptions
     fingerprint: str  # what "the same request body" means for Idempotency-Key
+
+
+class JsonRequest(Request[Any, Any, Any]):
+    """The app's request class: what Litestar validates into a handler's typed `data` is read here."""
+
+    async def json(self) -> Any:
+        content_type = self.headers.get("content-type")
+        jsonl = bool(self.route_handler.opt.get(READS_JSONL))
+        if jsonl and content_type is not None and is_jsonl(content_type):
+            return None  # not one JSON document: the handler reads the upload line by line (errors name the line)
+        require_media_type(content_type, (JSON, *JSONL_TYPES) if jsonl else (JSON,))
+        return _json_object(_text(await self.body()), self.app.state.settings)
+
+
+class BatchSubmissionBody(BatchSubmission):
+    """POST /v1/batches' typed body: BatchSubmission, its items read through its `field_map` before they are
+    validated, so a caller's own field names are accepted and errors name the field as the caller wrote it."""
+
+    # Litestar names the OpenAPI component after the class's qualified name: the contract's.
+    __qualname__ = "BatchSubmission"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _items_through_field_map(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or not isinstance(data.get("items"), list):
+            return data  # pydantic names what is wrong with the body itself
+        field_map = read_field_map(data.get("field_map"))
+        items = [validate_triple(obj, ITEMS_SOURCE, index, field_map) for index, obj in enumerate(data["items"])]
+        return {**data, "items": items}
+
+
+class GradeRequestBody(GradeRequest):
+    """POST /v1/grade's typed body: GradeRequest, its item read through its `field_map` (as BatchSubmissionBody's)."""
+
+    __qualname__ = "GradeRequest"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _item_through_field_map(cls, data: Any) -> Any:
+        if not isinstance(data, dict) or "item" not in data:
+            return data
+        field_map = read_field_map(data.get("field_map"))
+        try:
+            item = validate_triple(data["item"], "item", None, field_map)
+        except InputError as exc:
+            raise InputError(exc.message, source="body", field=f"item.{exc.field}" if exc.field else "item") from None
+        return {**data, "item": item}
 
 
 def media_type(content_type: str) -> str:
@@ -74,81 +129,88 @@ def require_media_type(content_type: str | None, accepted: tuple[str, ...]) -> N
 def read_submission(
     body: bytes, content_type: str | None, query: Mapping[str, str | list[str]], settings: Settings
 ) -> Submission:
-    """Parse and validate a POST /v1/batches body. Options come from the body (JSON) or the query (JSONL); a query
-    parameter that is not an option (or given with a JSON body, whose options are in the body) is a 422 naming it."""
+    """A POST /v1/batches body read whole (the web page's upload, as JSON): JSON `{items, options}` or JSONL."""
     require_media_type(content_type, (JSON, *JSONL_TYPES))
-    content_type = content_type or JSON
+    if content_type is not None and is_jsonl(content_type):
+        return read_jsonl_submission(body, content_type, query, settings)
+    try:
+        data = BatchSubmissionBody.model_validate(_json_object(_text(body), settings))
+    except ValidationError as exc:
+        raise body_error(exc) from None
+    return accept_submission(data, body, content_type or JSON, query, settings)
+
+
+def read_jsonl_submission(
+    body: bytes, content_type: str, query: Mapping[str, str | list[str]], settings: Settings
+) -> Submission:
+    """A JSONL upload: one triple a line, options in the query (a query parameter that is not an option is a 422
+    naming it)."""
+    _refuse_unknown_query(query, jsonl=True)
     max_items = settings.max_items
-    jsonl = is_jsonl(content_type)
+    text = _text(body)
+    lines = [number for number, line in enumerate(text.split("\n"), start=1) if line.strip()]
+    if len(lines) > max_items:
+        raise LimitExceeded("max_items", max_items, len(lines))
+    options = read_options(options_from_text({k: v for k, v in query.items() if k in OPTIONS}, source="query"))
+    field_map_text = query.get("field_map")
+    field_map = read_field_map(
+        field_map_text if isinstance(field_map_text, str) or field_map_text is None else field_map_text[-1],
+        source="query",
+    )
+    try:
+        items = parse_triples_jsonl(text, "body", field_map)
+    except RecursionError:
+        raise InputError(_too_deep(settings), source="body") from None
+    for index, item in enumerate(items):
+        line = lines[index] if index < len(lines) else None
+        segments = item.context if isinstance(item.context, list) else []
+        extras = [item.model_extra, *(segment.model_extra for segment in segments)]
+        _check_depth(extras, settings, source="body", line=line, field=None)
+        _check_lengths(item, settings, source="body", line=line)
+    _check_labels(items, options, source="body", lines=lines)
+    _check_conversations(items, options, settings)
+    return Submission(items=items, options=options, fingerprint=_fingerprint(content_type, body, options))
+
+
+def accept_submission(
+    data: BatchSubmission, body: bytes, content_type: str, query: Mapping[str, str | list[str]], settings: Settings
+) -> Submission:
+    """A JSON submission pydantic has validated, checked against this deployment: no query parameters (a JSON body
+    carries its options), limits, the prompt, each item's depth and lengths, labels."""
+    _refuse_unknown_query(query, jsonl=False)
+    if len(data.items) > settings.max_items:
+        raise LimitExceeded("max_items", settings.max_items, len(data.items))
+    validate_options(data.options)
+    for index, item in enumerate(data.items):
+        _check_item(item, settings, ITEMS_SOURCE, index)
+    _check_labels(data.items, data.options, source=ITEMS_SOURCE, lines=None)
+    _check_conversations(data.items, data.options, settings)
+    return Submission(
+        items=data.items, options=data.options, fingerprint=_fingerprint(content_type, body, data.options)
+    )
+
+
+def accept_grade_request(data: GradeRequest, settings: Settings) -> tuple[Triple, BatchOptions]:
+    """POST /v1/grade's validated body, checked as a submission's item is."""
+    validate_options(data.options)
+    try:
+        _check_item(data.item, settings, "item", None)
+        _check_labels([data.item], data.options, source="item", lines=None)
+    except InputError as exc:
+        raise InputError(exc.message, source="body", field=f"item.{exc.field}" if exc.field else "item") from None
+    return data.item, data.options
+
+
+def _refuse_unknown_query(query: Mapping[str, object], *, jsonl: bool) -> None:
     for name in query:
         if name not in QUERY_PARAMETERS or not jsonl:
             where = "known: " + ", ".join(QUERY_PARAMETERS) if jsonl else "a JSON body carries its options in the body"
             raise InputError(f"unknown query parameter ({where})", source="query", field=name)
-    text = _text(body)
-    if jsonl:
-        lines = [number for number, line in enumerate(text.split("\n"), start=1) if line.strip()]
-        if len(lines) > max_items:
-            raise LimitExceeded("max_items", max_items, len(lines))
-        options = read_options(options_from_text({k: v for k, v in query.items() if k in OPTIONS}, source="query"))
-        field_map_text = query.get("field_map")
-        field_map = read_field_map(
-            field_map_text if isinstance(field_map_text, str) or field_map_text is None else field_map_text[-1],
-            source="query",
-        )
-        try:
-            items = parse_triples_jsonl(text, "body", field_map)
-        except RecursionError:
-            raise InputError(_too_deep(settings), source="body") from None
-        for index, item in enumerate(items):
-            line = lines[index] if index < len(lines) else None
-            segments = item.context if isinstance(item.context, list) else []
-            extras = [item.model_extra, *(segment.model_extra for segment in segments)]
-            _check_depth(extras, settings, source="body", line=line, field=None)
-            _check_lengths(item, settings, source="body", line=line)
-        _check_labels(items, options, source="body", lines=lines)
-    else:
-        data = _json_object(text, settings)
-        unknown = sorted(set(data) - {"items", "options", "field_map"})
-        if unknown:
-            raise InputError(
-                "unknown field (expected 'items', 'options', 'field_map')", source="body", field=unknown[0]
-            )
-        raw_items = data.get("items")
-        if not isinstance(raw_items, list):
-            raise InputError("required: a JSON array of triples", source="body", field="items")
-        if len(raw_items) > max_items:
-            raise LimitExceeded("max_items", max_items, len(raw_items))
-        if not raw_items:
-            raise InputError("no items", source="body", field="items")
-        _check_depth(data.get("options"), settings, source="body", line=None, field="options")
-        options = read_options(data.get("options", {}))  # `options: null` is refused, not read as {}
-        field_map = read_field_map(data.get("field_map"))
-        items = [_read_item(obj, settings, ITEMS_SOURCE, index, field_map) for index, obj in enumerate(raw_items)]
-        _check_labels(items, options, source=ITEMS_SOURCE, lines=None)
-    _check_conversations(items, options, settings)
+
+
+def _fingerprint(content_type: str, body: bytes, options: BatchOptions) -> str:
     canonical_options = options.model_dump_json()
-    fingerprint = hashlib.sha256(content_type.encode() + b"\0" + body + b"\0" + canonical_options.encode()).hexdigest()
-    return Submission(items=items, options=options, fingerprint=fingerprint)
-
-
-def read_grade_request(body: bytes, content_type: str | None, settings: Settings) -> tuple[Triple, BatchOptions]:
-    """POST /v1/grade: `{"item": {...}, "options": {...}}`."""
-    require_media_type(content_type, (JSON,))
-    data = _json_object(_text(body), settings)
-    unknown = sorted(set(data) - {"item", "options", "field_map"})
-    if unknown:
-        raise InputError("unknown field (expected 'item', 'options', 'field_map')", source="body", field=unknown[0])
-    if "item" not in data:
-        raise InputError("required field is missing", source="body", field="item")
-    _check_depth(data.get("options"), settings, source="body", line=None, field="options")
-    options = read_options(data.get("options", {}))
-    field_map = read_field_map(data.get("field_map"))
-    try:
-        triple = _read_item(data["item"], settings, "item", None, field_map)
-        _check_labels([triple], options, source="item", lines=None)
-    except InputError as exc:
-        raise InputError(exc.message, source="body", field=f"item.{exc.field}" if exc.field else "item") from None
-    return triple, options
+    return hashlib.sha256(content_type.encode() + b"\0" + body + b"\0" + canonical_options.encode()).hexdigest()
 
 
 def read_field_map(raw: object, source: str = "body") -> FieldMap | None:
@@ -156,17 +218,15 @@ def read_field_map(raw: object, source: str = "body") -> FieldMap | None:
     return FieldMap.parse(raw, source=source, files=False, field="field_map")
 
 
-def _read_item(
-    obj: object, settings: Settings, source: str, index: int | None, field_map: FieldMap | None = None
-) -> Triple:
-    """One item of a JSON body: depth, then the Triple, then its field lengths; InputError names the field as the
-    user wrote it (through `field_map`)."""
-    if isinstance(obj, dict) and _deeper_than(obj, settings.max_json_depth + 1):  # the item itself is one level
-        for name, value in obj.items():  # only then: which field
-            _check_depth(value, settings, source=source, line=index, field=str(name))
-    triple = validate_triple(obj, source, index, field_map)
-    _check_lengths(triple, settings, source=source, line=index)
-    return triple
+def _check_item(item: Triple, settings: Settings, source: str, index: int | None) -> None:
+    """A validated item's passed-through fields nested no deeper than max_json_depth (naming the field; a segment's
+    under `context`), then its field lengths. Its own fields are typed: only passed-through ones can nest."""
+    for name, value in (item.model_extra or {}).items():
+        _check_depth(value, settings, source=source, line=index, field=name)
+    if isinstance(item.context, list):  # the segments' own fields, counted from the context's list
+        segments = [segment.model_extra for segment in item.context]
+        _check_depth(segments, settings, source=source, line=index, field="context")
+    _check_lengths(item, settings, source=source, line=index)
 
 
 def _check_labels(items: list[Triple], options: BatchOptions, *, source: str, lines: list[int] | None) -> None:

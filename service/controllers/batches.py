@@ -5,19 +5,19 @@ from __future__ import annotations
 import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from functools import partial
 from typing import Annotated, Any, Literal
 
 import anyio
 from litestar import Controller, Request, Response, delete, get, patch, post
 from litestar.datastructures import State
-from litestar.di import NamedDependency, Provide
+from litestar.di import NamedDependency
 from litestar.enums import ParamType
 from litestar.exceptions import HTTPException, NotFoundException
-from litestar.openapi.spec import OpenAPIMediaType, OpenAPIType, Operation, RequestBody, Schema
+from litestar.openapi.spec import OpenAPIMediaType, OpenAPIType, Operation, Reference, RequestBody, Schema
 from litestar.openapi.spec import Parameter as OpenAPIParameter
-from litestar.params import HeaderParameter, Parameter, QueryParameter, RawBody
+from litestar.params import HeaderParameter, JSONBody, Parameter, QueryParameter
 from litestar.response import Stream
-from pydantic import ValidationError
 from redis.asyncio import Redis as AsyncRedis
 
 from juiz.calibration import CalibrationUnavailable
@@ -30,7 +30,6 @@ from schemas import (
     AgreementByMetric,
     AgreementReport,
     BatchRename,
-    BatchSubmission,
     BatchView,
     CalibrationSpec,
     Judgement,
@@ -38,7 +37,15 @@ from schemas import (
 )
 from service import progress
 from service.agreement import cached_agreement, cached_agreement_by_metric, fitted_calibration
-from service.intake import JSON, NDJSON, read_submission
+from service.intake import (
+    JSON,
+    NDJSON,
+    READS_JSONL,
+    BatchSubmissionBody,
+    accept_submission,
+    is_jsonl,
+    read_jsonl_submission,
+)
 from service.openapi import BATCH_ID_PATTERN, CURSOR_PATTERN, SECURITY, responses
 from service.views import batch_view
 
@@ -71,11 +78,6 @@ async def _uncertain_page(state: State, tenant: str, batch_id: str, offset: int,
     return Response(ResultsPage(items=page, next_cursor=next_cursor), media_type=JSON)
 
 
-def documented_submission(data: BatchSubmission) -> None:
-    """Never called: declared on POST /v1/batches only so Litestar documents the body from schemas.BatchSubmission.
-    The handler reads the raw body itself, so its 413/422 answers can name the limit, the item and the field."""
-
-
 @dataclass
 class SubmissionOperation(Operation):
     """Adds the JSONL upload beside the JSON body Litestar documented from BatchSubmission."""
@@ -85,9 +87,13 @@ class SubmissionOperation(Operation):
             self.request_body.description = (
                 "JSON `{items, options}`, or JSONL (one triple per line) with options in the query string."
             )
+            self.request_body.required = True  # `data` is None only for the JSONL upload, which is a body too
             content = self.request_body.content
             if JSON not in content and content:
                 content[JSON] = next(iter(content.values()))
+            schema = content[JSON].schema
+            if isinstance(schema, Schema) and schema.one_of:  # `| None`: only the JSONL upload leaves `data` None
+                content[JSON].schema = next(s for s in schema.one_of if isinstance(s, Reference))
             content[NDJSON] = OpenAPIMediaType(
                 schema=Schema(type=OpenAPIType.STRING, description="one Triple as JSON per line")
             )
@@ -204,19 +210,18 @@ class BatchController(Controller):
         "/",
         operation_id="createBatch",
         status_code=202,
-        sync_to_thread=True,
         operation_class=SubmissionOperation,
-        dependencies={"submission": Provide(documented_submission, sync_to_thread=False)},
+        opt={READS_JSONL: True},
         responses=responses(401, 409, 413, 415, 422, 429, 503),
         summary="Submit triples to grade",
     )
-    def create_batch(
+    async def create_batch(
         self,
         request: Request[Any, Any, Any],
         state: State,
         store: NamedDependency[Store],
         tenant: NamedDependency[str],
-        body: RawBody,
+        data: JSONBody[BatchSubmissionBody | None] = None,
         idempotency_key: Annotated[str | None, HeaderParameter(name="Idempotency-Key", required=False)] = None,
     ) -> Response[BatchView]:
         """Submit a batch: a JSON `{items, options}` body, or a JSONL upload (`Content-Type: application/x-ndjson`)
@@ -224,16 +229,28 @@ class BatchController(Controller):
         and body give back the same batch (never graded twice) and another body is a 409. Over `max_items` or
         `max_body_bytes` is a 413; an invalid item is a 422 naming its index (or line) and field, and then nothing
         is stored or queued."""
-        # Read here, not declared one by one: the options' query parameters are derived from BatchOptions (and
-        # documented by SubmissionOperation), and an unknown one is a 422 naming it.
+        # The query is read here, not declared one by one: the options' query parameters are derived from
+        # BatchOptions (and documented by SubmissionOperation), and an unknown one is a 422 naming it.
         query = {name: request.query_params.getall(name) for name in request.query_params}
-        submission = read_submission(body, request.headers.get("content-type"), query, state.settings)
-        record, created = store.create_batch(
-            tenant,
-            submission.options,
-            submission.items,
-            idempotency_key=idempotency_key,
-            fingerprint=submission.fingerprint,
+        content_type = request.headers.get("content-type") or JSON
+        body = await request.body()  # read once already (cached): the idempotency fingerprint is of the bytes sent
+        if is_jsonl(content_type):
+            # JSONL is no JSON document for Litestar to validate: it is read line by line, errors naming the line.
+            read = partial(read_jsonl_submission, body, content_type, query, state.settings)
+        elif data is None:
+            raise InputError("expected a JSON object in the request body", source="body")
+        else:
+            read = partial(accept_submission, data, body, content_type, query, state.settings)
+        submission = await anyio.to_thread.run_sync(read)
+        record, created = await anyio.to_thread.run_sync(
+            partial(
+                store.create_batch,
+                tenant,
+                submission.options,
+                submission.items,
+                idempotency_key=idempotency_key,
+                fingerprint=submission.fingerprint,
+            )
         )
         view = batch_view(record)
         response_headers = {"Location": view.links.self}
@@ -401,7 +418,7 @@ class BatchController(Controller):
         "/{batch_id:str}",
         operation_id="renameBatch",
         sync_to_thread=True,
-        responses=responses(401, 404, 422, 429, 503),
+        responses=responses(401, 404, 415, 422, 429, 503),
         summary="Rename",
     )
     def rename_batch(
@@ -409,24 +426,10 @@ class BatchController(Controller):
         store: NamedDependency[Store],
         tenant: NamedDependency[str],
         batch_id: BatchId,
-        body: RawBody,
+        data: JSONBody[BatchRename],
     ) -> BatchView:
         """Give the batch a name (shown by the web page and in the batch's view): a JSON body `{"name": "..."}`,
         "" removes it. 422 for another body, as PATCH of an item's label answers."""
         record = owned_batch(store, tenant, batch_id)
-        store.set_batch_name(record.id, _read_rename(body).name.strip())
+        store.set_batch_name(record.id, data.name.strip())
         return batch_view(owned_batch(store, tenant, batch_id))
-
-
-def _read_rename(body: bytes) -> BatchRename:
-    try:
-        data = json.loads(body or b"null")
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise InputError(f"malformed JSON: {exc}", source="body") from None
-    if not isinstance(data, dict):
-        raise InputError('expected a JSON object, e.g. {"name": "lectures, prompt juiz-2"}', source="body")
-    try:
-        return BatchRename.model_validate(data)
-    except ValidationError as exc:
-        error = exc.errors()[0]
-        raise InputError(str(error["msg"]), source="body", field=".".join(map(str, error["loc"])) or None) from None

@@ -4,28 +4,22 @@ from __future__ import annotations
 
 import time
 from functools import partial
-from typing import Any
 
 import anyio
-from litestar import Controller, Request, Response, post
+from litestar import Controller, Response, post
 from litestar.datastructures import State
-from litestar.di import NamedDependency, Provide
+from litestar.di import NamedDependency
 from litestar.openapi import ResponseSpec
-from litestar.params import RawBody
+from litestar.params import JSONBody
 
 from juiz.store import Store
-from schemas import BatchView, GradeRequest, Judgement
+from schemas import BatchView, Judgement
 from service import progress
-from service.intake import read_grade_request
+from service.intake import GradeRequestBody, accept_grade_request
 from service.openapi import SECURITY, responses
 from service.views import batch_view
 
 WAIT_MAX_S = 5.0  # one blocking read at most this long, so a request never outlives its deadline by much
-
-
-def documented_grade_request(data: GradeRequest) -> None:
-    """Never called: declared on POST /v1/grade only so Litestar documents its body from schemas.GradeRequest (the
-    handler reads the raw body itself, to answer 422 naming the field)."""
 
 
 class GradeController(Controller):
@@ -37,7 +31,6 @@ class GradeController(Controller):
         "/",
         operation_id="gradeOne",
         status_code=200,
-        dependencies={"grade_request": Provide(documented_grade_request, sync_to_thread=False)},
         responses={
             202: ResponseSpec(
                 data_container=BatchView,
@@ -50,18 +43,15 @@ class GradeController(Controller):
     )
     async def grade_one(
         self,
-        request: Request[Any, Any, Any],
         state: State,
         store: NamedDependency[Store],
         tenant: NamedDependency[str],
-        body: RawBody,
+        data: JSONBody[GradeRequestBody],
     ) -> Response[Judgement]:
         """Grade one triple (`{"item": {...}, "options": {...}}`) on the priority queue workers serve first.
         200 with the judgement when it is ready within `grade_timeout_s`; otherwise 202 with its one-item batch,
         whose results can be fetched later."""
-        triple, options = await anyio.to_thread.run_sync(
-            read_grade_request, body, request.headers.get("content-type"), state.settings
-        )
+        triple, options = await anyio.to_thread.run_sync(accept_grade_request, data, state.settings)
         record, _ = await anyio.to_thread.run_sync(
             partial(store.create_batch, tenant, options, [triple], priority=True)
         )

@@ -3,24 +3,20 @@ through the store)."""
 
 from __future__ import annotations
 
-import time
 from datetime import datetime
-from typing import Any
 
-from litestar import Controller, Request, patch
+from litestar import Controller, patch
 from litestar.datastructures import State
 from litestar.di import NamedDependency
 from litestar.exceptions import HTTPException, NotFoundException
-from litestar.params import FromPath, RawBody
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from litestar.params import FromPath, JSONBody
+from pydantic import BaseModel, ConfigDict, Field
 
-from juiz.errors import InputError
-from juiz.readers import loads_strict
 from juiz.store import Store
 from schemas.triple import Label
 from service.controllers.batches import BatchId, owned_batch
 from service.openapi import responses
-from service.ui.labels import LabelRejected, check_label, invalidate_agreement
+from service.ui.labels import set_manual_label
 from service.ui.pages import row_cache
 
 
@@ -54,29 +50,23 @@ class ItemController(Controller):
         "/{item_id:str}",
         operation_id="setManualLabel",
         sync_to_thread=True,
-        responses=responses(401, 404, 409, 422, 429, 503),  # every status it answers (schemathesis checks)
+        responses=responses(401, 404, 409, 415, 422, 429, 503),  # every status it answers (schemathesis checks)
         summary="Set a manual label",
     )
     def set_manual_label(
         self,
-        request: Request[Any, Any, Any],
         state: State,
         store: NamedDependency[Store],
         tenant: NamedDependency[str],
         batch_id: BatchId,
         item_id: FromPath[str],
-        body: RawBody,
+        data: JSONBody[LabelChange],
     ) -> ItemLabelView:
         """Set or change (or, with null, clear) the manual label of a graded item, recording which tenant set it and
         when. Results, exports, the report and agreement read the new label. 404 for an unknown batch or item, 409
         for an item not graded yet, 422 for a body or label the batch's label mapping does not accept. With
         repeated item ids, the first item graded with that id is changed."""
         record = owned_batch(store, tenant, batch_id)
-        change = _read_change(body)
-        try:
-            check_label(change.manual_label, record.options.label_mapping)
-        except LabelRejected as exc:
-            raise InputError(str(exc), source="body", field="manual_label") from None
         cache = row_cache(state, store)
         row = cache.index(record).by_id.get(item_id)
         if row is None:
@@ -85,9 +75,7 @@ class ItemController(Controller):
                     detail=f"item {item_id} is not graded yet; set its label once it is", extra={"field": "item_id"}
                 )
             raise NotFoundException(detail=f"no item {item_id} in batch {batch_id}", extra={"field": "item_id"})
-        judgement, version = store.set_manual_label(batch_id, row.position, change.manual_label, tenant, time.time())
-        invalidate_agreement(store, batch_id)
-        cache.updated(record, row.position, judgement, version)
+        _, judgement = set_manual_label(store, cache, record, row.position, data.manual_label, tenant)
         extra = judgement.model_extra or {}
         return ItemLabelView(
             batch_id=batch_id,
@@ -98,16 +86,3 @@ class ItemController(Controller):
             manual_label_at=extra["manual_label_at"],
             automated_label=judgement.automated_label,
         )
-
-
-def _read_change(body: bytes) -> LabelChange:
-    try:
-        data = loads_strict(body or b"null")
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise InputError(f"malformed JSON: {exc}", source="body") from None
-    if not isinstance(data, dict):
-        raise InputError('expected a JSON object, e.g. {"manual_label": "C"}', source="body")
-    try:
-        return LabelChange.model_validate(data)
-    except ValidationError as exc:
-        raise InputError.from_validation(exc, source="body") from None

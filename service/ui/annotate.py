@@ -26,6 +26,7 @@ from service.ui.labels import saved_calibration_key
 from service.ui.pages import _float, _int, _stamp, batch_base, manual_class_name, row_cache, save_label
 from service.ui.render import html
 from service.ui.rows import SORT_KEYS, Query, agreement_of
+from service.ui.session import Posted
 
 MAX_QUEUE = 500
 CALIBRATION_FOLDS = 5
@@ -59,12 +60,15 @@ class AnnotationController(Controller):
 
     @post("/queue", status_code=303)
     async def start(
-        self, request: Request[Any, Any, Any], state: State, store: NamedDependency[Store], batch_id: FromPath[str]
+        self,
+        request: Request[Any, Any, Any],
+        state: State,
+        store: NamedDependency[Store],
+        batch_id: FromPath[str],
+        posted: NamedDependency[Posted],
     ) -> Response[Any]:
         """Start a queue: the items most worth a label, or (order=table) the table's filter and order."""
-        current = await anyio.to_thread.run_sync(session.require, store, request)
-        form = await request.form()
-        session.check_csrf(current, request, form.get("csrf"))
+        current, form = posted.session, posted.form
         size = min(max(_int(str(form.get("size") or "")) or label_queue.DEFAULT_SIZE, 1), MAX_QUEUE)
 
         def make() -> label_queue.LabelQueue:
@@ -135,11 +139,10 @@ class AnnotationController(Controller):
         store: NamedDependency[Store],
         batch_id: FromPath[str],
         queue_id: FromPath[str],
+        posted: NamedDependency[Posted],
     ) -> Response[Any]:
         """One step: label (and advance), skip, or undo the last step (its previous label put back)."""
-        current = await anyio.to_thread.run_sync(session.require, store, request)
-        form = await request.form()
-        session.check_csrf(current, request, form.get("csrf"))
+        current, form = posted.session, posted.form
         action = str(form.get("action") or "")
 
         def run() -> None:
@@ -175,13 +178,15 @@ class AnnotationController(Controller):
 
     @post("/calibration", status_code=200)
     async def fit(
-        self, request: Request[Any, Any, Any], store: NamedDependency[Store], batch_id: FromPath[str]
+        self,
+        request: Request[Any, Any, Any],
+        store: NamedDependency[Store],
+        batch_id: FromPath[str],
+        posted: NamedDependency[Posted],
     ) -> Response[Any]:
         """Fit a calibration on the batch's labels (the API's fit) and show its held-out figures, with a button to
         save it for the next batches. The fitted file is kept for this session until then."""
-        current = await anyio.to_thread.run_sync(session.require, store, request)
-        form = await request.form()
-        session.check_csrf(current, request, form.get("csrf"))
+        current = posted.session
         record = await anyio.to_thread.run_sync(owned_batch, store, current.tenant, batch_id)
         try:
             spec = await fitted_calibration(store, record, CALIBRATION_FOLDS, 0)
@@ -198,12 +203,14 @@ class AnnotationController(Controller):
 
     @post("/calibration/save", status_code=303)
     async def save(
-        self, request: Request[Any, Any, Any], store: NamedDependency[Store], batch_id: FromPath[str]
+        self,
+        request: Request[Any, Any, Any],
+        store: NamedDependency[Store],
+        batch_id: FromPath[str],
+        posted: NamedDependency[Posted],
     ) -> Response[Any]:
         """Keep the calibration just fitted as the tenant's: the upload form uses it for new batches."""
-        current = await anyio.to_thread.run_sync(session.require, store, request)
-        form = await request.form()
-        session.check_csrf(current, request, form.get("csrf"))
+        current = posted.session
         await anyio.to_thread.run_sync(owned_batch, store, current.tenant, batch_id)
         key = saved_calibration_key(current.tenant)
         raw = await anyio.to_thread.run_sync(store.redis.get, fitted_key(current))

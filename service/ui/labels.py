@@ -1,14 +1,19 @@
-"""Manual labels set after submission: what a label may be, which caches a change makes stale, and the calibration
-a tenant saved from its labels."""
+"""Manual labels set after submission: the one way a label is set (`set_manual_label`, for the API's PATCH and the
+web page's forms alike), what a label may be, which caches a change makes stale, and the calibration a tenant saved
+from its labels."""
 
 from __future__ import annotations
 
+import time
+
 from juiz.errors import InputError, JuizError
 from juiz.labels import class_of_label, resolve_numeric_scale
-from juiz.store import PREFIX, Store
+from juiz.store import PREFIX, BatchRecord, Store
+from schemas import Judgement
 from schemas.calibration import CalibrationSpec
 from schemas.labels import LabelMapping
 from schemas.triple import Label
+from service.ui.rows import RowCache
 
 
 class LabelRejected(JuizError, ValueError):
@@ -25,6 +30,23 @@ def check_label(label: Label | None, mapping: LabelMapping) -> None:
         class_of_label(label, mapping, resolve_numeric_scale([label], mapping))
     except InputError as exc:
         raise LabelRejected(exc.message) from None
+
+
+def set_manual_label(
+    store: Store, cache: RowCache, record: BatchRecord, position: int, label: Label | None, tenant: str
+) -> tuple[Judgement | None, Judgement]:
+    """Set (None: clear) the label of the graded item at `position` of the batch's results, as `tenant`, now: checked
+    against the batch's label mapping (InputError naming manual_label), stored with who and when, the agreement
+    cache dropped, the page's rows updated. (The judgement before, the judgement after.)"""
+    try:
+        check_label(label, record.options.label_mapping)
+    except LabelRejected as exc:
+        raise InputError(str(exc), field="manual_label") from None
+    before = store.results_at(record.id, [position])[0]
+    judgement, version = store.set_manual_label(record.id, position, label, tenant, time.time())
+    invalidate_agreement(store, record.id)
+    cache.updated(record, position, judgement, version)
+    return before, judgement
 
 
 def invalidate_agreement(store: Store, batch_id: str) -> None:

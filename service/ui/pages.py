@@ -11,7 +11,6 @@ import csv
 import io
 import json
 import tempfile
-import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -41,7 +40,7 @@ from service.controllers.batches import owned_batch
 from service.errors import LimitExceeded
 from service.intake import read_submission
 from service.ui import charts, session
-from service.ui.labels import LabelRejected, check_label, invalidate_agreement, saved_calibration
+from service.ui.labels import saved_calibration, set_manual_label
 from service.ui.render import fragment, html
 from service.ui.rows import (
     INTERNAL_FIELDS,
@@ -56,6 +55,7 @@ from service.ui.rows import (
     page_of,
     score_counts,
 )
+from service.ui.session import Posted
 from service.views import batch_view
 
 PER_PAGE = 50
@@ -154,11 +154,8 @@ class UIController(Controller):
         return response
 
     @post("/signout", status_code=303)
-    async def signout(self, request: Request[Any, Any, Any], store: NamedDependency[Store]) -> Response[Any]:
-        form = await request.form()
-        current = await anyio.to_thread.run_sync(session.require, store, request)
-        session.check_csrf(current, request, form.get("csrf"))
-        await anyio.to_thread.run_sync(session.delete, store, current)
+    async def signout(self, store: NamedDependency[Store], posted: NamedDependency[Posted]) -> Response[Any]:
+        await anyio.to_thread.run_sync(session.delete, store, posted.session)
         response = Redirect("/ui/signin", status_code=303)
         response.set_cookie(session.expired_cookie())
         return response
@@ -220,12 +217,12 @@ class UIController(Controller):
         )
 
     @post("/batches", status_code=303)  # the app-wide max_body_bytes bounds the upload (413 beyond it)
-    async def upload(self, request: Request[Any, Any, Any], store: NamedDependency[Store]) -> Response[Any]:
+    async def upload(
+        self, request: Request[Any, Any, Any], store: NamedDependency[Store], posted: NamedDependency[Posted]
+    ) -> Response[Any]:
         """A new batch from an uploaded file (JSONL, JSON, CSV or a seeds-format report) and the form's options;
         every item is validated as POST /v1/batches validates it."""
-        current = await anyio.to_thread.run_sync(session.require, store, request)
-        form = await request.form()
-        session.check_csrf(current, request, form.get("csrf"))
+        current, form = posted.session, posted.form
         values = {
             "metrics": [str(m) for m in form.getall("metrics", [])] or ["answer_relevance"],
             "prompt": str(form.get("prompt") or "").strip(),
@@ -298,11 +295,12 @@ class UIController(Controller):
 
     @post("/batches/{batch_id:str}/name", status_code=303)
     async def rename(
-        self, request: Request[Any, Any, Any], store: NamedDependency[Store], batch_id: FromPath[str]
+        self,
+        store: NamedDependency[Store],
+        batch_id: FromPath[str],
+        posted: NamedDependency[Posted],
     ) -> Response[Any]:
-        current = await anyio.to_thread.run_sync(session.require, store, request)
-        form = await request.form()
-        session.check_csrf(current, request, form.get("csrf"))
+        current, form = posted.session, posted.form
         record = await anyio.to_thread.run_sync(owned_batch, store, current.tenant, batch_id)
         name = str(form.get("name") or "").strip()[:200]
         await anyio.to_thread.run_sync(store.set_batch_name, record.id, name)
@@ -310,11 +308,12 @@ class UIController(Controller):
 
     @post("/batches/{batch_id:str}/cancel", status_code=303)
     async def cancel(
-        self, request: Request[Any, Any, Any], store: NamedDependency[Store], batch_id: FromPath[str]
+        self,
+        store: NamedDependency[Store],
+        batch_id: FromPath[str],
+        posted: NamedDependency[Posted],
     ) -> Response[Any]:
-        current = await anyio.to_thread.run_sync(session.require, store, request)
-        form = await request.form()
-        session.check_csrf(current, request, form.get("csrf"))
+        current, form = posted.session, posted.form
         record = await anyio.to_thread.run_sync(owned_batch, store, current.tenant, batch_id)
         await anyio.to_thread.run_sync(store.cancel_batch, record)
         back = str(form.get("next") or "")
@@ -457,10 +456,9 @@ class UIController(Controller):
         store: NamedDependency[Store],
         batch_id: FromPath[str],
         item_index: FromPath[int],
+        posted: NamedDependency[Posted],
     ) -> Response[Any]:
-        current = await anyio.to_thread.run_sync(session.require, store, request)
-        form = await request.form()
-        session.check_csrf(current, request, form.get("csrf"))
+        current, form = posted.session, posted.form
         raw = str(form.get("manual_label") or "").strip()
         label = None if raw in ("", "(none)") else raw
         seen = str(form.get("seen") or "")
@@ -519,16 +517,9 @@ def save_label(
     row = cache.index(record).by_index.get(item_index)
     if row is None:
         raise NotFoundException(detail=f"item {item_index} of batch {batch_id} is not graded yet")
-    try:
-        check_label(label, record.options.label_mapping)
-    except LabelRejected as exc:
-        raise InputError(str(exc), field="manual_label") from None
-    before = store.results_at(batch_id, [row.position])[0]
+    before, _ = set_manual_label(store, cache, record, row.position, label, tenant)
     extra = (before.model_extra if before is not None else None) or {}
     previous = None if before is None else before.manual_label
-    judgement, version = store.set_manual_label(batch_id, row.position, label, tenant, time.time())
-    invalidate_agreement(store, batch_id)
-    cache.updated(record, row.position, judgement, version)
     changed_at = str(extra.get("manual_label_at") or "")
     conflict = None
     if seen is not None and changed_at and changed_at != seen and previous != label:

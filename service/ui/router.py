@@ -13,7 +13,8 @@ from urllib.parse import urlencode
 
 from litestar import Request, Response, Router
 from litestar.datastructures import CacheControlHeader, ResponseHeader
-from litestar.exceptions import HTTPException, NotFoundException
+from litestar.di import Provide
+from litestar.exceptions import HTTPException, NotFoundException, ValidationException
 from litestar.response import Redirect
 from litestar.static_files import create_static_files_router
 
@@ -23,7 +24,7 @@ from service.ui.annotate import AnnotationController
 from service.ui.compare import CompareController
 from service.ui.pages import UIController
 from service.ui.render import html
-from service.ui.session import UI_PATH, CsrfRejected, SignInRequired, safe_next
+from service.ui.session import UI_PATH, CsrfRejected, SignInRequired, posted_form, safe_next
 
 log = logging.getLogger(__name__)
 
@@ -73,6 +74,13 @@ def _input(_: Request[Any, Any, Any], exc: InputError) -> Response[Any]:
     return _error_page(422, "Not accepted", str(exc))
 
 
+def _invalid(_: Request[Any, Any, Any], exc: ValidationException) -> Response[Any]:
+    # The app's handler answers these with the API's JSON 422; the page answers with its own page.
+    first = exc.extra[0] if isinstance(exc.extra, list) and exc.extra and isinstance(exc.extra[0], dict) else {}
+    where = f" ({first['key']}: {first.get('message', '')})" if first.get("key") else ""
+    return _error_page(422, "Not accepted", f"{exc.detail}{where}")
+
+
 def _http(_: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:
     title = "Not found" if isinstance(exc, NotFoundException) else "Error"
     detail = "internal error" if exc.status_code >= 500 else exc.detail
@@ -94,12 +102,14 @@ def ui_router() -> Router:
     return Router(
         path="/ui",
         route_handlers=[UIController, AnnotationController, CompareController, static],
+        dependencies={"posted": Provide(posted_form)},  # the signed-in session's form, its CSRF token checked
         after_request=no_store,
         response_headers=[ResponseHeader(name=name, value=value) for name, value in SECURITY_HEADERS.items()],
         exception_handlers={
             SignInRequired: _sign_in,
             CsrfRejected: _csrf,
             InputError: _input,
+            ValidationException: _invalid,
             HTTPException: _http,
         },
         include_in_schema=False,

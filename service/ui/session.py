@@ -7,7 +7,16 @@ session's CSRF token, expiring after SESSION_TTL_S; sign-out deletes it.
 CSRF: the cookie is SameSite=Strict (a cross-site request doesn't carry it) AND every state-changing form carries
 the session's token in a hidden field, compared in constant time; a request whose Origin names another host is
 refused too. With an open API (no keys configured) a session without a key is created on the first visit, so the
-same token check covers every POST.
+same token check covers every POST. A form handler takes `posted: Posted` (the router's dependency, `posted_form`):
+the session, the form, its token checked.
+
+Why not Litestar's `ServerSideSessionConfig` and `CSRFConfig` (Litestar 2.25): its session cookie's Secure flag is
+fixed by configuration (here it follows the request's scheme: Secure behind https, and http in tests and local
+demos still works), and its store keys sessions by the raw id (here Redis holds sha256(id) only, so reading Redis
+gives no session away). Its CSRF is a double-submit cookie signed with a shared secret, not a token bound to the
+session; it checks no Origin (a cross-origin post with a valid token must still be 403); and it would need a new
+secret setting shared by every API replica. The anonymous session of an open API and a session ending with its key
+would stay hand-written either way.
 """
 
 from __future__ import annotations
@@ -21,9 +30,12 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
+import anyio
 from litestar import Request, Response
-from litestar.datastructures import Cookie
+from litestar.datastructures import Cookie, FormMultiDict
+from litestar.di import NamedDependency
 
+from juiz.errors import JuizError
 from juiz.store import PREFIX, Store, text
 from service.auth import OPEN_TENANT
 from service.ratelimit import WINDOW_S
@@ -33,12 +45,12 @@ SESSION_TTL_S = 8 * 3600
 UI_PATH = "/ui"
 
 
-class SignInRequired(Exception):
+class SignInRequired(JuizError):
     """No valid session: the page answers with a redirect to the sign-in form."""
 
 
-class CsrfRejected(Exception):
-    """A state-changing request without the session's token, or from another origin."""
+class CsrfRejected(JuizError):
+    """A state-changing request without the session's token, or from another origin (the page answers 403)."""
 
 
 @dataclass(frozen=True)
@@ -176,3 +188,20 @@ def check_csrf(session: Session, request: Request[Any, Any, Any], token: str | N
     check_origin(request)
     if not token or not hmac.compare_digest(token.encode(), session.csrf.encode()):
         raise CsrfRejected("missing or wrong CSRF token")
+
+
+@dataclass(frozen=True)
+class Posted:
+    """A state-changing form, posted within a session whose CSRF token it carries."""
+
+    session: Session
+    form: FormMultiDict
+
+
+async def posted_form(request: Request[Any, Any, Any], store: NamedDependency[Store]) -> Posted:
+    """The /ui router's `posted` dependency: the session (SignInRequired without one), the form, the token checked
+    (CsrfRejected)."""
+    current = await anyio.to_thread.run_sync(require, store, request)
+    form = await request.form()
+    check_csrf(current, request, form.get("csrf"))
+    return Posted(current, form)

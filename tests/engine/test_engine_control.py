@@ -13,7 +13,7 @@ from collections.abc import Callable, Collection
 import pytest
 from rq.timeouts import JobTimeoutException
 
-from juiz.engine import CallControl, Conversation, GenerationRequest, VLLMEngine
+from juiz.engine import IN_PROCESS, CallControl, Conversation, GenerationRequest, VLLMEngine
 from juiz.errors import EngineDeadError
 from juiz.judge import Judge
 from schemas import BatchOptions, JudgementStatus, Triple
@@ -136,6 +136,7 @@ def test_vllms_engine_dead_error_becomes_juizs() -> None:
 
     class Dead:
         model_id = "fake-dead"
+        origin = IN_PROCESS
 
         def generate(self, conversations, request, control=None):  # type: ignore[no-untyped-def]
             raise VLLMEngineDeadError()

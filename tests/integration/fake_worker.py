@@ -19,7 +19,7 @@ import logging
 import os
 import re
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import cache
 from pathlib import Path
 
@@ -133,6 +133,10 @@ class CountingFakeEngine:
     @property
     def model_id(self) -> str:
         return self._fake.model_id
+
+    @property
+    def origin(self) -> Mapping[str, str]:
+        return self._fake.origin
 
     @property
     def calls(self) -> list[int]:

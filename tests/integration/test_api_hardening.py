@@ -57,7 +57,7 @@ def test_malformed_cursors_and_batch_ids_are_4xx(
             response = client.get(f"/v1/batches/{bad}{suffix}")
             assert 400 <= response.status_code < 500, (bad, suffix, response.status_code)
             assert response.json()["field"] == "batch_id"
-        assert client.delete(f"/v1/batches/{bad}").status_code == 400
+        assert client.delete(f"/v1/batches/{bad}").status_code == 422
     assert client.get(f"/v1/batches/{'0' * 32}").status_code == 404
 
 

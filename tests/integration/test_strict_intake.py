@@ -96,3 +96,41 @@ def test_every_answered_status_is_documented(client: TestClient[Litestar], setti
     ):
         documented = set(paths[path][method]["responses"])
         assert statuses <= documented, (path, statuses - documented)
+
+
+def test_typed_bodies_are_refused_422_naming_the_field(client: TestClient[Litestar], redis: Redis) -> None:
+    """Litestar validates the handlers' typed bodies; what it refuses is a 422 naming the field (not its own 400),
+    and a body in another media type is a 415."""
+    batch_id = client.post("/v1/batches", json={"items": triples(1)}).json()["id"]
+    before = juiz_keys(redis)
+    for url, body, field in (
+        (f"/v1/batches/{batch_id}", {"name": "x", "colour": "red"}, "colour"),
+        (f"/v1/batches/{batch_id}", {"name": "x" * 201}, "name"),
+        (f"/v1/batches/{batch_id}", {}, "name"),
+        (f"/v1/batches/{batch_id}/items/t0", {}, "manual_label"),
+    ):
+        response = client.patch(url, json=body)
+        assert response.status_code == 422 and response.json()["field"] == field, (url, body, response.text)
+    for body, field in (({"items": "x"}, "items"), ({"items": []}, "items"), ({"items": triples(1), "x": 1}, "x")):
+        response = client.post("/v1/batches", json=body)
+        assert response.status_code == 422 and response.json()["field"] == field, (body, response.text)
+    assert client.post("/v1/grade", json={"options": {}}).json()["field"] == "item"
+    assert client.post("/v1/batches", content=b"", headers={"Content-Type": "application/json"}).status_code == 422
+    plain = client.patch(f"/v1/batches/{batch_id}", content=b'{"name": "x"}', headers={"Content-Type": "text/plain"})
+    assert plain.status_code == 415 and plain.json()["field"] == "Content-Type"
+    assert juiz_keys(redis) == before
+
+
+def test_the_document_takes_the_bodies_from_the_models(client: TestClient[Litestar]) -> None:
+    paths = client.get("/schema/openapi.json").json()["paths"]
+    for path, method, model in (
+        ("/v1/batches", "post", "BatchSubmission"),
+        ("/v1/grade", "post", "GradeRequest"),
+        ("/v1/batches/{batch_id}", "patch", "BatchRename"),
+        ("/v1/batches/{batch_id}/items/{item_id}", "patch", "LabelChange"),
+    ):
+        body = paths[path][method]["requestBody"]
+        assert body["required"] is True
+        assert body["content"]["application/json"]["schema"] == {"$ref": f"#/components/schemas/{model}"}
+        # No never-called dependency documents a body any more: nothing but the body's own parameters.
+        assert not {p["name"] for p in paths[path][method].get("parameters", [])} & {"submission", "grade_request"}

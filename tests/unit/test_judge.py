@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 import prompts
-from juiz.engine import CallControl, Completion, Conversation, FakeEngine, GenerationRequest, JudgeEngine
+from juiz.engine import IN_PROCESS, CallControl, Completion, Conversation, FakeEngine, GenerationRequest, JudgeEngine
 from juiz.errors import EngineDeadError, EngineError, TransientEngineError
 from juiz.judge import Judge
 from juiz.parsing import COT_REPLY_REGEX, SEGMENT_REPLY_REGEX
@@ -120,6 +120,7 @@ class RejectsLongAnswers:
     """A fake engine that fails a whole batch when any item is too long, as vLLM does for over-long prompts."""
 
     model_id = "fake-rejecting"
+    origin = IN_PROCESS
 
     def __init__(self) -> None:
         self.inner: JudgeEngine = FakeEngine(reply_by_answer)
@@ -188,6 +189,7 @@ class FailsOn:
     """A FAKE engine that raises `error` for a whole call when any conversation holds `marker`."""
 
     model_id = "fake-failing"
+    origin = IN_PROCESS
 
     def __init__(self, marker: str, error: BaseException) -> None:
         self.marker, self.error = marker, error

@@ -56,3 +56,10 @@ def test_the_console_script_has_the_service_commands() -> None:
 
     commands = build_parser()._subparsers._group_actions[0].choices  # type: ignore[union-attr]
     assert {"score", "agreement", "serve", "worker", "demo"} <= set(commands)
+
+
+def test_the_judge_imports_no_engine_back_end() -> None:
+    """Engines carry their own origin (JudgeEngine.origin): the judge knows the Protocol, not a back end."""
+    back_ends = {"juiz.openai_engine"}
+    found = [name for _, name in _imports(CORE / "judge.py") if name in back_ends]
+    assert not found, found

@@ -19,7 +19,6 @@ from juiz.judge import COT_REQUEST, FAST_REQUEST, Judge
 from juiz.openai_engine import (
     COT_REPLY_GBNF,
     OpenAIEngine,
-    RecordsOrigin,
     completion_from_choice,
 )
 from juiz.parsing import COT_REPLY_REGEX
@@ -149,7 +148,7 @@ def test_judge_on_the_server_back_end_scores_and_records_where() -> None:
     [judgement] = judge.grade([Triple(id="1", question="q?", answer="a")], COT)
     assert judgement.status == JudgementStatus.OK and judgement.score == 2
     assert judgement.expected_score == pytest.approx((2 + 3) / 2 / 3)
-    assert isinstance(judge.engine, RecordsOrigin)
+    assert judge.engine.origin == {"engine": "openai", "engine_host": "judge.example"}
     assert (judgement.provenance.engine, judgement.provenance.engine_host) == ("openai", "judge.example")
     assert judgement.metrics is not None
     assert all(m.provenance and m.provenance.engine_host == "judge.example" for m in judgement.metrics.values())
