@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from litestar.exceptions import HTTPException
+from pydantic import TypeAdapter, ValidationError
 
 from juiz.errors import InputError
 from juiz.judge import context_segments, validate_options
@@ -26,14 +27,17 @@ from juiz.readers import (
     validate_triple,  # the readers' one validator: InputError naming the field (as the user wrote it)
 )
 from juiz.settings import Settings
-from schemas import BatchOptions, Triple
+from schemas import BatchName, BatchOptions, Triple
 from service.errors import ITEMS_SOURCE, LimitExceeded
 
 NDJSON = "application/x-ndjson"
 JSON = "application/json"
 JSONL_TYPES = (NDJSON, "application/jsonl", "application/x-jsonlines")
-# The JSONL upload's query parameters: every option (juiz.options derives them from BatchOptions) and field_map.
-QUERY_PARAMETERS = (*OPTIONS, "field_map")
+# The JSONL upload's query parameters: every option (juiz.options derives them from BatchOptions), field_map and the
+# batch's name (both fields of schemas.BatchSubmission beside its items and options).
+QUERY_PARAMETERS = (*OPTIONS, "field_map", "name")
+BODY_FIELDS = ("items", "options", "name", "field_map")
+_NAME = TypeAdapter(BatchName)
 LENGTH_SETTINGS = {
     "question": "max_question_chars",
     "answer": "max_answer_chars",
@@ -47,6 +51,7 @@ class Submission:
     items: list[Triple]
     options: BatchOptions
     fingerprint: str  # what "the same request body" means for Idempotency-Key
+    name: str | None = None
 
 
 def media_type(content_type: str) -> str:
@@ -90,11 +95,8 @@ def read_submission(
         if len(lines) > max_items:
             raise LimitExceeded("max_items", max_items, len(lines))
         options = read_options(options_from_text({k: v for k, v in query.items() if k in OPTIONS}, source="query"))
-        field_map_text = query.get("field_map")
-        field_map = read_field_map(
-            field_map_text if isinstance(field_map_text, str) or field_map_text is None else field_map_text[-1],
-            source="query",
-        )
+        field_map = read_field_map(_last(query.get("field_map")), source="query")
+        batch_name = read_name(_last(query.get("name")), source="query")
         try:
             items = parse_triples_jsonl(text, "body", field_map)
         except RecursionError:
@@ -108,11 +110,10 @@ def read_submission(
         _check_labels(items, options, source="body", lines=lines)
     else:
         data = _json_object(text, settings)
-        unknown = sorted(set(data) - {"items", "options", "field_map"})
+        unknown = sorted(set(data) - set(BODY_FIELDS))
         if unknown:
-            raise InputError(
-                "unknown field (expected 'items', 'options', 'field_map')", source="body", field=unknown[0]
-            )
+            expected = ", ".join(f"'{field}'" for field in BODY_FIELDS)
+            raise InputError(f"unknown field (expected {expected})", source="body", field=unknown[0])
         raw_items = data.get("items")
         if not isinstance(raw_items, list):
             raise InputError("required: a JSON array of triples", source="body", field="items")
@@ -123,12 +124,28 @@ def read_submission(
         _check_depth(data.get("options"), settings, source="body", line=None, field="options")
         options = read_options(data.get("options", {}))  # `options: null` is refused, not read as {}
         field_map = read_field_map(data.get("field_map"))
+        batch_name = read_name(data.get("name"), source="body")
         items = [_read_item(obj, settings, ITEMS_SOURCE, index, field_map) for index, obj in enumerate(raw_items)]
         _check_labels(items, options, source=ITEMS_SOURCE, lines=None)
     _check_conversations(items, options, settings)
-    canonical_options = options.model_dump_json()
-    fingerprint = hashlib.sha256(content_type.encode() + b"\0" + body + b"\0" + canonical_options.encode()).hexdigest()
-    return Submission(items=items, options=options, fingerprint=fingerprint)
+    canonical = options.model_dump_json() + "\0" + (batch_name or "")
+    fingerprint = hashlib.sha256(content_type.encode() + b"\0" + body + b"\0" + canonical.encode()).hexdigest()
+    return Submission(items=items, options=options, fingerprint=fingerprint, name=batch_name)
+
+
+def read_name(raw: object, *, source: str) -> str | None:
+    """The batch's `name` (schemas.BatchName): None when absent or blank; InputError naming `name` otherwise."""
+    if raw is None:
+        return None
+    try:
+        return _NAME.validate_python(raw) or None
+    except ValidationError as exc:
+        raise InputError.from_validation(exc, source=source, prefix="name") from None
+
+
+def _last(value: str | list[str] | None) -> str | None:
+    """A query parameter's value; the last one when it was given several times."""
+    return value if isinstance(value, str) or value is None else value[-1]
 
 
 def read_grade_request(body: bytes, content_type: str | None, settings: Settings) -> tuple[Triple, BatchOptions]:

@@ -27,6 +27,7 @@ from juiz.report import render_report
 from juiz.store import TERMINAL, BatchRecord, Store, batch_from_hash
 from juiz.uncertainty import uncertain_first
 from schemas import (
+    MAX_NAME_CHARS,
     AgreementByMetric,
     AgreementReport,
     BatchRename,
@@ -121,6 +122,15 @@ def _query_parameters() -> list[OpenAPIParameter]:
             required=False,
             schema=Schema(type=OpenAPIType.STRING),
             description="JSONL upload: your field names → juiz's, a preset (ragas, common) or a JSON object",
+        )
+    )
+    parameters.append(
+        OpenAPIParameter(
+            name="name",
+            param_in=ParamType.QUERY,
+            required=False,
+            schema=Schema(type=OpenAPIType.STRING, max_length=MAX_NAME_CHARS),
+            description="JSONL upload: the batch's name (at most 200 characters, no control characters)",
         )
     )
     return parameters
@@ -234,6 +244,7 @@ class BatchController(Controller):
             submission.items,
             idempotency_key=idempotency_key,
             fingerprint=submission.fingerprint,
+            name=submission.name,
         )
         view = batch_view(record)
         response_headers = {"Location": view.links.self}

@@ -32,7 +32,7 @@ from juiz.options import OPTIONS, options_from_text
 from juiz.readers import JSONL_SUFFIXES, REPORT_SUFFIXES, read_triples
 from juiz.report import render_report
 from juiz.store import BatchRecord, Store
-from schemas import AgreementReport, Judgement
+from schemas import MAX_NAME_CHARS, AgreementReport, Judgement
 from schemas.judgement import METRICS
 from schemas.labels import LabelMapping
 from schemas.triple import Label
@@ -107,6 +107,11 @@ def pace(record: BatchRecord, cached: int = 0) -> float | None:
     if end is not None and end - record.started_at < MIN_PACE_S:
         return None
     return view.judgements_per_s
+
+
+def upload_name(filename: str) -> str:
+    """A batch's default name: its file's name without the folder or the suffix (what the form's script fills in)."""
+    return Path(filename.replace("\\", "/")).stem[:MAX_NAME_CHARS].strip()
 
 
 def batch_base(batch_id: str) -> str:
@@ -213,8 +218,10 @@ class UIController(Controller):
                 "prompt": "",
                 "label_mapping": "",
                 "calibration": True,
+                "name": "",
             },
             max_items=store.settings.max_items,
+            max_name=MAX_NAME_CHARS,
             saved_calibration=saved_calibration(store, current.tenant),
             calibration_saved=request.query_params.get("calibration") == "saved",
         )
@@ -234,6 +241,7 @@ class UIController(Controller):
             "label_mapping": str(form.get("label_mapping") or "").strip(),
             "calibration": form.get("use_saved_calibration") == "1",  # not an option field: OPTIONS reads JSON there
         }
+        values["name"] = name = str(form.get("name") or "")
         # Every option the form sends, read as the JSONL upload's query is (both derived from BatchOptions).
         options = {
             name: [str(v) for v in form.getall(name, []) if str(v).strip()] for name in OPTIONS if form.getall(name, [])
@@ -246,7 +254,7 @@ class UIController(Controller):
                 raise InputError("choose a file to upload", field="file")
             content = await upload.read()
             record = await anyio.to_thread.run_sync(
-                self._create, store, current.tenant, upload.filename, content, options, calibrate
+                self._create, store, current.tenant, upload.filename, content, options, calibrate, name
             )
         except (InputError, PromptError, LimitExceeded) as exc:
             # Post/redirect/get: the error page is a GET, so reloading it doesn't send the upload again.
@@ -256,8 +264,15 @@ class UIController(Controller):
 
     @staticmethod
     def _create(
-        store: Store, tenant: str, filename: str, content: bytes, form: dict[str, list[str]], calibrate: bool = False
+        store: Store,
+        tenant: str,
+        filename: str,
+        content: bytes,
+        form: dict[str, list[str]],
+        calibrate: bool = False,
+        name: str = "",
     ) -> BatchRecord:
+        """The batch, named as the form says; a blank name (no script filled it in) is the file's name."""
         suffix = Path(filename).suffix.lower()
         if suffix not in UPLOAD_SUFFIXES:
             raise InputError(f"unknown file type '{suffix or '(none)'}'; expected one of {', '.join(UPLOAD_SUFFIXES)}")
@@ -275,10 +290,11 @@ class UIController(Controller):
                 raise InputError("no saved calibration: fit one from a label queue's end", field="options.calibration")
             options["calibration"] = spec.model_dump(mode="json")
         # The API's own intake: the same limits, lengths, depth and option checks as POST /v1/batches.
-        body = json.dumps({"items": [t.model_dump(mode="json") for t in triples], "options": options}).encode()
+        items = [t.model_dump(mode="json") for t in triples]
+        name = name.strip() or upload_name(filename)
+        body = json.dumps({"items": items, "options": options, "name": name}).encode()
         submission = read_submission(body, "application/json", {}, store.settings)
-        record, _ = store.create_batch(tenant, submission.options, submission.items)
-        store.set_batch_name(record.id, Path(filename).stem[:200])  # named after its file, until renamed
+        record, _ = store.create_batch(tenant, submission.options, submission.items, name=submission.name)
         return record
 
     @get("/batches/{batch_id:str}/progress", sync_to_thread=True)
