@@ -39,7 +39,7 @@ from schemas.triple import Label
 from service.auth import tenant_for
 from service.controllers.batches import owned_batch
 from service.errors import LimitExceeded
-from service.intake import read_submission
+from service.intake import read_name, read_submission
 from service.ui import charts, session
 from service.ui.labels import LabelRejected, check_label, invalidate_agreement, saved_calibration
 from service.ui.render import fragment, html
@@ -320,7 +320,7 @@ class UIController(Controller):
         form = await request.form()
         session.check_csrf(current, request, form.get("csrf"))
         record = await anyio.to_thread.run_sync(owned_batch, store, current.tenant, batch_id)
-        name = str(form.get("name") or "").strip()[:200]
+        name = read_name(str(form.get("name") or ""), source="form") or ""  # the API's rules: a 422 page naming name
         await anyio.to_thread.run_sync(store.set_batch_name, record.id, name)
         return Redirect(batch_base(batch_id), status_code=303)
 
