@@ -112,6 +112,13 @@ def build_parser(extra: Sequence[Command] = ()) -> argparse.ArgumentParser:
     report = sub.add_parser("report", help="write the seeds' markdown report from a results file")
     report.add_argument("results", type=Path)
     report.add_argument("-o", "--output", type=Path, required=True)
+    report.add_argument(
+        "--lang",
+        choices=("auto", "en", "pt"),
+        default="auto",
+        help="the report's headings: Portuguese (the seeds' own) or English; auto: the language most items were "
+        "graded in",
+    )
 
     models = sub.add_parser("models", help="development models")
     models_sub = models.add_subparsers(dest="models_command", required=True)
@@ -526,7 +533,7 @@ def _report(args: argparse.Namespace) -> int:
     from juiz.report import write_report
 
     judgements = read_judgements(args.results)
-    write_report(judgements, args.output)
+    write_report(judgements, args.output, args.lang)
     print(f"report: {args.output} ({len(judgements)} questions)")
     return 0
 

@@ -390,9 +390,11 @@ class BatchController(Controller):
         summary="Markdown report",
     )
     def get_report(self, store: NamedDependency[Store], tenant: NamedDependency[str], batch_id: BatchId) -> str:
-        """The seeds' markdown report of the items graded so far, in input order."""
-        owned_batch(store, tenant, batch_id)
-        return render_report(store.results_in_input_order(batch_id))
+        """The seeds' markdown report of the items graded so far, in input order: in the batch's language
+        (options.lang), or with auto in the language most items were graded in (Portuguese, the seeds' own, or
+        English)."""
+        record = owned_batch(store, tenant, batch_id)
+        return render_report(store.results_in_input_order(batch_id), record.options.lang)
 
     @delete(
         "/{batch_id:str}",

@@ -516,9 +516,9 @@ class UIController(Controller):
     def export_report(
         self, request: Request[Any, Any, Any], store: NamedDependency[Store], batch_id: FromPath[str]
     ) -> Response[str]:
-        _signed_in_batch(store, request, batch_id)
+        record = _signed_in_batch(store, request, batch_id)
         return Response(
-            render_report(store.results_in_input_order(batch_id)),
+            render_report(store.results_in_input_order(batch_id), record.options.lang),
             media_type="text/markdown; charset=utf-8",
             headers={"Content-Disposition": f'attachment; filename="juiz-{batch_id}-report.md"'},
         )
