@@ -84,7 +84,7 @@ class SubmissionOperation(Operation):
     def __post_init__(self) -> None:
         if isinstance(self.request_body, RequestBody):
             self.request_body.description = (
-                "JSON `{items, options}`, or JSONL (one triple per line) with options in the query string."
+                "JSON `{items, options, name}`, or JSONL (one triple per line) with options and name in the query."
             )
             content = self.request_body.content
             if JSON not in content and content:

@@ -175,10 +175,11 @@
     });
   }
 
-  // The upload's name field follows the chosen file (its name without the suffix) until someone types their own.
+  // The upload's name field follows the chosen file (its name without the suffix) until someone types their own
+  // (a name sent back with a refused upload's form is theirs too: kept).
   function nameFromFile(field) {
     const file = document.getElementById(field.getAttribute("data-name-from"));
-    let filled = field.value;
+    let filled = "";
     file.addEventListener("change", () => {
       if (file.files.length === 0 || field.value !== filled) {
         return;
