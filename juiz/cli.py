@@ -107,10 +107,18 @@ def build_parser(extra: Sequence[Command] = ()) -> argparse.ArgumentParser:
     _add_label_mapping(calibrate)
 
     _add_check(sub)
+    _add_submit(sub)
 
     report = sub.add_parser("report", help="write the seeds' markdown report from a results file")
     report.add_argument("results", type=Path)
     report.add_argument("-o", "--output", type=Path, required=True)
+    report.add_argument(
+        "--lang",
+        choices=("auto", "en", "pt"),
+        default="auto",
+        help="the report's headings: Portuguese (the seeds' own) or English; auto: the language most items were "
+        "graded in",
+    )
 
     models = sub.add_parser("models", help="development models")
     models_sub = models.add_subparsers(dest="models_command", required=True)
@@ -134,6 +142,7 @@ def main(argv: Sequence[str] | None = None, extra: Sequence[Command] = ()) -> in
         "score": _score,
         "agreement": _agreement,
         "check": _check,
+        "submit": _submit,
         "calibrate": _calibrate,
         "report": _report,
         "models": _models,
@@ -351,6 +360,63 @@ def _check(args: argparse.Namespace) -> int:
     return 0 if report.passed else EXIT_FAILURE
 
 
+def _add_submit(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    submit = sub.add_parser("submit", help="submit triples to a juiz API as a named batch (follow it on the web page)")
+    submit.add_argument("input", type=Path, help="triples (JSONL, JSON, CSV or a seeds report)")
+    submit.add_argument("--server", required=True, help="the juiz API's URL")
+    submit.add_argument("--api-key", default=None, help="the juiz API's key (default: env JUIZ_API_KEY)")
+    submit.add_argument(
+        "--name", default=None, help="the batch's name (default: the input file's name without its suffix)"
+    )
+    submit.add_argument("--wait", action="store_true", help="wait until the batch is over, then print its summary")
+    submit.add_argument("-o", "--output", type=Path, default=None, help="with --wait: write the results JSONL here")
+    _add_field_map(submit)
+    _add_options(submit)
+
+
+def _submit(args: argparse.Namespace) -> int:
+    from pydantic import TypeAdapter, ValidationError
+
+    from juiz.client import ApiError, JuizClient
+    from juiz.judge import validate_options
+    from juiz.readers import read_triples, write_judgements
+    from juiz.settings import Settings
+    from juiz.summary import summarize
+    from schemas import BatchName
+
+    if args.output is not None and not args.wait:
+        raise InputError("writing results needs --wait", source="--output")
+    try:
+        name = TypeAdapter(BatchName).validate_python(args.name if args.name is not None else args.input.stem)
+    except ValidationError as exc:
+        raise InputError.from_validation(exc, source="--name") from None
+    triples = read_triples(args.input, _field_map(args.field_map))
+    options = _options(args)
+    validate_options(options)
+    _check_labels(triples, options, args.input)
+    api_key = args.api_key or Settings.from_env().api_key.get_secret_value() or None
+    with JuizClient(args.server, api_key=api_key, timeout_s=600) as client:
+        try:
+            batch = client.submit(triples, options, name=name or None)
+        except ApiError as exc:
+            if 400 <= exc.status_code < 500 and exc.status_code != 429:
+                raise InputError(str(exc), source=args.server) from exc  # the server named the bad field: exit 2
+            raise
+        print(f"batch {batch.id} ({batch.name or 'no name'}): {batch.counts.total} items {batch.status.value}")
+        print(f"web page: {args.server.rstrip('/')}/ui/batches/{batch.id}")
+        if not args.wait:
+            return 0
+        view = client.wait(batch.id, poll_s=2.0)
+        judgements = list(client.results(batch.id))
+    if args.output is not None:
+        write_judgements(judgements, args.output)
+        print(f"results: {args.output}")
+    started, finished = view.started_at or view.created_at, view.finished_at or view.created_at
+    print(summarize(judgements, options.label_mapping, (finished - started).total_seconds()))
+    print(f"batch {batch.id}: {view.status.value}")
+    return 0 if view.status.value == "done" else EXIT_FAILURE
+
+
 def _grade_on_server(url: str, api_key: str | None, triples, options):  # type: ignore[no-untyped-def]
     from juiz.client import ApiError, JuizClient
 
@@ -467,7 +533,7 @@ def _report(args: argparse.Namespace) -> int:
     from juiz.report import write_report
 
     judgements = read_judgements(args.results)
-    write_report(judgements, args.output)
+    write_report(judgements, args.output, args.lang)
     print(f"report: {args.output} ({len(judgements)} questions)")
     return 0
 

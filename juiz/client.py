@@ -124,8 +124,11 @@ class _Requests:
         options: BatchOptions | Mapping[str, Any] | None,
         idempotency_key: str | None,
         field_map: str | Mapping[str, str] | None = None,
+        name: str | None = None,
     ) -> Call[BatchView]:
         body: dict[str, Any] = {"items": [_item(t) for t in items], "options": _options(options)}
+        if name is not None:
+            body["name"] = name
         if field_map is not None:
             body["field_map"] = field_map if isinstance(field_map, str) else dict(field_map)
         # The key makes a resent POST the same batch: retrying a dropped connection is safe.
@@ -314,10 +317,12 @@ class JuizClient:
         *,
         idempotency_key: str | None = None,
         field_map: str | Mapping[str, str] | None = None,
+        name: str | None = None,
     ) -> BatchView:
         """Submit triples for grading; returns the queued batch. `field_map` names your fields in juiz's terms: a
-        preset (`ragas`, `common`) or {their_name: juiz_name}."""
-        return self._run(self._requests.submit(items, options, idempotency_key, field_map))
+        preset (`ragas`, `common`) or {their_name: juiz_name}; `name` is the batch's name (at most 200 characters,
+        no control characters; shown on the web page)."""
+        return self._run(self._requests.submit(items, options, idempotency_key, field_map, name))
 
     def batch(self, batch_id: str) -> BatchView:
         return self._run(self._requests.batch(batch_id))
@@ -433,10 +438,12 @@ class AsyncJuizClient:
         *,
         idempotency_key: str | None = None,
         field_map: str | Mapping[str, str] | None = None,
+        name: str | None = None,
     ) -> BatchView:
         """Submit triples for grading; returns the queued batch. `field_map` names your fields in juiz's terms: a
-        preset (`ragas`, `common`) or {their_name: juiz_name}."""
-        return await self._run(self._requests.submit(items, options, idempotency_key, field_map))
+        preset (`ragas`, `common`) or {their_name: juiz_name}; `name` is the batch's name (at most 200 characters,
+        no control characters; shown on the web page)."""
+        return await self._run(self._requests.submit(items, options, idempotency_key, field_map, name))
 
     async def batch(self, batch_id: str) -> BatchView:
         return await self._run(self._requests.batch(batch_id))

@@ -19,6 +19,15 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from juiz.errors import InputError
+from juiz.report_format import (
+    DEFAULT_LANGUAGE,
+    HEADINGS,
+    NOT_AVAILABLE,
+    REPORT_LANGUAGES,
+    SEGMENT_KEYS,
+    ReportLanguage,
+    heading,
+)
 from schemas.judgement import Judgement
 from schemas.triple import Triple
 
@@ -27,54 +36,27 @@ M = TypeVar("M", bound=BaseModel)
 JSONL_SUFFIXES = (".jsonl", ".ndjson")
 REPORT_SUFFIXES = (".md", ".txt")
 
-# Headings of the seeds' report format (see juiz.report, which writes the same strings).
-H_QUESTION = "Pergunta"
-H_SEGMENTS = "Segmentos recuperados pelo E5"
-H_ANSWER = "Resposta gerada pelo LLM"
-H_REFERENCES = "Referências"
-H_MANUAL = "Anotação manual"
-H_AR = "Answer Relevance (AR)"
-H_AUTOMATED = "Anotação automatizada"
-H_REASONING = "Raciocínio (AR CoT)"
-# Written when a result holds the context metrics (issue 8); read back as reported_* text, never as a grade.
-H_GROUNDEDNESS = "Groundedness (G)"
-H_CONTEXT_RELEVANCE = "Context Relevance (CR)"
-H_G_REASONING = "Raciocínio (G CoT)"
-SEGMENT_RELEVANCE_KEY = "Context Relevance"
-NO_CONTEXT = "(sem contexto)"
-NOT_AVAILABLE = "n/a"
-
-# Segment bullet keys in the report, and the Segment field each one fills.
-SEGMENT_KEYS = {
-    "Corpus ID": "source",
-    "Score": "score",
-    "URL": "url",
-    "Início": "start",
-    "Fim": "end",
-    "Transcrição": "text",
+# The seeds' report format, in either language (juiz.report_format: one table; juiz.report writes the same strings).
+# Only these headings open a section: an answer that contains other bold text ("**Nota**: …") stays one answer. The
+# report's first question heading decides its language, so "**Question 2**:" inside a Portuguese answer is text.
+_SECTIONS = [key for key in HEADINGS if key not in ("question", "no_context", "segment_relevance")]
+_SECTION_OF: dict[ReportLanguage, dict[str, str]] = {
+    lang: {heading(key, lang): key for key in _SECTIONS} for lang in REPORT_LANGUAGES
 }
-
-# Only these headings open a section: an answer that contains other bold text ("**Nota**: …") stays one answer.
-_HEADING = re.compile(
-    r"^\*\*(?P<name>"
-    + "|".join(
-        re.escape(h)
-        for h in (
-            H_SEGMENTS,
-            H_ANSWER,
-            H_REFERENCES,
-            H_MANUAL,
-            H_AR,
-            H_GROUNDEDNESS,
-            H_CONTEXT_RELEVANCE,
-            H_AUTOMATED,
-            H_REASONING,
-            H_G_REASONING,
-        )
+_HEADING: dict[ReportLanguage, re.Pattern[str]] = {
+    lang: re.compile(r"^\*\*(?P<name>" + "|".join(map(re.escape, names)) + r")\*\*:[ \t]?(?P<rest>.*)$")
+    for lang, names in _SECTION_OF.items()
+}
+_QUESTION_HEADING: dict[ReportLanguage, re.Pattern[str]] = {
+    lang: re.compile(
+        r"^\*\*" + re.escape(heading("question", lang)) + r"(?:[ \t]+(?P<number>\d+))?\*\*:[ \t]?(?P<rest>.*)$"
     )
-    + r")\*\*:[ \t]?(?P<rest>.*)$"
-)
-_QUESTION_HEADING = re.compile(r"^\*\*Pergunta(?:[ \t]+(?P<number>\d+))?\*\*:[ \t]?(?P<rest>.*)$")
+    for lang in REPORT_LANGUAGES
+}
+# A segment's bullet key (in either language) → the Segment field it fills.
+_SEGMENT_FIELD = {key: field for field, keys in SEGMENT_KEYS.items() for key in keys.values()}
+_FIRST_SEGMENT_KEYS = frozenset(SEGMENT_KEYS["source"].values())  # a bullet that opens a segment
+_NO_CONTEXT = frozenset(HEADINGS["no_context"].values())
 _SEGMENT_LINE = re.compile(r"^- \*(?P<key>[^*]+?):\*[ \t]?(?P<value>.*)$")
 _REPORTED_NA = re.compile(r"^n/a(?:\s*\((?P<status>[^)]*)\))?$", re.IGNORECASE)
 
@@ -418,13 +400,15 @@ def _label_from_text(text: str) -> str | int | float:
 
 
 def _parse_report(text: str, source: str, field_map: FieldMap | None = None) -> list[Triple]:
-    """Each `**Pergunta N**:` heading opens a triple; `---` lines between them are separators.
+    """Each `**Pergunta N**:` (`**Question N**:`) heading opens a triple; `---` lines between them are separators.
 
     Items are cut at the question headings rather than at `---`, because a judge's reasoning or an answer may hold
     a markdown rule of its own; only the `---` that closes an item is dropped.
     """
     lines = text.split("\n")
-    starts = [index for index, line in enumerate(lines) if _QUESTION_HEADING.match(line)]
+    lang = _report_language(lines)
+    question = _QUESTION_HEADING[lang]
+    starts = [index for index, line in enumerate(lines) if question.match(line)]
     triples = []
     for position, start in enumerate(starts, start=1):
         end = starts[position] if position < len(starts) else len(lines)
@@ -433,19 +417,29 @@ def _parse_report(text: str, source: str, field_map: FieldMap | None = None) -> 
             block.pop()
         if len(block) > 1 and block[-1].strip() == "---":
             block.pop()
-        triples.append(_parse_report_item(block, start + 1, position, source))
+        triples.append(_parse_report_item(block, start + 1, position, source, lang))
     return triples
 
 
-def _parse_report_item(block: list[str], first_line: int, position: int, source: str) -> Triple:
-    heading = _QUESTION_HEADING.match(block[0])
-    assert heading is not None  # _parse_report cut the block at this heading
-    sections: dict[str, tuple[int, list[str]]] = {H_QUESTION: (first_line, [heading["rest"]])}
-    current = H_QUESTION
+def _report_language(lines: list[str]) -> ReportLanguage:
+    """The language of the report's first question heading (the seeds' Portuguese when there is none)."""
+    for line in lines:
+        for lang, pattern in _QUESTION_HEADING.items():
+            if pattern.match(line):
+                return lang
+    return DEFAULT_LANGUAGE
+
+
+def _parse_report_item(block: list[str], first_line: int, position: int, source: str, lang: ReportLanguage) -> Triple:
+    first = _QUESTION_HEADING[lang].match(block[0])
+    assert first is not None  # _parse_report cut the block at this heading
+    sections: dict[str, tuple[int, list[str]]] = {"question": (first_line, [first["rest"]])}
+    current = "question"
     for offset, line in enumerate(block[1:], start=1):
-        match = _HEADING.match(line)
-        if match and match["name"] not in sections:
-            current = match["name"]
+        match = _HEADING[lang].match(line)
+        section = _SECTION_OF[lang][match["name"]] if match else None
+        if match and section is not None and section not in sections:
+            current = section
             sections[current] = (first_line + offset, [match["rest"]])
         else:
             sections[current][1].append(line)
@@ -453,29 +447,29 @@ def _parse_report_item(block: list[str], first_line: int, position: int, source:
     def text_of(name: str) -> str | None:
         return "\n".join(sections[name][1]).strip() if name in sections else None
 
-    obj: dict[str, Any] = {"question": text_of(H_QUESTION), "answer": text_of(H_ANSWER) or ""}
-    if heading["number"] is not None:
-        obj["id"] = f"q{int(heading['number'])}"
-        obj["question_number"] = int(heading["number"])
+    obj: dict[str, Any] = {"question": text_of("question"), "answer": text_of("answer") or ""}
+    if first["number"] is not None:
+        obj["id"] = f"q{int(first['number'])}"
+        obj["question_number"] = int(first["number"])
     else:
         obj["id"] = f"item-{position}"
-    if H_SEGMENTS in sections:
-        segments_line, content = sections[H_SEGMENTS]
+    if "segments" in sections:
+        segments_line, content = sections["segments"]
         context = _parse_segments(content, segments_line, source)
         if context is not None:
             obj["context"] = context
-    if H_REFERENCES in sections:
-        obj["references"] = [ref.strip() for ref in sections[H_REFERENCES][1] if ref.strip()]
-    manual = text_of(H_MANUAL)
+    if "references" in sections:
+        obj["references"] = [ref.strip() for ref in sections["references"][1] if ref.strip()]
+    manual = text_of("manual")
     if manual and manual.lower() != NOT_AVAILABLE:
         obj["manual_label"] = _label_from_text(manual)
-    ar = text_of(H_AR)
+    ar = text_of("answer_relevance")
     if ar:
-        _parse_reported_ar(ar, obj, sections[H_AR][0], source)
-    automated = text_of(H_AUTOMATED)
+        _parse_reported_ar(ar, obj, sections["answer_relevance"][0], source)
+    automated = text_of("automated")
     if automated and automated.lower() != NOT_AVAILABLE:
         obj["reported_automated_label"] = automated
-    reasoning = text_of(H_REASONING)
+    reasoning = text_of("reasoning")
     if reasoning is not None:
         obj["reported_reasoning"] = reasoning
     return validate_model(Triple, obj, source, first_line)
@@ -502,10 +496,11 @@ def _parse_segments(content: list[str], first_line: int, source: str) -> str | l
     """Parse the `- *Key:* value` bullets; a line that is no bullet continues the previous value (multi-line text).
 
     A segment starts at `Corpus ID` or when a key repeats, so segments without a corpus id still split correctly.
-    Returns None for "(sem contexto)" or an empty section, and the plain text when there are no bullets at all.
+    Returns None for "(sem contexto)" ("(no context)") or an empty section, and the plain text when there are no
+    bullets at all.
     """
     body = "\n".join(content).strip()
-    if not body or body == NO_CONTEXT:
+    if not body or body in _NO_CONTEXT:
         return None
     if not any(_SEGMENT_LINE.match(line) for line in content):
         return body
@@ -517,7 +512,7 @@ def _parse_segments(content: list[str], first_line: int, source: str) -> str | l
         match = _SEGMENT_LINE.match(line)
         if match:
             key = match["key"].strip()
-            if values and (key == "Corpus ID" or key in values):
+            if values and (key in _FIRST_SEGMENT_KEYS or key in values):
                 segments.append(_segment(values, lines_of, len(segments), source))
                 values, lines_of = {}, {}
             values[key] = [match["value"]]
@@ -536,7 +531,7 @@ def _segment(values: dict[str, list[str]], lines_of: dict[str, int], index: int,
     segment: dict[str, Any] = {}
     for key, parts in values.items():
         value = "\n".join(parts).strip()
-        field = SEGMENT_KEYS.get(key) or re.sub(r"\W+", "_", key.lower()).strip("_")
+        field = _SEGMENT_FIELD.get(key) or re.sub(r"\W+", "_", key.lower()).strip("_")
         if field == "score":
             try:
                 segment[field] = float(value)

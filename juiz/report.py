@@ -1,7 +1,9 @@
-"""Render judgements as the seeds' Portuguese markdown report, so juiz's output reads like the reports people know.
+"""Render judgements as the seeds' markdown report, so juiz's output reads like the reports people know.
 
-The layout matches examples/seeds/*.txt line for line, and `juiz.readers.read_triples` reads it back: a rendered
-report can be re-imported as triples (with the judge's verdict kept as `reported_*` extra fields).
+The layout matches examples/seeds/*.txt line for line; its headings are Portuguese (the seeds' own, exactly) or
+English, from the one table in juiz.report_format, in the batch's or its items' language. `juiz.readers.read_triples`
+reads either back: a rendered report can be re-imported as triples (with the judge's verdict kept as `reported_*`
+extra fields).
 """
 
 from __future__ import annotations
@@ -9,69 +11,71 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from juiz.readers import (
-    H_ANSWER,
-    H_AR,
-    H_AUTOMATED,
-    H_CONTEXT_RELEVANCE,
-    H_G_REASONING,
-    H_GROUNDEDNESS,
-    H_MANUAL,
-    H_QUESTION,
-    H_REASONING,
-    H_REFERENCES,
-    H_SEGMENTS,
-    NO_CONTEXT,
+from juiz.language import detect_language
+from juiz.report_format import (
     NOT_AVAILABLE,
     SEGMENT_KEYS,
-    SEGMENT_RELEVANCE_KEY,
+    ReportLanguage,
+    heading,
+    report_language,
+    segment_key,
 )
 from schemas.judgement import Judgement, JudgementStatus, MetricResult, MetricStatus
 from schemas.triple import Segment
 
-_FIELD_KEYS = {field: key for key, field in SEGMENT_KEYS.items()}
-_SEGMENT_FIELDS = ("source", "score", "url", "start", "end")  # the seeds' order; the transcript comes last
+
+def render_report(judgements: Sequence[Judgement], lang: str = "auto") -> str:
+    """One block per judgement, each closed by `---`, blocks separated by a blank line; in `lang` (en, pt), or with
+    auto in the language the items were graded in (juiz.report_format.report_language)."""
+    language = report_language((judgement_language(j) for j in judgements), lang)
+    return "\n".join(_render_one(j, position, language) for position, j in enumerate(judgements, start=1))
 
 
-def render_report(judgements: Sequence[Judgement]) -> str:
-    """One block per judgement, each closed by `---`, blocks separated by a blank line."""
-    return "\n".join(_render_one(judgement, position) for position, judgement in enumerate(judgements, start=1))
-
-
-def write_report(judgements: Sequence[Judgement], path: str | Path) -> None:
+def write_report(judgements: Sequence[Judgement], path: str | Path, lang: str = "auto") -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(render_report(judgements), encoding="utf-8", newline="\n")
+    path.write_text(render_report(judgements, lang), encoding="utf-8", newline="\n")
 
 
-def _render_one(judgement: Judgement, position: int) -> str:
+def judgement_language(judgement: Judgement) -> str:
+    """The language the item was graded in: its prompt's (provenance.prompt is metric@version.lang), else its
+    question's."""
+    lang = judgement.provenance.prompt.rpartition(".")[2]
+    return lang if lang in ("en", "pt") else detect_language(judgement.question)
+
+
+def _render_one(judgement: Judgement, position: int, lang: ReportLanguage) -> str:
+    def bold(key: str, text: str) -> str:
+        return f"**{heading(key, lang)}**: {text}"
+
     extra = judgement.model_extra or {}
-    lines = [f"**{H_QUESTION} {_question_number(extra.get('question_number'), position)}**: {judgement.question}"]
-    lines += ["", f"**{H_SEGMENTS}**:"]
+    number = _question_number(extra.get("question_number"), position)
+    lines = [f"**{heading('question', lang)} {number}**: {judgement.question}"]
+    lines += ["", f"**{heading('segments', lang)}**:"]
     segments = _segments(judgement.context)
     metrics = judgement.metrics or {}
     relevance = _segment_relevance(metrics.get("context_relevance"))
     for index, segment in enumerate(segments):
-        lines += [*_segment_lines(segment, relevance.get(index)), ""]
+        lines += [*_segment_lines(segment, lang, relevance.get(index)), ""]
     if not segments:
-        lines += [NO_CONTEXT, ""]
-    lines += ["", f"**{H_ANSWER}**: {judgement.answer}", ""]
+        lines += [heading("no_context", lang), ""]
+    lines += ["", bold("answer", judgement.answer), ""]
     references = extra.get("references")
     # The seeds always list references, but juiz never invents them: without any, the heading is left out.
     if isinstance(references, list) and references:
-        lines += [f"**{H_REFERENCES}**:", *(_reference_line(ref) for ref in references), ""]
+        lines += [f"**{heading('references', lang)}**:", *(_reference_line(ref) for ref in references), ""]
     manual = NOT_AVAILABLE if judgement.manual_label is None else str(judgement.manual_label)
-    lines += [f"**{H_MANUAL}**: {manual}", ""]
-    lines += [f"**{H_AR}**: {_answer_relevance(judgement)}", ""]
+    lines += [bold("manual", manual), ""]
+    lines += [bold("answer_relevance", _answer_relevance(judgement)), ""]
     # The context metrics, when graded; the automated label below is then the verdict over them.
     if "groundedness" in metrics:
-        lines += [f"**{H_GROUNDEDNESS}**: {_metric_line(metrics['groundedness'])}", ""]
+        lines += [bold("groundedness", _metric_line(metrics["groundedness"])), ""]
     if "context_relevance" in metrics:
-        lines += [f"**{H_CONTEXT_RELEVANCE}**: {_metric_line(metrics['context_relevance'])}", ""]
-    lines += [f"**{H_AUTOMATED}**: {judgement.automated_label or NOT_AVAILABLE}", ""]
+        lines += [bold("context_relevance", _metric_line(metrics["context_relevance"])), ""]
+    lines += [bold("automated", judgement.automated_label or NOT_AVAILABLE), ""]
     if "groundedness" in metrics and metrics["groundedness"].status is not MetricStatus.SKIPPED:
-        lines += [f"**{H_G_REASONING}**: {_metric_reasoning(metrics['groundedness'])}", ""]
-    lines += [f"**{H_REASONING}**: {_reasoning(judgement)}", "", "", "---"]
+        lines += [bold("groundedness_reasoning", _metric_reasoning(metrics["groundedness"])), ""]
+    lines += [bold("reasoning", _reasoning(judgement)), "", "", "---"]
     return "\n".join(lines) + "\n"
 
 
@@ -123,11 +127,12 @@ def _metric_reasoning(result: MetricResult) -> str:
     return result.raw_output or result.error or NOT_AVAILABLE
 
 
-def _segment_lines(segment: Segment, relevance: str | None = None) -> list[str]:
+def _segment_lines(segment: Segment, lang: ReportLanguage, relevance: str | None = None) -> list[str]:
     extra = segment.model_extra or {}
-    values: dict[str, object] = {field: getattr(segment, field, None) for field in _SEGMENT_FIELDS}
+    # The seeds' order (source, score, url, start, end); the transcript comes last.
+    values: dict[str, object] = {field: getattr(segment, field, None) for field in SEGMENT_KEYS if field != "text"}
     values["url"] = extra.get("url")
-    lines = [f"- *{_FIELD_KEYS[field]}:* {value}" for field, value in values.items() if value is not None]
+    lines = [f"- *{segment_key(field, lang)}:* {value}" for field, value in values.items() if value is not None]
     # Other simple extra fields survive as bullets of their own; the reader turns them back into fields.
     lines += [
         f"- *{name}:* {value}"
@@ -135,8 +140,8 @@ def _segment_lines(segment: Segment, relevance: str | None = None) -> list[str]:
         if name != "url" and isinstance(value, str | int | float) and not isinstance(value, bool)
     ]
     if relevance is not None:
-        lines.append(f"- *{SEGMENT_RELEVANCE_KEY}:* {relevance}")
-    lines.append(f"- *{_FIELD_KEYS['text']}:* {segment.text}")
+        lines.append(f"- *{heading('segment_relevance', lang)}:* {relevance}")
+    lines.append(f"- *{segment_key('text', lang)}:* {segment.text}")
     return lines
 
 

@@ -652,6 +652,7 @@ class Store:
         priority: bool = False,
         idempotency_key: str | None = None,
         fingerprint: str = "",
+        name: str | None = None,
     ) -> tuple[BatchRecord, bool]:
         """Store a batch, its items and its chunk jobs in one transaction. Returns (batch, created).
 
@@ -670,6 +671,7 @@ class Store:
             queue=queue_name,
             counts=BatchCounts(total=len(items)),
             created_at=now,
+            name=name or None,
         )
         if idempotency_key is None:
             with self.redis.pipeline(transaction=True) as pipe:
@@ -725,6 +727,7 @@ class Store:
                 "queue": record.queue,
                 "created_at": repr(record.created_at),
                 **dict.fromkeys(COUNT_FIELDS, 0),
+                **({"name": record.name} if record.name else {}),
             },
         )
         items_key = self.batch_key(record.id, "items")

@@ -16,17 +16,19 @@ from schemas.api import (
     ResultsPage,
     WorkerView,
 )
-from schemas.batch import BatchCounts, BatchOptions, BatchStatus, BatchSubmission
+from schemas.batch import MAX_NAME_CHARS, BatchCounts, BatchName, BatchOptions, BatchStatus, BatchSubmission
 from schemas.calibration import CalibrationSpec
 from schemas.judgement import Judgement, JudgementStatus, Provenance
 from schemas.labels import LabelClass, LabelMapping
 from schemas.triple import Segment, Triple
 
 __all__ = [
+    "MAX_NAME_CHARS",
     "AgreementByMetric",
     "AgreementReport",
     "BatchCounts",
     "BatchLinks",
+    "BatchName",
     "BatchOptions",
     "BatchRename",
     "BatchStatus",

@@ -6,7 +6,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from schemas.batch import BatchCounts, BatchOptions, BatchStatus
+from schemas.batch import BatchCounts, BatchName, BatchOptions, BatchStatus
 from schemas.judgement import Judgement
 from schemas.triple import Triple
 
@@ -95,4 +95,4 @@ class BatchRename(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(max_length=200, description='e.g. "lectures, prompt juiz-2"; "" removes the name')
+    name: BatchName = Field(description='e.g. "lectures, prompt juiz-2"; "" removes the name')

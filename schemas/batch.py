@@ -2,15 +2,35 @@
 
 from __future__ import annotations
 
+import unicodedata
 from enum import StrEnum
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, field_validator, model_validator
 
 from schemas.calibration import CalibrationSpec
 from schemas.judgement import MetricName
 from schemas.labels import LabelMapping
 from schemas.triple import Triple
+
+MAX_NAME_CHARS = 200
+# Characters a name shown on one line of a page or a terminal must not hold: controls (tabs, newlines, escapes),
+# line and paragraph separators, lone surrogates, and the bidirectional overrides that make text read backwards.
+_UNPRINTABLE_CATEGORIES = frozenset({"Cc", "Cs", "Zl", "Zp"})
+_BIDI_CONTROLS = frozenset("\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069")
+
+
+def _printable_name(value: str) -> str:
+    for char in value:
+        if unicodedata.category(char) in _UNPRINTABLE_CATEGORIES or char in _BIDI_CONTROLS:
+            raise ValueError(f"a name holds no control characters (found U+{ord(char):04X})")
+    return value
+
+
+# A batch's name: one line of printable text, surrounding spaces dropped, at most MAX_NAME_CHARS; "" is no name.
+BatchName = Annotated[
+    str, StringConstraints(strip_whitespace=True, max_length=MAX_NAME_CHARS), AfterValidator(_printable_name)
+]
 
 
 def _default_metrics() -> list[MetricName]:
@@ -105,6 +125,11 @@ class BatchSubmission(BaseModel):
 
     items: list[Triple] = Field(min_length=1)
     options: BatchOptions = Field(default_factory=BatchOptions)
+    name: BatchName | None = Field(
+        default=None,
+        description='The batch\'s name, shown on the web page and in its view, e.g. "lectures, prompt juiz-2" (at most '
+        "200 characters, no control characters; PATCH /v1/batches/{id} renames it).",
+    )
     field_map: str | dict[str, str] | None = Field(
         default=None, description="Your field names → juiz's: a preset (ragas, common) or {their_name: juiz_name}."
     )

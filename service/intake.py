@@ -19,7 +19,7 @@ from typing import Any
 
 from litestar import Request
 from litestar.exceptions import HTTPException
-from pydantic import ValidationError, model_validator
+from pydantic import TypeAdapter, ValidationError, model_validator
 
 from juiz.errors import InputError
 from juiz.judge import context_segments, validate_options
@@ -32,7 +32,7 @@ from juiz.readers import (
     validate_triple,  # the readers' one validator: InputError naming the field (as the user wrote it)
 )
 from juiz.settings import Settings
-from schemas import BatchOptions, BatchSubmission, GradeRequest, Triple
+from schemas import BatchName, BatchOptions, BatchSubmission, GradeRequest, Triple
 from service.errors import ITEMS_SOURCE, LimitExceeded, body_error
 
 NDJSON = "application/x-ndjson"
@@ -40,8 +40,10 @@ JSON = "application/json"
 JSONL_TYPES = (NDJSON, "application/jsonl", "application/x-jsonlines")
 # A route handler's `opt` key: it reads a JSONL upload itself (its typed `data` is None then).
 READS_JSONL = "reads_jsonl"
-# The JSONL upload's query parameters: every option (juiz.options derives them from BatchOptions) and field_map.
-QUERY_PARAMETERS = (*OPTIONS, "field_map")
+# The JSONL upload's query parameters: every option (juiz.options derives them from BatchOptions), field_map and the
+# batch's name (both fields of schemas.BatchSubmission beside its items and options).
+QUERY_PARAMETERS = (*OPTIONS, "field_map", "name")
+_NAME = TypeAdapter(BatchName)
 LENGTH_SETTINGS = {
     "question": "max_question_chars",
     "answer": "max_answer_chars",
@@ -55,6 +57,7 @@ class Submission:
     items: list[Triple]
     options: BatchOptions
     fingerprint: str  # what "the same request body" means for Idempotency-Key
+    name: str | None = None
 
 
 class JsonRequest(Request[Any, Any, Any]):
@@ -152,11 +155,8 @@ def read_jsonl_submission(
     if len(lines) > max_items:
         raise LimitExceeded("max_items", max_items, len(lines))
     options = read_options(options_from_text({k: v for k, v in query.items() if k in OPTIONS}, source="query"))
-    field_map_text = query.get("field_map")
-    field_map = read_field_map(
-        field_map_text if isinstance(field_map_text, str) or field_map_text is None else field_map_text[-1],
-        source="query",
-    )
+    field_map = read_field_map(_last(query.get("field_map")), source="query")
+    batch_name = read_name(_last(query.get("name")), source="query")
     try:
         items = parse_triples_jsonl(text, "body", field_map)
     except RecursionError:
@@ -169,7 +169,8 @@ def read_jsonl_submission(
         _check_lengths(item, settings, source="body", line=line)
     _check_labels(items, options, source="body", lines=lines)
     _check_conversations(items, options, settings)
-    return Submission(items=items, options=options, fingerprint=_fingerprint(content_type, body, options))
+    fingerprint = _fingerprint(content_type, body, options, batch_name)
+    return Submission(items=items, options=options, fingerprint=fingerprint, name=batch_name)
 
 
 def accept_submission(
@@ -185,9 +186,9 @@ def accept_submission(
         _check_item(item, settings, ITEMS_SOURCE, index)
     _check_labels(data.items, data.options, source=ITEMS_SOURCE, lines=None)
     _check_conversations(data.items, data.options, settings)
-    return Submission(
-        items=data.items, options=data.options, fingerprint=_fingerprint(content_type, body, data.options)
-    )
+    name = data.name or None  # a blank name is no name
+    fingerprint = _fingerprint(content_type, body, data.options, name)
+    return Submission(items=data.items, options=data.options, fingerprint=fingerprint, name=name)
 
 
 def accept_grade_request(data: GradeRequest, settings: Settings) -> tuple[Triple, BatchOptions]:
@@ -208,9 +209,24 @@ def _refuse_unknown_query(query: Mapping[str, object], *, jsonl: bool) -> None:
             raise InputError(f"unknown query parameter ({where})", source="query", field=name)
 
 
-def _fingerprint(content_type: str, body: bytes, options: BatchOptions) -> str:
-    canonical_options = options.model_dump_json()
-    return hashlib.sha256(content_type.encode() + b"\0" + body + b"\0" + canonical_options.encode()).hexdigest()
+def _fingerprint(content_type: str, body: bytes, options: BatchOptions, name: str | None) -> str:
+    canonical = options.model_dump_json() + "\0" + (name or "")  # the same key with another name is another body
+    return hashlib.sha256(content_type.encode() + b"\0" + body + b"\0" + canonical.encode()).hexdigest()
+
+
+def read_name(raw: object, *, source: str) -> str | None:
+    """The batch's `name` (schemas.BatchName): None when absent or blank; InputError naming `name` otherwise."""
+    if raw is None:
+        return None
+    try:
+        return _NAME.validate_python(raw) or None
+    except ValidationError as exc:
+        raise InputError.from_validation(exc, source=source, prefix="name") from None
+
+
+def _last(value: str | list[str] | None) -> str | None:
+    """A query parameter's value; the last one when it was given several times."""
+    return value if isinstance(value, str) or value is None else value[-1]
 
 
 def read_field_map(raw: object, source: str = "body") -> FieldMap | None:

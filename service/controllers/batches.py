@@ -27,6 +27,7 @@ from juiz.report import render_report
 from juiz.store import TERMINAL, BatchRecord, Store, batch_from_hash
 from juiz.uncertainty import uncertain_first
 from schemas import (
+    MAX_NAME_CHARS,
     AgreementByMetric,
     AgreementReport,
     BatchRename,
@@ -85,7 +86,7 @@ class SubmissionOperation(Operation):
     def __post_init__(self) -> None:
         if isinstance(self.request_body, RequestBody):
             self.request_body.description = (
-                "JSON `{items, options}`, or JSONL (one triple per line) with options in the query string."
+                "JSON `{items, options, name}`, or JSONL (one triple per line) with options and name in the query."
             )
             self.request_body.required = True  # `data` is None only for the JSONL upload, which is a body too
             content = self.request_body.content
@@ -127,6 +128,15 @@ def _query_parameters() -> list[OpenAPIParameter]:
             required=False,
             schema=Schema(type=OpenAPIType.STRING),
             description="JSONL upload: your field names → juiz's, a preset (ragas, common) or a JSON object",
+        )
+    )
+    parameters.append(
+        OpenAPIParameter(
+            name="name",
+            param_in=ParamType.QUERY,
+            required=False,
+            schema=Schema(type=OpenAPIType.STRING, max_length=MAX_NAME_CHARS),
+            description="JSONL upload: the batch's name (at most 200 characters, no control characters)",
         )
     )
     return parameters
@@ -250,6 +260,7 @@ class BatchController(Controller):
                 submission.items,
                 idempotency_key=idempotency_key,
                 fingerprint=submission.fingerprint,
+                name=submission.name,
             )
         )
         view = batch_view(record)
@@ -396,9 +407,11 @@ class BatchController(Controller):
         summary="Markdown report",
     )
     def get_report(self, store: NamedDependency[Store], tenant: NamedDependency[str], batch_id: BatchId) -> str:
-        """The seeds' markdown report of the items graded so far, in input order."""
-        owned_batch(store, tenant, batch_id)
-        return render_report(store.results_in_input_order(batch_id))
+        """The seeds' markdown report of the items graded so far, in input order: in the batch's language
+        (options.lang), or with auto in the language most items were graded in (Portuguese, the seeds' own, or
+        English)."""
+        record = owned_batch(store, tenant, batch_id)
+        return render_report(store.results_in_input_order(batch_id), record.options.lang)
 
     @delete(
         "/{batch_id:str}",

@@ -31,14 +31,14 @@ from juiz.options import OPTIONS, options_from_text
 from juiz.readers import JSONL_SUFFIXES, REPORT_SUFFIXES, read_triples
 from juiz.report import render_report
 from juiz.store import BatchRecord, Store
-from schemas import AgreementReport, Judgement
+from schemas import MAX_NAME_CHARS, AgreementReport, Judgement
 from schemas.judgement import METRICS
 from schemas.labels import LabelMapping
 from schemas.triple import Label
 from service.auth import tenant_for
 from service.controllers.batches import owned_batch
 from service.errors import LimitExceeded
-from service.intake import read_submission
+from service.intake import read_name, read_submission
 from service.ui import charts, session
 from service.ui.labels import saved_calibration, set_manual_label
 from service.ui.render import fragment, html
@@ -107,6 +107,11 @@ def pace(record: BatchRecord, cached: int = 0) -> float | None:
     if end is not None and end - record.started_at < MIN_PACE_S:
         return None
     return view.judgements_per_s
+
+
+def upload_name(filename: str) -> str:
+    """A batch's default name: its file's name without the folder or the suffix (what the form's script fills in)."""
+    return Path(filename.replace("\\", "/")).stem[:MAX_NAME_CHARS].strip()
 
 
 def batch_base(batch_id: str) -> str:
@@ -210,8 +215,10 @@ class UIController(Controller):
                 "prompt": "",
                 "label_mapping": "",
                 "calibration": True,
+                "name": "",
             },
             max_items=store.settings.max_items,
+            max_name=MAX_NAME_CHARS,
             saved_calibration=saved_calibration(store, current.tenant),
             calibration_saved=request.query_params.get("calibration") == "saved",
         )
@@ -231,6 +238,7 @@ class UIController(Controller):
             "label_mapping": str(form.get("label_mapping") or "").strip(),
             "calibration": form.get("use_saved_calibration") == "1",  # not an option field: OPTIONS reads JSON there
         }
+        values["name"] = name = str(form.get("name") or "")
         # Every option the form sends, read as the JSONL upload's query is (both derived from BatchOptions).
         options = {
             name: [str(v) for v in form.getall(name, []) if str(v).strip()] for name in OPTIONS if form.getall(name, [])
@@ -243,7 +251,7 @@ class UIController(Controller):
                 raise InputError("choose a file to upload", field="file")
             content = await upload.read()
             record = await anyio.to_thread.run_sync(
-                self._create, store, current.tenant, upload.filename, content, options, calibrate
+                self._create, store, current.tenant, upload.filename, content, options, calibrate, name
             )
         except (InputError, PromptError, LimitExceeded) as exc:
             # Post/redirect/get: the error page is a GET, so reloading it doesn't send the upload again.
@@ -253,8 +261,15 @@ class UIController(Controller):
 
     @staticmethod
     def _create(
-        store: Store, tenant: str, filename: str, content: bytes, form: dict[str, list[str]], calibrate: bool = False
+        store: Store,
+        tenant: str,
+        filename: str,
+        content: bytes,
+        form: dict[str, list[str]],
+        calibrate: bool = False,
+        name: str = "",
     ) -> BatchRecord:
+        """The batch, named as the form says; a blank name (no script filled it in) is the file's name."""
         suffix = Path(filename).suffix.lower()
         if suffix not in UPLOAD_SUFFIXES:
             raise InputError(f"unknown file type '{suffix or '(none)'}'; expected one of {', '.join(UPLOAD_SUFFIXES)}")
@@ -272,10 +287,11 @@ class UIController(Controller):
                 raise InputError("no saved calibration: fit one from a label queue's end", field="options.calibration")
             options["calibration"] = spec.model_dump(mode="json")
         # The API's own intake: the same limits, lengths, depth and option checks as POST /v1/batches.
-        body = json.dumps({"items": [t.model_dump(mode="json") for t in triples], "options": options}).encode()
+        items = [t.model_dump(mode="json") for t in triples]
+        name = name.strip() or upload_name(filename)
+        body = json.dumps({"items": items, "options": options, "name": name}).encode()
         submission = read_submission(body, "application/json", {}, store.settings)
-        record, _ = store.create_batch(tenant, submission.options, submission.items)
-        store.set_batch_name(record.id, Path(filename).stem[:200])  # named after its file, until renamed
+        record, _ = store.create_batch(tenant, submission.options, submission.items, name=submission.name)
         return record
 
     @get("/batches/{batch_id:str}/progress", sync_to_thread=True)
@@ -302,7 +318,7 @@ class UIController(Controller):
     ) -> Response[Any]:
         current, form = posted.session, posted.form
         record = await anyio.to_thread.run_sync(owned_batch, store, current.tenant, batch_id)
-        name = str(form.get("name") or "").strip()[:200]
+        name = read_name(str(form.get("name") or ""), source="form") or ""  # the API's rules: a 422 page naming name
         await anyio.to_thread.run_sync(store.set_batch_name, record.id, name)
         return Redirect(batch_base(batch_id), status_code=303)
 
@@ -498,9 +514,9 @@ class UIController(Controller):
     def export_report(
         self, request: Request[Any, Any, Any], store: NamedDependency[Store], batch_id: FromPath[str]
     ) -> Response[str]:
-        _signed_in_batch(store, request, batch_id)
+        record = _signed_in_batch(store, request, batch_id)
         return Response(
-            render_report(store.results_in_input_order(batch_id)),
+            render_report(store.results_in_input_order(batch_id), record.options.lang),
             media_type="text/markdown; charset=utf-8",
             headers={"Content-Disposition": f'attachment; filename="juiz-{batch_id}-report.md"'},
         )

@@ -123,10 +123,16 @@ def test_sign_in_upload_watch_label_and_xss(
     upload = tmp_path / "lecture-batch.jsonl"
     upload.write_text("\n".join(json.dumps(i, ensure_ascii=False) for i in batch_items()) + "\n", encoding="utf-8")
     driver.find_element(By.ID, "file").send_keys(str(upload))
+    # The batch's name: the file's name by default (the page's script fills it in), editable before submitting.
+    name = driver.find_element(By.ID, "name")
+    assert name.get_attribute("value") == "lecture-batch"
+    name.clear()
+    name.send_keys("lectures, two metrics")
     driver.find_element(By.CSS_SELECTOR, "input[name=metrics][value=context_relevance]").click()
     driver.find_element(By.XPATH, "//button[normalize-space()='Submit batch']").click()
     wait.until(ec.url_matches(r"/ui/batches/[0-9a-f]{32}$"))
     batch_url = driver.current_url
+    assert driver.find_element(By.CSS_SELECTOR, '[data-testid="batch-name"]').text == "lectures, two metrics"
 
     # Live progress: the page's script follows the batch and reloads it once done.
     wait.until(ec.text_to_be_present_in_element((By.CSS_SELECTOR, ".summary [data-field=status]"), "done"))

@@ -37,7 +37,7 @@ async def test_async_client_round_trip(redis: Redis, redis_url: str, run_worker:
         assert sorted(r.id for r in results) == ["t0", "t1", "t2"]
         assert [r.id async for r in juiz.stream_results(batch.id)] == [r.id for r in results]
         assert (await juiz.agreement(batch.id, resamples=10)).n == 3
-        assert "**Pergunta" in await juiz.report(batch.id)
+        assert "**Question" in await juiz.report(batch.id)  # lang en: English headings
         # /ready answers loopback clients or the metrics key (not a tenant's key); the test client is not loopback.
         assert (await AsyncJuizClient(api_key=METRICS_KEY, http=http).ready()).redis is not None
         assert (await juiz.rename(batch.id, "first run")).name == "first run"

@@ -146,7 +146,7 @@ def test_python_client_round_trip(make_client: MakeClient, redis_url: str, setti
     assert sorted(r.id for r in results) == ["t0", "t1", "t2"]
     assert [r.id for r in juiz.stream_results(batch.id)] == [r.id for r in results]
     assert juiz.agreement(batch.id, resamples=10).n == 3
-    assert "**Pergunta" in juiz.report(batch.id)
+    assert "**Question" in juiz.report(batch.id)  # lang en: English headings
 
     with pytest.raises(ApiError) as error:
         JuizClient(api_key="wrong", http=http).batch(batch.id)

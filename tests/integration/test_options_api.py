@@ -67,7 +67,7 @@ def test_every_option_is_a_query_parameter(client: TestClient[Litestar]) -> None
     assert options["temperature"] == 0.5 and options["label_mapping"]["signal"] == "expected_score"
     spec = client.get("/schema/openapi.json").json()
     documented = {p["name"] for p in spec["paths"]["/v1/batches"]["post"]["parameters"] if p["in"] == "query"}
-    assert documented == {*OPTIONS, "field_map"}
+    assert documented == {*OPTIONS, "field_map", "name"}
 
 
 def test_the_upload_form_reads_every_option(make_client: MakeClient, redis_url: str) -> None:

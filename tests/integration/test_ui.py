@@ -155,7 +155,7 @@ def test_upload_browse_label_and_export(make_client: MakeClient, keyed: Settings
     assert csv_text.splitlines()[0].startswith("index,id,status,score")
     assert len(csv_text.splitlines()) == 13
     report = client.get(f"{batch_url}/report.md")
-    assert report.status_code == 200 and "**Pergunta" in report.text
+    assert report.status_code == 200 and "**Question 1**" in report.text  # English items: English headings
 
 
 def test_patch_a_manual_label(make_client: MakeClient, keyed: Settings, run_worker: Any, redis: Redis) -> None:

@@ -106,9 +106,9 @@ def test_report_shows_the_verdict_each_metric_and_segment_relevance(tmp_path: Pa
     text = render_report(graded)
     assert "**Groundedness (G)**: 0.00" in text
     assert "**Context Relevance (CR)**: 1.00 (max of 2 segments)" in text
-    assert "**Anotação automatizada**: I" in text  # the verdict: relevant but not grounded
-    assert "**Raciocínio (G CoT)**: Criteria: c Supporting Evidence: Unsupported: x Score: 0" in text
-    first, second = text.split("- *Corpus ID:* geo.mp4")[1].split("- *Transcrição:*")[:2]
+    assert "**Automated label**: I" in text  # the verdict: relevant but not grounded
+    assert "**Reasoning (G CoT)**: Criteria: c Supporting Evidence: Unsupported: x Score: 0" in text
+    first, second = text.split("- *Corpus ID:* geo.mp4")[1].split("- *Transcript:*")[:2]
     assert "- *Context Relevance:* 1.00" in first and "- *Context Relevance:* 0.00" in second
     # the report still reads back as the same triples
     path = tmp_path / "report.txt"

@@ -77,8 +77,10 @@ def test_agreement_and_report_from_a_results_file(tmp_path: Path, capsys: pytest
     assert report["n"] == 4 and report["accuracy"]["value"] == pytest.approx(0.75)
     md = tmp_path / "report.md"
     assert main(["report", str(results), "-o", str(md)]) == 0
-    text = md.read_text(encoding="utf-8")
-    assert "**Answer Relevance (AR)**: 1.00" in text and "**Anotação manual**: C" in text
+    text = md.read_text(encoding="utf-8")  # graded with English prompts: English headings
+    assert "**Answer Relevance (AR)**: 1.00" in text and "**Manual label**: C" in text
+    assert main(["report", str(results), "-o", str(md), "--lang", "pt"]) == 0
+    assert "**Anotação manual**: C" in md.read_text(encoding="utf-8")  # the seeds' Portuguese, asked for
 
 
 def test_agreement_with_a_custom_label_mapping(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -175,6 +175,20 @@
     });
   }
 
+  // The upload's name field follows the chosen file (its name without the suffix) until someone types their own
+  // (a name sent back with a refused upload's form is theirs too: kept).
+  function nameFromFile(field) {
+    const file = document.getElementById(field.getAttribute("data-name-from"));
+    let filled = "";
+    file.addEventListener("change", () => {
+      if (file.files.length === 0 || field.value !== filled) {
+        return;
+      }
+      filled = file.files[0].name.replace(/\.[^.]*$/, "").slice(0, field.maxLength > 0 ? field.maxLength : 200);
+      field.value = filled;
+    });
+  }
+
   // A page restored from the back/forward cache is the document as it was (a label since saved shows its old
   // value, despite no-store): fetch it afresh.
   window.addEventListener("pageshow", (event) => {
@@ -188,5 +202,6 @@
     document.querySelectorAll("[data-agreement-url]").forEach(awaitAgreement);
     document.querySelectorAll("form[data-confirm]").forEach(confirmFirst);
     document.querySelectorAll("[data-queue-keys]").forEach(queueKeys);
+    document.querySelectorAll("input[data-name-from]").forEach(nameFromFile);
   });
 })();
