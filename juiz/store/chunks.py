@@ -8,7 +8,9 @@ meanwhile runs, finds its chunk owned and stops. RQ's keys are never written by 
 finish (transient fault, dead engine, killed worker) gives the chunks it took back (`release`): back in `pending`,
 with a fresh RQ job each; its own chunk stays its own while RQ's retry waits out its backoff.
 
-These scripts name keys they build themselves (batch hashes): fine on one Redis, not on Redis Cluster.
+`claim` names keys it reads from other keys (the candidate batches' hashes and owners): one atomic decision across
+slots, fine on one Redis, not on Redis Cluster (see the package docstring). `release` and `finish` are single-slot
+steps, each safe to repeat.
 """
 
 from __future__ import annotations
@@ -18,15 +20,15 @@ from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from redis import Redis
-from rq.job import Job
 
 from juiz.settings import Settings
 from juiz.store.keys import (
-    PREFIX,
+    LUA_KEYS,
     batch_key,
     grading_key,
     last_batch_key,
     owned_key,
+    pending_batches_key,
     pending_key,
     pending_tenants_key,
     queue_events_key,
@@ -34,36 +36,40 @@ from juiz.store.keys import (
 )
 from juiz.store.queues import ChunkJobs
 
-_TERMINAL_LUA = """
+_LUA = (
+    LUA_KEYS
+    + """
 local function terminal(status) return status == 'done' or status == 'failed' or status == 'cancelled' end
 local function split(member)
   local id, no = string.match(member, '^(.*):(%d+)$')
   return id, no
 end
 """
+)
 
 # A job claims its own chunk and, to fill its engine call, other pending chunks whose RQ jobs are still queued.
-# KEYS: pending zset, RQ queue list, RQ workers-of-this-queue set, this job's owned set, pending-tenants zset.
+# KEYS: pending zset, RQ workers-of-this-queue set, this job's owned set, pending-tenants zset.
 # ARGV: own member ('' when only coalescing), job id, budget in items (-1: the fair share), coalesce_max_items,
-#       chunk_size, how many pending chunks to look at, worker key, busy-marker TTL, owned-set TTL, key prefix,
-#       RQ job key prefix, items the job holds already (for the fair share when gathering more), queue name.
+#       chunk_size, how many pending chunks to look at, worker key, busy-marker TTL, owned-set TTL, items the job
+#       holds already (for the fair share when gathering more), queue name.
 # Returns {0} when the own chunk is not this job's to grade, else {1, share, {claimed member, ...}, {their RQ jobs}}.
-# RQ's keys are never touched here: the jobs of claimed chunks are taken off their queue by Store.claim (RQ's API).
+# RQ's keys are never written here: the jobs of claimed chunks are taken off their queue by Chunks.claim (RQ's API).
+# NOT single-slot: it decides, atomically, across the queue's keys, the candidate batches' hashes and owners, RQ's
+# worker registry and the workers' busy markers (see the package docstring for what a cluster would need).
 _CLAIM = (
-    _TERMINAL_LUA
+    _LUA
     + """
-local P, job_id = ARGV[10], ARGV[2]
-local function bkey(id, part) return P .. ':batch:' .. id .. (part and (':' .. part) or '') end
+local job_id = ARGV[2]
 local function size(total, cs, no) return math.min(cs, total - tonumber(no) * cs) end
 local own_items = 0
 if ARGV[1] ~= '' then
   local id, no = split(ARGV[1])
   -- pending → nobody holds it; already ours → a re-run of this very job (its worker died before giving it back)
-  if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 and redis.call('HGET', bkey(id, 'owner'), no) ~= job_id then
+  if redis.call('ZREM', KEYS[1], ARGV[1]) == 0 and redis.call('HGET', batch_key(id, 'owner'), no) ~= job_id then
     return {0}
   end
-  redis.call('HSET', bkey(id, 'owner'), no, job_id)
-  local b = redis.call('HMGET', bkey(id), 'total', 'chunk_size')
+  redis.call('HSET', batch_key(id, 'owner'), no, job_id)
+  local b = redis.call('HMGET', batch_key(id), 'total', 'chunk_size')
   if b[1] then own_items = size(tonumber(b[1]), tonumber(b[2]), no) end
 end
 local budget = tonumber(ARGV[3])
@@ -71,12 +77,12 @@ local share = budget
 if budget < 0 then
   -- fair share: what is waiting, split between the workers not grading right now (this one included)
   local free = 1
-  for _, w in ipairs(redis.call('SMEMBERS', KEYS[3])) do
-    if w ~= ARGV[7] and redis.call('EXISTS', w) == 1 and redis.call('EXISTS', P .. ':grading:' .. w) == 0 then
+  for _, w in ipairs(redis.call('SMEMBERS', KEYS[2])) do
+    if w ~= ARGV[7] and redis.call('EXISTS', w) == 1 and redis.call('EXISTS', grading_key(w)) == 0 then
       free = free + 1
     end
   end
-  local have = own_items + tonumber(ARGV[12])
+  local have = own_items + tonumber(ARGV[10])
   local waiting = have + redis.call('ZCARD', KEYS[1]) * tonumber(ARGV[5])
   share = math.min(tonumber(ARGV[4]), math.ceil(waiting / free))
   budget = share - have
@@ -91,7 +97,7 @@ if budget > 0 then
   local function batch_of(id)
     local b = batches[id]
     if b == nil then
-      local h = redis.call('HMGET', bkey(id), 'status', 'total', 'chunk_size', 'tenant', 'created_at')
+      local h = redis.call('HMGET', batch_key(id), 'status', 'total', 'chunk_size', 'tenant', 'created_at')
       if not h[1] or terminal(h[1]) then b = false
       else b = {total = tonumber(h[2]), cs = tonumber(h[3]), tenant = h[4], created = tonumber(h[5])} end
       batches[id] = b
@@ -105,9 +111,8 @@ if budget > 0 then
     if list == nil then list = {}; tenants[b.tenant] = list; order[#order + 1] = b.tenant end
     list[#list + 1] = {m, id, no, size(b.total, b.cs, no)}
   end
-  local tb_prefix = P .. ':pending-batches:' .. ARGV[13] .. ':'
-  for _, tenant in ipairs(redis.call('ZRANGE', KEYS[5], 0, -1)) do
-    local tb = tb_prefix .. tenant
+  for _, tenant in ipairs(redis.call('ZRANGE', KEYS[4], 0, -1)) do
+    local tb = pending_batches_key(ARGV[11], tenant)
     for _, id in ipairs(redis.call('ZRANGE', tb, 0, 3)) do
       local b = batch_of(id)
       local found = false
@@ -123,7 +128,7 @@ if budget > 0 then
       end
       if not found then redis.call('ZREM', tb, id) end
     end
-    if redis.call('EXISTS', tb) == 0 then redis.call('ZREM', KEYS[5], tenant) end
+    if redis.call('EXISTS', tb) == 0 then redis.call('ZREM', KEYS[4], tenant) end
   end
   for _, m in ipairs(redis.call('ZRANGE', KEYS[1], 0, scan - 1)) do
     local id, no = split(m)
@@ -141,13 +146,13 @@ if budget > 0 then
         if c[4] <= budget then
           -- Pending: no job has claimed it (a job claims its own chunk in this same script), so it is ours now.
           -- Its own RQ job, if it runs anyway, finds the chunk owned and stops; Store.claim takes it off the queue.
-          local job = redis.call('HGET', bkey(c[2], 'chunkjobs'), c[3])
+          local job = redis.call('HGET', batch_key(c[2], 'chunkjobs'), c[3])
           redis.call('ZREM', KEYS[1], c[1])
-          redis.call('HSET', bkey(c[2], 'owner'), c[3], job_id)
-          redis.call('SADD', KEYS[4], c[1])
+          redis.call('HSET', batch_key(c[2], 'owner'), c[3], job_id)
+          redis.call('SADD', KEYS[3], c[1])
           if job then
-            redis.call('HDEL', bkey(c[2], 'chunkjobs'), c[3])
-            redis.call('SREM', bkey(c[2], 'jobs'), job)
+            redis.call('HDEL', batch_key(c[2], 'chunkjobs'), c[3])
+            redis.call('SREM', batch_key(c[2], 'jobs'), job)
             superseded[#superseded + 1] = job
           end
           budget = budget - c[4]
@@ -164,58 +169,47 @@ if budget > 0 then
   -- tenants served now go to the back of the round-robin: the next call starts with those that waited longest
   local t = redis.call('TIME')
   local now = tonumber(t[1]) + tonumber(t[2]) * 1e-6
-  for _, tenant in ipairs(served) do redis.call('ZADD', KEYS[5], 'XX', now, tenant) end
+  for _, tenant in ipairs(served) do redis.call('ZADD', KEYS[4], 'XX', now, tenant) end
 end
-redis.call('SET', P .. ':grading:' .. ARGV[7], job_id, 'EX', ARGV[8])
-if #claimed > 0 then redis.call('EXPIRE', KEYS[4], ARGV[9]) end
+redis.call('SET', grading_key(ARGV[7]), job_id, 'EX', ARGV[8])
+if #claimed > 0 then redis.call('EXPIRE', KEYS[3], ARGV[9]) end
 return {1, share, claimed, superseded}
 """
 )
 
-# Give chunks back: those this job still owns go back to `pending` (at their old place) unless their batch is over.
-# KEYS: pending zset, this job's owned set. ARGV: job id, key prefix, members. Returns the members given back.
-_RELEASE = (
-    _TERMINAL_LUA
+# Drop a job's ownership of chunks of ONE batch (theirs, or nobody's), the first step of giving them back.
+# KEYS: batch, owner. ARGV: job id, chunk nos. Returns {created_at, tenant, {chunk nos}} with the chunks to put back
+# in `pending`, or {} when the batch is over (or gone): its chunks are dropped, not given back.
+_DISOWN = (
+    _LUA
     + """
-local P, job_id = ARGV[2], ARGV[1]
-local released = {}
-for i = 3, #ARGV do
-  local m = ARGV[i]
-  local id, no = split(m)
-  local owner_key = P .. ':batch:' .. id .. ':owner'
-  local owner = redis.call('HGET', owner_key, no)
-  if owner == job_id or not owner then
-    redis.call('HDEL', owner_key, no)
-    local b = redis.call('HMGET', P .. ':batch:' .. id, 'status', 'created_at', 'tenant', 'queue')
-    if b[1] and not terminal(b[1]) then
-      redis.call('ZADD', KEYS[1], tonumber(b[2]) + tonumber(no) * 1e-6, m)
-      -- the fairness index claim reads (see _CLAIM)
-      redis.call('ZADD', P .. ':pending-batches:' .. b[4] .. ':' .. b[3], 'NX', b[2], id)
-      redis.call('ZADD', P .. ':pending-tenants:' .. b[4], 'NX', b[2], b[3])
-      released[#released + 1] = m
-    end
+local back = {}
+for i = 2, #ARGV do
+  local owner = redis.call('HGET', KEYS[2], ARGV[i])
+  if owner == ARGV[1] or not owner then
+    redis.call('HDEL', KEYS[2], ARGV[i])
+    back[#back + 1] = ARGV[i]
   end
-  redis.call('SREM', KEYS[2], m)
 end
-return released
+local b = redis.call('HMGET', KEYS[1], 'status', 'created_at', 'tenant')
+if not b[1] or terminal(b[1]) then return {} end
+return {b[2], b[3], back}
 """
 )
 
-# A job is done with its chunks: drop its ownership, its owned set and its busy marker.
-# KEYS: owned set, busy marker. ARGV: job id, key prefix, members.
-_FINISH = (
-    _TERMINAL_LUA
-    + """
-for i = 3, #ARGV do
-  local id, no = split(ARGV[i])
-  local owner_key = ARGV[2] .. ':batch:' .. id .. ':owner'
-  if redis.call('HGET', owner_key, no) == ARGV[1] then redis.call('HDEL', owner_key, no) end
+# Drop a job's ownership of chunks of ONE batch, those it still owns only. KEYS: owner. ARGV: job id, chunk nos.
+_DISOWN_MINE = """
+for i = 2, #ARGV do
+  if redis.call('HGET', KEYS[1], ARGV[i]) == ARGV[1] then redis.call('HDEL', KEYS[1], ARGV[i]) end
 end
-redis.call('DEL', KEYS[1])
-if redis.call('GET', KEYS[2]) == ARGV[1] then redis.call('DEL', KEYS[2]) end
 return 1
 """
-)
+
+# Drop a worker's busy marker if it still names this job. KEYS: busy marker. ARGV: job id.
+_UNMARK = """
+if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]) end
+return 1
+"""
 
 
 class ChunkRef(NamedTuple):
@@ -246,8 +240,9 @@ class Chunks:
         self.settings = settings
         self.jobs = jobs
         self._claim = redis.register_script(_CLAIM)
-        self._release = redis.register_script(_RELEASE)
-        self._finish = redis.register_script(_FINISH)
+        self._disown = redis.register_script(_DISOWN)
+        self._disown_mine = redis.register_script(_DISOWN_MINE)
+        self._unmark = redis.register_script(_UNMARK)
 
     def claim(
         self,
@@ -271,7 +266,6 @@ class Chunks:
         reply = self._claim(
             keys=[
                 pending_key(queue),
-                self.jobs.rq_queue(queue).key,
                 f"rq:workers:{queue}",
                 owned_key(job_id),
                 pending_tenants_key(queue),
@@ -286,8 +280,6 @@ class Chunks:
                 worker_key,
                 settings.heartbeat_ttl_s,
                 settings.job_timeout_s + 3600,
-                PREFIX,
-                Job.redis_job_namespace_prefix,
                 have,
                 queue,
             ],
@@ -323,13 +315,30 @@ class Chunks:
         """Give chunks back: to `pending` and, with `requeue`, each with a fresh RQ job. Returns those given back.
 
         `requeue=False` is for a job's own chunk when RQ itself will run that job again (a retry).
+
+        In steps, one slot each, every step safe to repeat: drop the job's ownership (per batch), put the chunks
+        back in `pending` and the fairness index (the queue's keys, one transaction), forget them in the job's owned
+        set. A crash between steps leaves a chunk owned by nobody and not pending: the job's re-run (its owned set
+        still names the chunk) or the sweeper gives it back.
         """
         if not chunks:
             return []
-        released = self._release(
-            keys=[pending_key(queue), owned_key(job_id)], args=[job_id, PREFIX, *(c.member for c in chunks)]
-        )
-        back = [ChunkRef.parse(text(m)) for m in released]
+        back: list[ChunkRef] = []
+        with self.redis.pipeline(transaction=True) as pipe:
+            for batch_id, nos in _by_batch(chunks).items():
+                keys = [batch_key(batch_id), batch_key(batch_id, "owner")]
+                reply = self._disown(keys=keys, args=[job_id, *nos])
+                if not reply:
+                    continue  # the batch is over: nothing to give back
+                created, tenant = float(text(reply[0])), text(reply[1])
+                mine = [ChunkRef(batch_id, int(n)) for n in reply[2]]
+                if mine:
+                    pipe.zadd(pending_key(queue), {c.member: created + c.chunk_no * 1e-6 for c in mine})
+                    pipe.zadd(pending_batches_key(queue, tenant), {batch_id: created}, nx=True)  # claim's fairness
+                    pipe.zadd(pending_tenants_key(queue), {tenant: created}, nx=True)
+                    back += mine
+            pipe.execute()
+        self.redis.srem(owned_key(job_id), *(c.member for c in chunks))
         if back and requeue:
             with self.redis.pipeline(transaction=True) as pipe:
                 self.jobs.enqueue(queue, back, pipe)
@@ -338,11 +347,12 @@ class Chunks:
         return back
 
     def finish(self, job_id: str, worker_key: str, chunks: Sequence[ChunkRef]) -> None:
-        """The job is done with its chunks (stored, or nothing left to do)."""
-        self._finish(
-            keys=[owned_key(job_id), grading_key(worker_key)],
-            args=[job_id, PREFIX, *(c.member for c in chunks)],
-        )
+        """The job is done with its chunks (stored, or nothing left to do): drop its ownership of those it still
+        owns, its owned set and its busy marker (each step one slot, safe to repeat)."""
+        for batch_id, nos in _by_batch(chunks).items():
+            self._disown_mine(keys=[batch_key(batch_id, "owner")], args=[job_id, *nos])
+        self.redis.delete(owned_key(job_id))
+        self._unmark(keys=[grading_key(worker_key)], args=[job_id])
 
     def still_grading(self, worker_key: str, ttl_s: int) -> None:
         """Heartbeat of a busy worker: keep it out of the idle count that fair shares are computed from."""
@@ -366,3 +376,11 @@ class Chunks:
 
     def pending_count(self, queue: str) -> int:
         return int(self.redis.zcard(pending_key(queue)))
+
+
+def _by_batch(chunks: Iterable[ChunkRef]) -> dict[str, list[int]]:
+    """Chunk numbers grouped by batch, in the order met: one single-slot step per batch."""
+    grouped: dict[str, list[int]] = {}
+    for chunk in chunks:
+        grouped.setdefault(chunk.batch_id, []).append(chunk.chunk_no)
+    return grouped
