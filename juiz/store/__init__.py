@@ -201,6 +201,9 @@ class Store:
     def results_in_input_order(self, batch_id: str) -> list[Judgement]:
         return self.results.in_input_order(batch_id)
 
+    def results_uncertain_first(self, batch_id: str, offset: int, limit: int) -> list[Judgement]:
+        return self.results.uncertain_first(batch_id, offset, limit)
+
     def result_entries(self, batch_id: str, offset: int, limit: int) -> list[tuple[int, int, str]]:
         return self.results.entries(batch_id, offset, limit)
 

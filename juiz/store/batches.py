@@ -37,11 +37,12 @@ TERMINAL = frozenset({BatchStatus.DONE, BatchStatus.FAILED, BatchStatus.CANCELLE
 COUNT_FIELDS = ("done", "ok", "parse_error", "failed")
 
 # Once a batch is over, its keys expire after the retention period (ARGV: now, retention_s; 0 keeps them).
-# KEYS (every batch script takes `script_keys`): batch, stored, results, items, jobs, chunkjobs, owner, events.
+# KEYS (every batch script takes `script_keys`): batch, stored, results, items, jobs, chunkjobs, owner, uncertain,
+# events.
 RETAIN_LUA = """
 local function retain(now, ttl)
   if tonumber(ttl) > 0 then
-    for i = 1, 7 do redis.call('EXPIRE', KEYS[i], ttl) end
+    for i = 1, 8 do redis.call('EXPIRE', KEYS[i], ttl) end
   end
 end
 """
@@ -62,8 +63,8 @@ local status = redis.call('HGET', KEYS[1], 'status')
 if status == 'queued' or status == 'running' then
   redis.call('HSET', KEYS[1], 'status', 'cancelled', 'cancelled_at', ARGV[1], 'finished_at', ARGV[1])
   retain(ARGV[1], ARGV[2])
-  redis.call('XADD', KEYS[8], 'MAXLEN', '~', 64, '*', 'cancelled', 1)
-  redis.call('EXPIRE', KEYS[8], 86400)
+  redis.call('XADD', KEYS[9], 'MAXLEN', '~', 64, '*', 'cancelled', 1)
+  redis.call('EXPIRE', KEYS[9], 86400)
   return 1
 end
 return 0
@@ -73,7 +74,7 @@ return 0
 
 def script_keys(batch_id: str) -> list[str]:
     """The keys the batch scripts take, in their order (see RETAIN_LUA)."""
-    parts = ("stored", "results", "items", "jobs", "chunkjobs", "owner", "events")
+    parts = ("stored", "results", "items", "jobs", "chunkjobs", "owner", "uncertain", "events")
     return [batch_key(batch_id), *(batch_key(batch_id, part) for part in parts)]
 
 

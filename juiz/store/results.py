@@ -1,7 +1,11 @@
-"""Results: stored exactly once per item, read back by cursor (completion order), by position, or in input order.
+"""Results: stored exactly once per item, read back by cursor (completion order), by position, in input order, or
+most uncertain first.
 
 Results are stored by one Lua script that checks the stored-marker, appends, counts and closes the batch in one
-step, so a worker that re-runs a chunk (after a crash, or a Redis outage) can never store an item twice.
+step, so a worker that re-runs a chunk (after a crash, or a Redis outage) can never store an item twice. The same
+step indexes each result in `batch:{id}:uncertain`, a sorted set scored by `juiz.uncertainty.uncertainty_rank`
+whose members are "item index:position in the results list" (the index zero-padded, so ties keep input order):
+a page of the most-uncertain-first order is one ZRANGE and one LINDEX per result, never the whole batch.
 """
 
 from __future__ import annotations
@@ -16,9 +20,10 @@ from juiz.settings import Settings
 from juiz.store.batches import RETAIN_LUA, BatchRecord, script_keys
 from juiz.store.keys import batch_key, text
 from juiz.store.metrics import Metrics
+from juiz.uncertainty import uncertainty_rank
 from schemas import Judgement
 
-# KEYS: the batch's `script_keys`. ARGV: now, retention_s, then (index, status, entry) triples.
+# KEYS: the batch's `script_keys`. ARGV: now, retention_s, then (index, status, entry, uncertainty rank) 4-tuples.
 # Returns the indices newly stored; -1 when the batch was cancelled, -2 when there is no such batch.
 _STORE_RESULTS = (
     RETAIN_LUA
@@ -27,17 +32,18 @@ local status = redis.call('HGET', KEYS[1], 'status')
 if not status then return -2 end
 if status == 'cancelled' then return -1 end
 local stored = {}
-for i = 3, #ARGV, 3 do
+for i = 3, #ARGV, 4 do
   if redis.call('HSETNX', KEYS[2], ARGV[i], 1) == 1 then
-    redis.call('RPUSH', KEYS[3], ARGV[i + 2])
+    local position = redis.call('RPUSH', KEYS[3], ARGV[i + 2]) - 1
+    redis.call('ZADD', KEYS[8], ARGV[i + 3], string.format('%010d:%d', tonumber(ARGV[i]), position))
     redis.call('HINCRBY', KEYS[1], ARGV[i + 1], 1)
     stored[#stored + 1] = ARGV[i]
   end
 end
 if #stored == 0 then return stored end
 -- progress event: /v1/grade and NDJSON followers block on this stream instead of polling
-redis.call('XADD', KEYS[8], 'MAXLEN', '~', 64, '*', 'stored', #stored)
-redis.call('EXPIRE', KEYS[8], 86400)
+redis.call('XADD', KEYS[9], 'MAXLEN', '~', 64, '*', 'stored', #stored)
+redis.call('EXPIRE', KEYS[9], 86400)
 local done = redis.call('HINCRBY', KEYS[1], 'done', #stored)
 redis.call('HSET', KEYS[1], 'updated_at', ARGV[1])
 if status == 'queued' then
@@ -69,7 +75,8 @@ class Results:
         now = time.time()
         args: list[str | int] = [repr(now), self.settings.retention_s]
         for index, judgement in results:
-            args += [str(index), judgement.status.value, f"{index}\n{judgement.model_dump_json()}"]
+            entry = f"{index}\n{judgement.model_dump_json()}"
+            args += [str(index), judgement.status.value, entry, repr(uncertainty_rank(judgement))]
         outcome = self._store(keys=script_keys(batch.id), args=args)
         if not isinstance(outcome, list):
             return []
@@ -122,3 +129,12 @@ class Results:
             None if entry is None else Judgement.model_validate_json(text(entry).partition("\n")[2])
             for entry in entries
         ]
+
+    def uncertain_first(self, batch_id: str, offset: int, limit: int) -> list[Judgement]:
+        """A page of the results stored so far, most uncertain first (`juiz.uncertainty.uncertain_first`'s order),
+        read from the index: `limit` results in memory, whatever the batch's size."""
+        if limit <= 0:
+            return []
+        members = self.redis.zrange(batch_key(batch_id, "uncertain"), offset, offset + limit - 1)
+        found = self.at(batch_id, [int(text(m).partition(":")[2]) for m in members])
+        return [j for j in found if j is not None]
