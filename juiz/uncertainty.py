@@ -115,13 +115,15 @@ def annotate(judgement: Judgement, options: BatchOptions) -> Judgement:
 
 def uncertain_first(judgements: Sequence[Judgement]) -> list[Judgement]:
     """Most uncertain first (flagged before unflagged, then by score); results without a grade last; stable."""
+    return sorted(judgements, key=uncertainty_rank)
 
-    def key(j: Judgement) -> tuple[int, float]:
-        if j.uncertainty is None:
-            return (2, 0.0)
-        return (0 if j.uncertain else 1, -j.uncertainty.score)
 
-    return sorted(judgements, key=key)
+def uncertainty_rank(judgement: Judgement) -> float:
+    """Where a result goes in the most-uncertain-first order, lowest first: flagged results in [0, 1), unflagged in
+    [2, 3), results without a grade at 4 (the store keeps this as the score of the batch's sorted-set index)."""
+    if judgement.uncertainty is None:
+        return 4.0
+    return (0.0 if judgement.uncertain else 2.0) + (1.0 - judgement.uncertainty.score)
 
 
 def format_uncertain(judgements: Sequence[Judgement], mapping: LabelMapping, limit: int = 20) -> str:

@@ -25,7 +25,6 @@ from juiz.errors import InputError
 from juiz.options import OPTIONS
 from juiz.report import render_report
 from juiz.store import TERMINAL, BatchRecord, Store, batch_from_hash
-from juiz.uncertainty import uncertain_first
 from schemas import (
     MAX_NAME_CHARS,
     AgreementByMetric,
@@ -64,18 +63,18 @@ BatchId = Annotated[
 
 
 async def _uncertain_page(state: State, tenant: str, batch_id: str, offset: int, limit: int) -> Response[ResultsPage]:
-    """A page of the results stored so far, most uncertain first (juiz.uncertainty.uncertain_first); while the batch
-    runs, new results can reorder the pages (next_cursor is null once the batch is over and read)."""
+    """A page of the results stored so far, most uncertain first (juiz.uncertainty.uncertain_first), read from the
+    batch's index, never the whole batch; while the batch runs, new results can reorder the pages (next_cursor is
+    null once the batch is over and read)."""
     store: Store = state.store
 
-    def ranked() -> tuple[list[Judgement], bool]:
+    def ranked() -> tuple[list[Judgement], bool, int]:
         record = owned_batch(store, tenant, batch_id)
-        return uncertain_first(store.results_in_input_order(batch_id)), record.terminal
+        return store.results_uncertain_first(batch_id, offset, limit), record.terminal, store.result_count(batch_id)
 
-    judgements, terminal = await anyio.to_thread.run_sync(ranked)
-    page = judgements[offset : offset + limit]
+    page, terminal, count = await anyio.to_thread.run_sync(ranked)
     end = offset + len(page)
-    next_cursor = str(end) if (end < len(judgements) or not terminal) else None
+    next_cursor = str(end) if (end < count or not terminal) else None
     return Response(ResultsPage(items=page, next_cursor=next_cursor), media_type=JSON)
 
 

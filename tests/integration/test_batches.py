@@ -48,7 +48,7 @@ def test_a_batch_is_graded_and_reported(
     assert batch["started_at"] and batch["finished_at"]
     assert batch["judgements_per_s"] > 0 and batch["eta_s"] == 0
     for part in ("", ":items", ":results", ":stored"):  # kept for the retention period, then gone
-        assert 0 < redis.ttl(f"juiz:batch:{created['id']}{part}") <= settings.retention_s
+        assert 0 < redis.ttl(f"juiz:batch:{{{created['id']}}}{part}") <= settings.retention_s
 
     page = client.get(created["links"]["results"], params={"limit": 100}).json()
     assert page["next_cursor"] is None

@@ -238,7 +238,7 @@ def test_transient_faults_past_the_retries_fail_the_items_with_the_reason(
     assert {r["status"] for r in results} == {"failed"}
     assert all("TransientEngineError: connection refused" in r["error"] for r in results)
     assert all(r["provenance"]["model"] == "fake-engine" for r in results)
-    assert redis.zcard(f"juiz:pending:{settings.queue}") == 0
+    assert redis.zcard(f"juiz:pending:{{{settings.queue}}}") == 0
 
 
 def test_a_permanent_fault_fails_the_items_without_retrying(

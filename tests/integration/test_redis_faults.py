@@ -17,6 +17,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 
 from juiz.settings import Settings
 from juiz.store import IdempotencyConflict, Store
+from juiz.store.batches import Batches
 from schemas import BatchOptions, Triple
 from service.app import create_app
 from tests.integration.conftest import REDIS_SERVER
@@ -117,18 +118,18 @@ def test_a_crash_before_the_batch_is_written_leaves_no_idempotency_key(
 ) -> None:
     store = Store(redis, settings)
     items = as_triples(triples(3))
-    write = Store._write_batch
+    write = Batches._write
 
-    def crash(self: Store, record: Any, items: Any, pipe: Any) -> None:
+    def crash(self: Batches, record: Any, items: Any, pipe: Any) -> None:
         write(self, record, items, pipe)  # everything queued in the transaction ...
         raise SystemExit("the API process dies before EXEC")  # ... and never executed
 
-    monkeypatch.setattr(Store, "_write_batch", crash)
+    monkeypatch.setattr(Batches, "_write", crash)
     with pytest.raises(SystemExit):
         store.create_batch("t", BatchOptions(), items, idempotency_key="key-1", fingerprint="f1")
     assert juiz_keys(redis) == [] and queued_jobs(redis, settings) == 0  # no key, no batch, no job
 
-    monkeypatch.setattr(Store, "_write_batch", write)
+    monkeypatch.setattr(Batches, "_write", write)
     first, created = store.create_batch("t", BatchOptions(), items, idempotency_key="key-1", fingerprint="f1")
     assert created  # the client's retry creates the batch
     again, created_again = store.create_batch("t", BatchOptions(), items, idempotency_key="key-1", fingerprint="f1")

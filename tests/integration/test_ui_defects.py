@@ -210,7 +210,7 @@ def test_the_item_page_shows_a_check_based_metrics_checks(
 ) -> None:
     batch_id = submit(client, "", triples(1))
     run_worker(settings)
-    key = f"juiz:batch:{batch_id}:results"
+    key = f"juiz:batch:{{{batch_id}}}:results"
     index, _, raw = redis.lindex(key, 0).decode().partition("\n")
     result = json.loads(raw)
     metric = result["metrics"]["answer_relevance"]

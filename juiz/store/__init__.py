@@ -1,0 +1,249 @@
+"""The Redis data layer the API and the workers share, one module per noun, each with its keys and scripts:
+
+    keys      the key layout (every key named in one place) and `text`, which reads replies
+    batches   the batch record, creation (items, chunk jobs, idempotency keys), status, cancel, the tenant's list
+    items     the triples as submitted: a chunk's items still to grade, one item, a search by id
+    chunks    `pending`, each chunk's one owner, claim (coalescing, fair shares), release, finish
+    queues    RQ's side: one job per chunk, taken off its queue when claimed by another job or cancelled
+    results   stored exactly once per item; read by cursor, by position, in input order
+    labels    manual labels set in place, and the batch's labels_version
+    cache     the result cache
+    metrics   counters and histograms for /metrics
+
+`Store` is the facade the API and the workers hold: it builds the nouns on one connection, and keeps the names its
+callers used before the split (`store.create_batch(...)` is `store.batches.create(...)`). New code may call either.
+
+Redis Cluster. Every key of a batch carries the batch's hash tag and every key of a queue's scheduling the queue's
+(`keys`), so each script over one batch or one queue stays in one slot: storing results, cancelling, marking a batch
+running, setting a label, and the steps of giving chunks back (`release`) and of finishing a job (`finish`), which
+are split into single-slot steps, each safe to repeat. `tests/integration/test_key_slots.py` checks the keys of every
+script call against a real Redis. What is NOT cluster-safe yet:
+
+  - `claim` (CROSS_SLOT_SCRIPTS): the scheduler decides in one atomic step across the queue's `pending` and fairness
+    index, the candidate batches' hashes and chunk owners, RQ's worker registry and the workers' busy markers. Made
+    single-slot, it would keep in the queue's slot what it reads (chunk owners, each batch's size and tenant, busy
+    markers) and be given RQ's registry as an argument.
+  - the MULTI transactions that create a batch and requeue chunks: they write the batch's, the queue's and RQ's keys
+    together so that a crash leaves all or none.
+  - RQ itself, whose own pipelines span several slots (rq/rq#1942): a cluster needs another queue beneath juiz.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from redis import Redis
+from rq import Queue
+
+from juiz.errors import IdempotencyConflict
+from juiz.settings import Settings
+from juiz.store import keys
+from juiz.store.batches import COUNT_FIELDS, TERMINAL, Batches, BatchRecord, batch_from_hash
+from juiz.store.cache import ResultCache
+from juiz.store.chunks import ChunkRef, Chunks, Claim
+from juiz.store.items import Items
+from juiz.store.keys import PREFIX, text
+from juiz.store.labels import Labels
+from juiz.store.metrics import ENGINE_CALL_BUCKETS, ITEM_BUCKETS, RATE_WINDOW_S, Metrics
+from juiz.store.queues import ChunkJobs, JuizQueue
+from juiz.store.results import Results
+from schemas import BatchOptions, Judgement, Triple
+from schemas.triple import Label
+
+# The scripts whose calls name keys of more than one slot, and why: see above.
+CROSS_SLOT_SCRIPTS = frozenset({"claim"})
+
+__all__ = [
+    "COUNT_FIELDS",
+    "CROSS_SLOT_SCRIPTS",
+    "ENGINE_CALL_BUCKETS",
+    "ITEM_BUCKETS",
+    "PREFIX",
+    "RATE_WINDOW_S",
+    "TERMINAL",
+    "BatchRecord",
+    "ChunkRef",
+    "Claim",
+    "IdempotencyConflict",
+    "JuizQueue",
+    "Store",
+    "batch_from_hash",
+    "text",
+]
+
+
+class Store:
+    """Everything juiz keeps in Redis. Thread-safe as far as the Redis client is (redis-py's is)."""
+
+    # the key layout, for callers that read a key themselves (the API's async reads, the sweeper)
+    batch_key = staticmethod(keys.batch_key)
+    pending_key = staticmethod(keys.pending_key)
+    active_key = staticmethod(keys.active_key)
+    tenant_batches_key = staticmethod(keys.tenant_batches_key)
+
+    def __init__(self, redis: Redis, settings: Settings) -> None:
+        self.redis = redis
+        self.settings = settings
+        self.metrics = Metrics(redis)
+        self.jobs = ChunkJobs(redis, settings)
+        self.chunks = Chunks(redis, settings, self.jobs)
+        self.batches = Batches(redis, settings, self.chunks, self.jobs, self.metrics)
+        self.items = Items(redis)
+        self.results = Results(redis, settings, self.metrics)
+        self.labels = Labels(redis)
+        self.cache = ResultCache(redis, settings.result_cache_ttl_s)
+
+    def rq_queue(self, name: str) -> Queue:
+        return self.jobs.rq_queue(name)
+
+    # --- batches ----------------------------------------------------------------------------------------------
+
+    def create_batch(
+        self,
+        tenant: str,
+        options: BatchOptions,
+        items: Sequence[Triple],
+        *,
+        priority: bool = False,
+        idempotency_key: str | None = None,
+        fingerprint: str = "",
+        name: str | None = None,
+    ) -> tuple[BatchRecord, bool]:
+        return self.batches.create(
+            tenant,
+            options,
+            items,
+            priority=priority,
+            idempotency_key=idempotency_key,
+            fingerprint=fingerprint,
+            name=name,
+        )
+
+    def get_batch(self, batch_id: str) -> BatchRecord | None:
+        return self.batches.get(batch_id)
+
+    def mark_running(self, batch_id: str) -> None:
+        self.batches.mark_running(batch_id)
+
+    def cancel_batch(self, batch: BatchRecord) -> BatchRecord:
+        return self.batches.cancel(batch)
+
+    def cancelled_batches(self, batch_ids: Iterable[str]) -> set[str]:
+        return self.batches.cancelled(batch_ids)
+
+    def list_batches(self, tenant: str, offset: int, limit: int) -> tuple[list[BatchRecord], int]:
+        return self.batches.page(tenant, offset, limit)
+
+    def set_batch_name(self, batch_id: str, name: str) -> None:
+        self.batches.set_name(batch_id, name)
+
+    # --- items and chunks -------------------------------------------------------------------------------------
+
+    def chunk_items(self, batch: BatchRecord, chunk_no: int) -> list[tuple[int, Triple]]:
+        return self.items.of_chunk(batch, chunk_no)
+
+    def item_at(self, batch_id: str, index: int) -> Triple | None:
+        return self.items.at(batch_id, index)
+
+    def find_item_index(self, batch_id: str, item_id: str) -> int | None:
+        return self.items.find(batch_id, item_id)
+
+    def claim(
+        self,
+        queue: str,
+        job_id: str,
+        worker_key: str,
+        *,
+        own: ChunkRef | None,
+        budget: int | None = None,
+        have: int = 0,
+    ) -> Claim | None:
+        return self.chunks.claim(queue, job_id, worker_key, own=own, budget=budget, have=have)
+
+    def release(self, queue: str, job_id: str, chunks: Sequence[ChunkRef], *, requeue: bool = True) -> list[ChunkRef]:
+        return self.chunks.release(queue, job_id, chunks, requeue=requeue)
+
+    def finish(self, job_id: str, worker_key: str, chunks: Sequence[ChunkRef]) -> None:
+        self.chunks.finish(job_id, worker_key, chunks)
+
+    def owned(self, job_id: str) -> list[ChunkRef]:
+        return self.chunks.owned(job_id)
+
+    def still_grading(self, worker_key: str, ttl_s: int) -> None:
+        self.chunks.still_grading(worker_key, ttl_s)
+
+    def drop_pending(self, queue: str, chunks: Iterable[ChunkRef]) -> None:
+        self.chunks.drop_pending(queue, chunks)
+
+    def count_abandoned(self, chunks: Sequence[ChunkRef]) -> list[int]:
+        return self.chunks.count_abandoned(chunks)
+
+    def chunk_events_cursor(self, queue: str) -> str:
+        return self.chunks.chunk_events_cursor(queue)
+
+    def wait_for_chunks(self, queue: str, cursor: str, timeout_s: float) -> str:
+        return self.chunks.wait_for_chunks(queue, cursor, timeout_s)
+
+    def last_batch_at(self, queue: str) -> float:
+        return self.chunks.last_batch_at(queue)
+
+    def pending_chunk_count(self, queue: str) -> int:
+        return self.chunks.pending_count(queue)
+
+    # --- results and labels -----------------------------------------------------------------------------------
+
+    def store_results(self, batch: BatchRecord, results: Sequence[tuple[int, Judgement]]) -> list[int]:
+        return self.results.store(batch, results)
+
+    def result_count(self, batch_id: str) -> int:
+        return self.results.count(batch_id)
+
+    def read_results_raw(self, batch_id: str, offset: int, limit: int) -> list[str]:
+        return self.results.read_raw(batch_id, offset, limit)
+
+    def read_results(self, batch_id: str, offset: int, limit: int) -> list[Judgement]:
+        return self.results.read(batch_id, offset, limit)
+
+    def results_in_input_order(self, batch_id: str) -> list[Judgement]:
+        return self.results.in_input_order(batch_id)
+
+    def results_uncertain_first(self, batch_id: str, offset: int, limit: int) -> list[Judgement]:
+        return self.results.uncertain_first(batch_id, offset, limit)
+
+    def result_entries(self, batch_id: str, offset: int, limit: int) -> list[tuple[int, int, str]]:
+        return self.results.entries(batch_id, offset, limit)
+
+    def results_at(self, batch_id: str, positions: Sequence[int]) -> list[Judgement | None]:
+        return self.results.at(batch_id, positions)
+
+    def labels_version(self, batch_id: str) -> int:
+        return self.labels.version(batch_id)
+
+    def set_manual_label(
+        self, batch_id: str, position: int, label: Label | None, by: str, at: float
+    ) -> tuple[Judgement, int]:
+        return self.labels.set(batch_id, position, label, by, at)
+
+    # --- cache and metrics ------------------------------------------------------------------------------------
+
+    def cache_get(self, digests: Sequence[str]) -> list[dict[str, Any] | None]:
+        return self.cache.get(digests)
+
+    def cache_put(self, entries: dict[str, dict[str, Any]]) -> None:
+        self.cache.put(entries)
+
+    def record_engine_call(self, seconds: float, items: int) -> None:
+        self.metrics.record_engine_call(seconds, items)
+
+    def record_cache_hits(self, hits: int) -> None:
+        self.metrics.record_cache_hits(hits)
+
+    def counters(self) -> dict[str, int]:
+        return self.metrics.counters()
+
+    def histogram(self, name: str, buckets: Sequence[float]) -> tuple[list[tuple[str, int]], float, int]:
+        return self.metrics.histogram(name, buckets)
+
+    def judgements_per_second(self) -> float:
+        return self.metrics.judgements_per_second()

@@ -1,0 +1,52 @@
+"""Issue 17 item 4: `order=uncertain` pages are served from the batch's sorted-set index, written when results are
+stored, never from the whole batch in memory; the pages match the full sort (juiz.uncertainty.uncertain_first)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from litestar import Litestar
+from litestar.testing import TestClient
+from redis import Redis
+
+from juiz.settings import Settings
+from juiz.store import Store
+from juiz.store.results import Results
+from juiz.uncertainty import uncertain_first
+from tests.integration.helpers import triples
+
+LABELS = ("I", "P", "P", "C")
+
+
+def test_uncertain_pages_come_from_the_index_in_the_full_sorts_order(
+    client: TestClient[Litestar], settings: Settings, run_worker: Any, redis: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    items = triples(22, label=None)
+    for i, item in enumerate(items):
+        item["manual_label"] = LABELS[i % 4]
+    # CoT pinned: its digit distribution gives the FAKE engine's results uncertainties that differ (and tie)
+    response = client.post("/v1/batches", json={"items": items, "options": {"prompt": "answer_relevance@juiz-1"}})
+    assert response.status_code == 202, response.text
+    batch = response.json()
+    run_worker(settings)
+    store = Store(redis, settings)
+    expected = [(j.id, j.score, j.uncertain) for j in uncertain_first(store.results_in_input_order(batch["id"]))]
+
+    def whole_batch(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("order=uncertain read every result of the batch")
+
+    monkeypatch.setattr(Results, "in_input_order", whole_batch)
+    served: list[tuple[Any, ...]] = []
+    cursor: str | None = None
+    while True:
+        params = {"order": "uncertain", "limit": "5", **({"cursor": cursor} if cursor else {})}
+        page = client.get(batch["links"]["results"], params=params).json()
+        served += [(r["id"], r["score"], r["uncertain"]) for r in page["items"]]
+        cursor = page["next_cursor"]
+        if cursor is None:
+            break
+    assert served == expected and len(served) == 22
+    assert {flag for _, _, flag in served} == {True, False}  # both groups, so the order was tested
+    index = store.batch_key(batch["id"], "uncertain")
+    assert redis.zcard(index) == 22 and 0 < redis.ttl(index) <= settings.retention_s  # retained with the batch
