@@ -126,6 +126,13 @@ def build_parser(extra: Sequence[Command] = ()) -> argparse.ArgumentParser:
     pull.add_argument("names", nargs="*", help="default: all development models")
     models_sub.add_parser("list", help="list development models and where they are")
 
+    admin = sub.add_parser("admin", help="the service's Redis (JUIZ_REDIS_URL)")
+    admin_sub = admin.add_subparsers(dest="admin_command", required=True)
+    gc = admin_sub.add_parser(
+        "gc", help="report, then remove, what gone batches left behind (index entries, keys) and give TTLs to ends"
+    )
+    gc.add_argument("--dry-run", action="store_true", help="only report")
+
     for command in extra or ():
         command.add(sub)
     return parser
@@ -146,6 +153,7 @@ def main(argv: Sequence[str] | None = None, extra: Sequence[Command] = ()) -> in
         "calibrate": _calibrate,
         "report": _report,
         "models": _models,
+        "admin": _admin,
         **{command.name: command.run for command in extra},
     }
     try:
@@ -549,6 +557,18 @@ def _models(args: argparse.Namespace) -> int:
         return 0
     for path in models.pull(args.names or None):
         print(f"ready: {path}")
+    return 0
+
+
+def _admin(args: argparse.Namespace) -> int:
+    from redis import Redis
+
+    from juiz.settings import Settings
+    from juiz.store.orphans import collect
+
+    settings = Settings.from_env(None)
+    findings = collect(Redis.from_url(settings.redis_url), settings, remove=not args.dry_run)
+    print("\n".join(findings.lines()))
     return 0
 
 

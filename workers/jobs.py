@@ -282,6 +282,11 @@ def _grade_and_store(b: Binding, work: list[_Work], job: Any) -> dict[str, int]:
             _cache_key_or_none(triple, w.batch.options, judge.engine.model_id, _cache_scope(settings, w.batch))
             for w, _, triple in flat
         ]
+        digests: dict[str, list[str]] = {}
+        for (w, _, _), key in zip(flat, keys, strict=True):
+            if key is not None:
+                digests.setdefault(w.batch.id, []).append(key)
+        _retrying(settings, lambda: store.cache.remember(digests))  # so a purge of the batch erases them
         cached = _retrying(settings, lambda: store.cache_get([k for k in keys if k is not None]))
         hits = iter(cached)
         for (w, index, triple), key in zip(flat, keys, strict=True):

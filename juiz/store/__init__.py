@@ -9,6 +9,7 @@
     labels    manual labels set in place, and the batch's labels_version
     cache     the result cache
     metrics   counters and histograms for /metrics
+    orphans   what `juiz admin gc` finds: keys and index entries whose batch is gone, batches over without a TTL
 
 `Store` is the facade the API and the workers hold: it builds the nouns on one connection, and keeps the names its
 callers used before the split (`store.create_batch(...)` is `store.batches.create(...)`). New code may call either.
@@ -88,11 +89,11 @@ class Store:
         self.metrics = Metrics(redis)
         self.jobs = ChunkJobs(redis, settings)
         self.chunks = Chunks(redis, settings, self.jobs)
-        self.batches = Batches(redis, settings, self.chunks, self.jobs, self.metrics)
+        self.cache = ResultCache(redis, settings.result_cache_ttl_s)
+        self.batches = Batches(redis, settings, self.chunks, self.jobs, self.metrics, self.cache)
         self.items = Items(redis)
         self.results = Results(redis, settings, self.metrics)
         self.labels = Labels(redis)
-        self.cache = ResultCache(redis, settings.result_cache_ttl_s)
 
     def rq_queue(self, name: str) -> Queue:
         return self.jobs.rq_queue(name)
@@ -137,6 +138,9 @@ class Store:
 
     def set_batch_name(self, batch_id: str, name: str) -> None:
         self.batches.set_name(batch_id, name)
+
+    def purge_batch(self, batch: BatchRecord) -> int:
+        return self.batches.purge(batch)
 
     # --- items and chunks -------------------------------------------------------------------------------------
 

@@ -17,6 +17,7 @@ from redis.exceptions import WatchError
 
 from juiz.errors import IdempotencyConflict
 from juiz.settings import Settings
+from juiz.store.cache import ResultCache
 from juiz.store.chunks import ChunkRef, Chunks
 from juiz.store.keys import (
     active_key,
@@ -143,12 +144,15 @@ def batch_from_hash(raw: Mapping[Any, Any]) -> BatchRecord | None:
 
 
 class Batches:
-    def __init__(self, redis: Redis, settings: Settings, chunks: Chunks, jobs: ChunkJobs, metrics: Metrics) -> None:
+    def __init__(
+        self, redis: Redis, settings: Settings, chunks: Chunks, jobs: ChunkJobs, metrics: Metrics, cache: ResultCache
+    ) -> None:
         self.redis = redis
         self.settings = settings
         self.chunks = chunks
         self.jobs = jobs
         self.metrics = metrics
+        self.cache = cache
         self._mark_running = redis.register_script(_MARK_RUNNING)
         self._cancel = redis.register_script(_CANCEL)
 
@@ -249,6 +253,12 @@ class Batches:
         pipe.zadd(tenant_batches_key(record.tenant), {record.id: record.created_at})  # the web page's list
         pipe.zadd(active_key(), {record.id: record.created_at})  # the sweeper drops it once it is over
         pipe.xadd(queue_events_key(record.queue), {"batch": record.id}, maxlen=1000, approximate=True)
+        if self.settings.retention_s:
+            # Indexes outlive their newest batch by twice the retention (a batch is kept that long after it ends);
+            # entries of batches gone before are pruned as they are read, and by `juiz admin gc`.
+            # Scheduling keys (a queue's pending and fairness indexes) get none: a pending chunk never loses its place.
+            for key in (tenant_batches_key(record.tenant), active_key()):
+                pipe.expire(key, 2 * self.settings.retention_s)
         self.jobs.enqueue(record.queue, [ChunkRef(record.id, n) for n in range(record.n_chunks)], pipe)
 
     def get(self, batch_id: str) -> BatchRecord | None:
@@ -290,3 +300,20 @@ class Batches:
             self.redis.hset(batch_key(batch_id), "name", name)
         else:
             self.redis.hdel(batch_key(batch_id), "name")
+
+    def purge(self, batch: BatchRecord) -> int:
+        """Erase a batch: cancel it if it runs, then delete every key of it (results, items, cached reports), its
+        place in the indexes, and the cache entries its items read or wrote. Returns how many keys were deleted."""
+        if not batch.terminal:
+            self.cancel(batch)
+        self.cache.forget(batch.id)
+        # every key of the batch carries its hash tag; a glob reaches those named by others (service.agreement's)
+        doomed = list(self.redis.scan_iter(match=batch_key(batch.id) + "*", count=1000))
+        with self.redis.pipeline(transaction=False) as pipe:
+            for key in doomed:
+                pipe.delete(key)
+            pipe.zrem(tenant_batches_key(batch.tenant), batch.id)
+            pipe.zrem(active_key(), batch.id)
+            pipe.zrem(pending_batches_key(batch.queue, batch.tenant), batch.id)
+            pipe.execute()
+        return len(doomed)

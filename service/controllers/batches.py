@@ -420,10 +420,23 @@ class BatchController(Controller):
         responses=responses(401, 404, 422, 429, 503),
         summary="Cancel",
     )
-    def cancel_batch(self, store: NamedDependency[Store], tenant: NamedDependency[str], batch_id: BatchId) -> BatchView:
+    def cancel_batch(
+        self,
+        store: NamedDependency[Store],
+        tenant: NamedDependency[str],
+        batch_id: BatchId,
+        purge: Annotated[
+            bool, QueryParameter(description="erase the batch: its items, results, reports and cache entries")
+        ] = False,
+    ) -> BatchView:
         """Cancel: queued chunks are dropped and no further result is stored; results already stored stay readable.
-        A finished batch is left as it is."""
+        A finished batch is left as it is. With `purge=true` the batch is erased (cancelled first if it runs): the
+        view returned is its last, and the batch's URLs answer 404 from then on."""
         record = owned_batch(store, tenant, batch_id)
+        if purge:
+            last = store.cancel_batch(record) if not record.terminal else record
+            store.purge_batch(last)
+            return batch_view(last)
         return batch_view(store.cancel_batch(record))
 
     @patch(
