@@ -60,10 +60,21 @@ def test_fast_mode_gives_a_digit_and_an_expected_score(tiny_engine: JudgeEngine,
 
 
 def test_grading_is_deterministic_at_temperature_zero(tiny_engine: JudgeEngine) -> None:
+    """A CoT grade's text is the same reply twice. A check-based grade (the default) writes each check's P(yes),
+    read from the logits: on CPU their last digits move with whether the item's prefix came from the cache (computed
+    in another batch) or not, so its checks are compared within a tolerance and its score exactly."""
     triple = Triple(id="d", question="What is the boiling point of water?", answer="100 °C at sea level.")
-    first = Judge(tiny_engine).grade([triple])[0]
-    second = Judge(tiny_engine).grade([triple])[0]
+    cot = BatchOptions(prompt="answer_relevance@juiz-1")
+    first, second = (Judge(tiny_engine).grade([triple], cot)[0] for _ in range(2))
     assert first.raw_output == second.raw_output and first.score == second.score
+    first, second = (Judge(tiny_engine).grade([triple])[0] for _ in range(2))
+    assert first.score == second.score
+    checks = [(m.checks or []) for m in (first.metrics["answer_relevance"], second.metrics["answer_relevance"])]  # type: ignore[index]
+    assert [c.name for c in checks[0]] == [c.name for c in checks[1]]
+    for a, b in zip(*checks, strict=True):
+        # (a check may go unread, low mass: the tiny model often begins "The"; near the floor either way)
+        if a.p_yes is not None and b.p_yes is not None:
+            assert abs(a.p_yes - b.p_yes) < 0.1, (a.name, a.p_yes, b.p_yes)
 
 
 def test_yes_no_probabilities_are_read_by_token_id(tiny_engine: JudgeEngine) -> None:
