@@ -16,15 +16,10 @@ from litestar.datastructures import State
 from litestar.di import Provide
 from litestar.exceptions import HTTPException
 from redis import Redis
-from redis.asyncio import Redis as AsyncRedis
-from redis.asyncio.retry import Retry as AsyncRetry
-from redis.backoff import ExponentialWithJitterBackoff
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
-from redis.retry import Retry
 
 from juiz.settings import Settings
 from juiz.store import Store
+from juiz.store.connection import async_redis_client, redis_client
 from service.auth import provide_tenant
 from service.controllers import BatchController, GradeController, HealthController
 from service.controllers.compare import CompareController
@@ -47,27 +42,6 @@ log = logging.getLogger(__name__)
 
 def provide_store(state: State) -> Store:
     return state.store  # type: ignore[no-any-return]
-
-
-# A connection a Redis restart left stale fails once: retried on a fresh connection (with a short backoff while Redis
-# is still coming back) instead of answering 503.
-RETRIED = (RedisConnectionError, RedisTimeoutError, ConnectionResetError)
-
-
-def _retrying(settings: Settings) -> dict[str, Any]:
-    return {"health_check_interval": settings.redis_health_check_s, "retry_on_error": list(RETRIED)}
-
-
-def redis_client(settings: Settings) -> Redis:
-    """The store's client, retrying a dead connection."""
-    backoff = ExponentialWithJitterBackoff(base=0.05, cap=1.0)
-    return Redis.from_url(settings.redis_url, retry=Retry(backoff, 3), **_retrying(settings))
-
-
-def async_redis_client(settings: Settings) -> AsyncRedis:
-    """The hot read paths' client (result pages, polls, rate limits), retrying a dead connection."""
-    backoff = ExponentialWithJitterBackoff(base=0.05, cap=1.0)
-    return AsyncRedis.from_url(settings.redis_url, retry=AsyncRetry(backoff, 3), **_retrying(settings))
 
 
 async def before_request(request: Request[Any, Any, Any]) -> None:

@@ -75,6 +75,7 @@ from juiz.engine import JudgeEngine, VLLMEngine
 from juiz.errors import EngineDeadError
 from juiz.settings import Settings
 from juiz.store import Store
+from juiz.store.connection import redis_client
 from juiz.sweeper import sweep
 from workers import jobs
 
@@ -346,7 +347,7 @@ def run(settings: Settings, engine: JudgeEngine, *, burst: bool = False, name: s
 
     Raises EngineDeadError when the worker stopped because its engine died (its work is back in the queue).
     """
-    redis = Redis.from_url(settings.redis_url)
+    redis = redis_client(settings)  # retries a connection a Redis restart left stale, as the API's does
     _wait_for(redis)
     worker = build_worker(settings, redis, engine, name=name)
     scheduler = None if burst else SchedulerThread(settings, redis)
