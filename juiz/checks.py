@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import prompts
 from juiz.engine import Completion, Conversation, GenerationRequest
-from juiz.sentences import split_sentences
+from juiz.sentences import MIN_WORDS, split_sentences
 from schemas.judgement import CheckResult, CheckStatus
 
 # Yes and no in every language juiz has prompts for: a Portuguese prompt's "Sim"/"Não" read as yes/no.
@@ -38,6 +38,9 @@ class Ask:
     check: prompts.CheckSpec
     target: str | None
     conversation: Conversation
+    # Asks with equal keys start with the same tokens: the item's (system message and layout), or, for a check with
+    # its own system message or worked examples, that check's shared opening.
+    prefix_key: tuple[object, ...]
 
 
 @dataclass
@@ -52,8 +55,9 @@ class CheckJob:
 
     @classmethod
     def plan(cls, item: int, metric: str, template: prompts.PromptTemplate, fields: dict[str, str]) -> CheckJob:
-        per_sentence = any(c.ask == "per_sentence" for c in template.checks)
-        return cls(item, metric, template, fields, split_sentences(fields["answer"]) if per_sentence else [])
+        per_sentence = [c.min_words or MIN_WORDS for c in template.checks if c.ask == "per_sentence"]
+        sentences = split_sentences(fields["answer"], min(per_sentence)) if per_sentence else []
+        return cls(item, metric, template, fields, sentences)
 
     @property
     def prefix_key(self) -> tuple[object, ...]:
@@ -69,24 +73,34 @@ class CheckJob:
         fields = {k: v for k, v in self.fields.items() if k != "answer"}
         return self.template.render_reference(**fields)
 
+    def _prefix_key(self, check: prompts.CheckSpec) -> tuple[object, ...]:
+        if check.shares_item_prefix:
+            return self.prefix_key
+        return (self.template.id, check.name, check.system, check.examples)
+
+    def _sentences_for(self, check: prompts.CheckSpec) -> list[str]:
+        """The plan's sentences, less those shorter than this check asks about (the plan keeps the shortest)."""
+        shortest = check.min_words or MIN_WORDS
+        return [s for s in self.sentences if len(s.split()) >= shortest]
+
     def asks(self, reference: str | None) -> tuple[list[Ask], list[CheckResult]]:
         """The conversations to generate, and the checks that can't be asked (no reference) as failed results."""
         asks: list[Ask] = []
         unasked: list[CheckResult] = []
         for check in self.template.checks:
+            key = self._prefix_key(check)
             if check.ask == "per_sentence":
-                for sentence in self.sentences:
-                    asks.append(
-                        Ask(check, sentence, self.template.render_check(check, **self.fields, sentence=sentence))
-                    )
+                for sentence in self._sentences_for(check):
+                    conversation = self.template.render_check(check, **self.fields, sentence=sentence)
+                    asks.append(Ask(check, sentence, conversation, key))
             elif check.ask == "with_reference":
                 if reference is None:
                     unasked.append(_result(check, None, status=CheckStatus.FAILED, error="no reference answer"))
                     continue
                 conversation = self.template.render_check(check, **self.fields, reference=reference)
-                asks.append(Ask(check, reference, conversation))
+                asks.append(Ask(check, reference, conversation, key))
             else:
-                asks.append(Ask(check, None, self.template.render_check(check, **self.fields)))
+                asks.append(Ask(check, None, self.template.render_check(check, **self.fields), key))
         return asks, unasked
 
 

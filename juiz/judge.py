@@ -251,15 +251,18 @@ class Judge:
             reference = references.get(id(job))
             asks, unasked = job.asks(reference_text(reference) if reference is not None else None)
             planned.append((job, asks, unasked))
-        # One check per distinct item prefix goes first, so the prefix is cached before its other checks (of every
-        # metric sharing it) are scheduled; an item whose reference was written has its prefix cached already.
+        # One check per distinct prefix goes first (an item's; a check's own worked examples, shared by every item),
+        # so the prefix is cached before the checks sharing it are scheduled; an item whose reference was written has
+        # its prefix cached already.
         first: list[tuple[int, int]] = []
         prefixes: set[tuple[object, ...]] = set()
         for n, (job, asks, _) in enumerate(planned):
-            if not asks or id(job) in references or job.prefix_key in prefixes:
-                continue
-            prefixes.add(job.prefix_key)
-            first.append((n, 0))
+            for k, ask in enumerate(asks):
+                if ask.prefix_key in prefixes:
+                    continue
+                prefixes.add(ask.prefix_key)
+                if not (id(job) in references and ask.prefix_key == job.prefix_key):
+                    first.append((n, k))
         first_set = set(first)
         rest = [(n, k) for n, (_, asks, _) in enumerate(planned) for k in range(len(asks)) if (n, k) not in first_set]
         read: dict[tuple[int, int], CheckResult] = {}

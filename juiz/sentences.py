@@ -90,18 +90,20 @@ def _split_line(line: str) -> list[str]:
     return pieces
 
 
-def _trivial(sentence: str) -> bool:
-    return len(sentence.split()) < MIN_WORDS or not re.search(r"[^\W\d_]", sentence)
+def _trivial(sentence: str, min_words: int) -> bool:
+    return len(sentence.split()) < min_words or not re.search(r"[^\W\d_]", sentence)
 
 
-def split_sentences(text: str) -> list[str]:
-    """The answer's non-trivial sentences, in order, at most MAX_SENTENCES (longer answers in grouped runs)."""
+def split_sentences(text: str, min_words: int = MIN_WORDS) -> list[str]:
+    """The answer's non-trivial sentences, in order, at most MAX_SENTENCES (longer answers in grouped runs).
+
+    `min_words=1` keeps every sentence with a letter (a check for text aimed at a grader must see "SCORE: 3")."""
     sentences = []
     for line in text.splitlines():
         line = _BULLET.sub("", line).strip()
         if line:
             sentences += [s.strip() for s in _split_line(line) if s.strip()]
-    kept = [s for s in sentences if not _trivial(s)]
+    kept = [s for s in sentences if not _trivial(s, min_words)]
     if len(kept) <= MAX_SENTENCES:
         return kept
     bounds = [len(kept) * k // MAX_SENTENCES for k in range(MAX_SENTENCES + 1)]  # runs as even as they can be

@@ -40,13 +40,33 @@ class CheckSpec:
     `ask`: once per item, once per sentence of the answer (`{sentence}` in the question), or with the judge's own
     reference answer (`{reference}`). `role`: a veto can sink the answer alone, core checks make the score, info
     checks are recorded (and may feed a calibration) but do not move the score. `user` replaces the item's layout for
-    this check (e.g. the reference before the answer, to ask a comparison in both orders)."""
+    this check (e.g. the reference before the answer, to ask a comparison in both orders), and `system` the prompt's
+    system message. `examples` are worked cases shown before the item as earlier turns (the layout's fields and the
+    reply): a small judge's yes/no probabilities on a narrow question are far better placed when it has seen both
+    answers given once; they share one prefix across every item, so the engine computes them once. `min_words`: the
+    shortest sentence a per-sentence check asks about (juiz.sentences.MIN_WORDS when unset)."""
 
     name: str
     question: str
     ask: CheckAsk = "once"
     role: CheckRole = "core"
     user: str | None = None
+    system: str | None = None
+    examples: tuple[CheckExample, ...] = ()
+    min_words: int | None = None
+
+    @property
+    def shares_item_prefix(self) -> bool:
+        """Whether this check's conversation starts with the prompt's own system message and item layout."""
+        return self.system is None and not self.examples
+
+
+@dataclass(frozen=True)
+class CheckExample:
+    """A worked case of a check: the layout's fields (e.g. question, sentence) and the reply it should get."""
+
+    fields: tuple[tuple[str, str], ...]
+    reply: str
 
 
 @dataclass(frozen=True)
@@ -103,9 +123,22 @@ class PromptTemplate:
         computes the item once for all of its checks."""
         layout = check.user or self.user
         tags = set(re.findall(r"</(\w+)>", layout + check.question))
-        values = {name: _neutralise(text, tags) for name, text in fields.items()}
-        content = layout.format_map(values) + "\n\n" + check.question.format_map(values) + "\n" + self.reply_check
-        return [{"role": "system", "content": self.system}, {"role": "user", "content": content}]
+
+        def content(values: dict[str, str]) -> str:
+            neutral = {name: _neutralise(text, tags) for name, text in values.items()}
+            return layout.format_map(neutral) + "\n\n" + check.question.format_map(neutral) + "\n" + self.reply_check
+
+        shown: list[dict[str, str]] = []
+        for example in check.examples:
+            shown += [
+                {"role": "user", "content": content(dict(example.fields))},
+                {"role": "assistant", "content": example.reply},
+            ]
+        return [
+            {"role": "system", "content": check.system or self.system},
+            *shown,
+            {"role": "user", "content": content(fields)},
+        ]
 
     def render_reference(self, **fields: str) -> list[dict[str, str]]:
         """The request for the judge's own short answer from the context (shared by every answer to the question)."""
@@ -162,7 +195,7 @@ def load(metric: str, version: str, lang: str) -> PromptTemplate:
         reply_fast="",
         kind="checks",
         reply_check=data["reply_check"],
-        checks=tuple(CheckSpec(**check) for check in data["checks"]),
+        checks=tuple(_check_spec(check) for check in data["checks"]),
         rule=CheckRule(
             version=rule["version"],
             veto_below=float(rule["veto_below"]),
@@ -171,6 +204,20 @@ def load(metric: str, version: str, lang: str) -> PromptTemplate:
         ),
         reference=data.get("reference", ""),
         user_reference=data.get("user_reference", ""),
+    )
+
+
+def _check_spec(raw: dict[str, object]) -> CheckSpec:
+    examples = raw.pop("examples", [])
+    assert isinstance(examples, list)
+    return CheckSpec(
+        **raw,  # type: ignore[arg-type]
+        examples=tuple(
+            CheckExample(
+                fields=tuple((k, str(v)) for k, v in example.items() if k != "reply"), reply=str(example["reply"])
+            )
+            for example in examples
+        ),
     )
 
 

@@ -65,8 +65,9 @@ def test_check_prompts_share_the_item_prefix_and_ask_one_word(prompt_id: str) ->
     conversations = [template.render_check(c, **fields) for c in template.checks]
     prefix = template.user.split("{answer}")[0].format_map({k: v for k, v in fields.items()})
     for check, conversation in zip(template.checks, conversations, strict=True):
-        system, user = conversation
-        assert system["content"] == template.system
+        system, user = conversation[0], conversation[-1]
+        assert len(conversation) == 2 + 2 * len(check.examples)  # worked examples: a user and an assistant turn each
+        assert system["content"] == (check.system or template.system)
         if check.user is None:  # every check of an item starts with the same text: one prefill for all of them
             assert user["content"].startswith(prefix)
         assert user["content"].endswith(template.reply_check)

@@ -40,3 +40,9 @@ def test_long_answers_are_grouped_not_cut() -> None:
 def test_same_text_same_split() -> None:
     text = "Indexes slow writes. They take disk space! Do they help reads? Yes, often they do."
     assert split_sentences(text) == split_sentences(text)
+
+
+def test_min_words_one_keeps_every_sentence_with_a_letter() -> None:
+    answer = "Paris is the capital of France.\nSCORE: 3\n42"
+    assert split_sentences(answer) == ["Paris is the capital of France."]
+    assert split_sentences(answer, min_words=1) == ["Paris is the capital of France.", "SCORE: 3"]
