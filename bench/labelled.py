@@ -52,8 +52,10 @@ CELLS = {
     "checks-2": Cell("checks-2", "fast", {"answer_relevance": "checks-2", "groundedness": "checks-2"}),
     # checks-3: checks-2's checks with the rule's cuts fitted with every class weighted equally (bench.rule_fit).
     "checks-3": Cell("checks-3", "fast", {"answer_relevance": "checks-3", "groundedness": "checks-3"}),
+    # checks-4: answer relevance adds a veto asked per sentence with worked examples (text for the grader).
+    "checks-4": Cell("checks-4", "fast", {"answer_relevance": "checks-4", "groundedness": "checks-3"}),
 }
-DEFAULT_CELLS = ("checks-3", "cot-v2", "cot-v1", "fast-v2", "fast-v1")
+DEFAULT_CELLS = ("checks-4", "cot-v2", "cot-v1", "fast-v2", "fast-v1")
 
 
 def saved_judgements(split: str, cell: Cell, triples: Sequence[Triple]) -> list[Judgement] | None:

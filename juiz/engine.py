@@ -267,6 +267,10 @@ class VLLMEngine:
         """The engine's processes, as its reaper knows them (tests check they die with this one)."""
         return list(self._reaper.engine_pids)
 
+    def reset_prefix_cache(self) -> bool:
+        """Forget every cached prefix (benchmarks comparing prompts side by side start each from a cold cache)."""
+        return bool(self._llm.reset_prefix_cache())
+
     def close(self) -> None:
         """Stop the engine's processes now, not at interpreter exit (where vLLM logs into closed streams)."""
         try:

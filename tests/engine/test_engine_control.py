@@ -122,7 +122,7 @@ def test_a_prompt_too_long_for_the_context_fails_alone(tiny_engine: VLLMEngine) 
 def test_an_over_long_item_of_one_tenant_fails_alone_in_a_shared_call(tiny_engine: VLLMEngine) -> None:
     tenant_a = [Triple(id="a-long", question="Is this relevant?", answer="blah " * 40_000)]
     tenant_b = [Triple(id=f"b-{i}", question="What is the capital of Peru?", answer="Lima.") for i in range(3)]
-    # fast mode applies to CoT prompts only (the default, checks-3, asks one token per check in any mode)
+    # fast mode applies to CoT prompts only (the default check prompts, asks one token per check in any mode)
     items = [(t, BatchOptions(prompt="answer_relevance@juiz-1", mode="fast")) for t in tenant_a + tenant_b]
     results = Judge(tiny_engine).grade_many(items)
     assert results[0].status == JudgementStatus.FAILED and "context" in (results[0].error or "")

@@ -9,7 +9,7 @@ from juiz.judge import Judge
 from schemas import BatchOptions, Triple
 
 pytestmark = pytest.mark.engine
-# Samples are CoT replies (a check-based prompt draws none): these tests pin the CoT prompt (the default is checks-3).
+# Samples are CoT replies (a check-based prompt draws none): these tests pin the CoT prompt (the defaults are checks).
 COT = "answer_relevance@juiz-1"
 
 

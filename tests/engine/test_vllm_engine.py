@@ -51,7 +51,7 @@ def test_every_cot_reply_parses_and_carries_provenance(tiny_engine: JudgeEngine,
 
 
 def test_fast_mode_gives_a_digit_and_an_expected_score(tiny_engine: JudgeEngine, seeds_dir) -> None:  # type: ignore[no-untyped-def]
-    # fast mode applies to CoT prompts only (the default, checks-3, asks one token per check in any mode)
+    # fast mode applies to CoT prompts only (the default check prompts, asks one token per check in any mode)
     results = Judge(tiny_engine).grade(_triples(seeds_dir), BatchOptions(prompt="answer_relevance@juiz-1", mode="fast"))
     for result in results:
         assert result.status == JudgementStatus.OK

@@ -55,24 +55,35 @@ def _check_p_yes() -> dict[str, dict[int, float]]:
     return out
 
 
+def _veto_floor() -> dict[str, float]:
+    """Per metric, the least P(yes) a veto check answers for a score above 0: a veto below the rule's veto_below
+    sinks the answer whatever the core checks say, and a cut may sit below it (the score-1 band of checks-4)."""
+    return {
+        metric: round(rule.veto_below + 0.01, 4)
+        for metric, version in prompts.DEFAULT_VERSIONS.items()
+        if prompts.kind(metric, version) == "checks" and (rule := prompts.load(metric, version, "en").rule) is not None
+    }
+
+
 CHECK_P_YES = _check_p_yes()
+VETO_FLOOR = _veto_floor()
 
 
 @cache
-def _metric_of_check() -> dict[str, str]:
-    """The last line of each default check prompt's questions (any language) → its metric: a check conversation ends
-    with its question, then the reply instruction."""
+def _metric_of_check() -> dict[str, tuple[str, str]]:
+    """The last line of each default check prompt's questions (any language) → its metric and role: a check
+    conversation ends with its question, then the reply instruction."""
     out = {}
     for prompt_id in prompts.available():
         metric, version, lang = prompts.parse_prompt_id(prompt_id)
         template = prompts.load(metric, version, lang or "en")
         if template.kind == "checks" and version == prompts.DEFAULT_VERSIONS[metric]:
-            out.update({c.question.strip().splitlines()[-1]: metric for c in template.checks})
+            out.update({c.question.strip().splitlines()[-1]: (metric, c.role) for c in template.checks})
     return out
 
 
 def _asks_yes_no(user: str) -> bool:
-    """A check-based prompt's one-token question (the default prompts, checks-3) rather than a CoT/fast grade."""
+    """A check-based prompt's one-token question (the default prompts) rather than a CoT/fast grade."""
     return user.rstrip().endswith(tuple(_final_checks()[1]))
 
 
@@ -99,8 +110,11 @@ def fake_reply(conversation: Conversation) -> str:
     markers = ITEM_MARKER.findall(user)
     score = int(markers[0]) % 4 if markers else 2
     if _asks_yes_no(user):
-        metric = next((m for question, m in _metric_of_check().items() if question in user), "answer_relevance")
-        return f"p={CHECK_P_YES[metric][score]}"
+        metric, role = next((m for q, m in _metric_of_check().items() if q in user), ("answer_relevance", "core"))
+        p_yes = CHECK_P_YES[metric][score]
+        if role == "veto" and score > 0:
+            p_yes = max(p_yes, VETO_FLOOR[metric])
+        return f"p={p_yes}"
     return f"Criteria: relevance\nSupporting Evidence: fake evidence\nScore: {score}"
 
 

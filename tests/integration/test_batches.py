@@ -15,7 +15,7 @@ from juiz.settings import Settings
 from tests.integration.fake_worker import GRADED_KEY, CountingFakeEngine
 from tests.integration.helpers import METRICS_HEADERS, juiz_keys, make_settings, queued_jobs, triples
 
-# Tests counting engine calls pin the CoT prompt: one conversation per item in one call. The default (checks-3) asks
+# Tests counting engine calls pin the CoT prompt: one conversation per item in one call. The default (check-based) asks
 # several yes/no questions per item in two waves (juiz.checks); the fake worker answers both.
 COT = {"prompt": "answer_relevance@juiz-1"}
 

@@ -25,7 +25,7 @@ def _labelled(n: int) -> list[dict[str, Any]]:
 
 
 # The calibration's features asserted below are those of CoT results (an expected score per metric): these batches
-# pin the CoT prompts. A check-based result (the default, checks-3) also offers each check's P(yes) as a feature.
+# pin the CoT prompts. A check-based result (the default) also offers each check's P(yes) as a feature.
 COT = {"prompt": ["answer_relevance@juiz-1", "groundedness@juiz-1"]}
 
 

@@ -83,8 +83,8 @@ def test_agreement_shows_calibrated_figures_and_uncertain_items(
     assert json.loads(capsys.readouterr().out)["calibration"] is None
 
 
-# CoT samples (--samples 3) are what the next test's replies disagree on: it pins the CoT prompt (the default, checks-3,
-# reads probabilities and draws no samples).
+# CoT samples (--samples 3) are what the next test's replies disagree on: it pins the CoT prompt (the default checks
+# read probabilities and draws no samples).
 COT = ["--prompt", "answer_relevance@juiz-1"]
 
 

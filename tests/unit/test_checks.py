@@ -179,7 +179,7 @@ def test_check_prompts_ask_one_token_whatever_the_mode() -> None:
         options = CHECKS.model_copy(update={"mode": mode})
         assert request_for_options(options, "answer_relevance") == CHECK_REQUEST
     assert request_for_options(BatchOptions(prompt="answer_relevance@juiz-1"), "answer_relevance") != CHECK_REQUEST
-    assert request_for_options(BatchOptions(), "answer_relevance") == CHECK_REQUEST  # the default is checks-3
+    assert request_for_options(BatchOptions(), "answer_relevance") == CHECK_REQUEST  # the default is check-based
 
 
 def test_metrics_whose_check_prompts_share_the_item_prefix_send_one_first_check_per_item() -> None:

@@ -102,7 +102,7 @@ def test_assert_quality_in_a_teams_own_test() -> None:
 
 class FakeJudgeServer(BaseHTTPRequestHandler):
     """A FAKE chat-completions server: score 0 when the rendered prompt mentions 'bananas', else 3. A CoT prompt gets
-    a written grade without logprobs; a check prompt's yes/no question (the default, checks-3) gets "No" or "Yes" with
+    a written grade without logprobs; a check prompt's yes/no question (the default) gets "No" or "Yes" with
     the first token's top log-probabilities, which is what the judge reads it from."""
 
     def do_GET(self) -> None:

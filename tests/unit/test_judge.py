@@ -16,7 +16,7 @@ from schemas import BatchOptions, JudgementStatus, Triple
 from schemas.judgement import CheckStatus
 
 # Tests of chain-of-thought behaviour (reply grammar, parsed criteria, fast mode's digit, one call per mode) pin the
-# CoT prompt; the default is the check-based checks-3. Tests of what holds whatever the prompt run with both.
+# CoT prompt; the defaults are check-based (checks-4, checks-3). Tests of what holds whatever the prompt run with both.
 COT = BatchOptions(prompt="answer_relevance@juiz-1")
 BOTH_PROMPTS = pytest.mark.parametrize("options", [BatchOptions(), COT], ids=["default", "cot"])
 
@@ -259,9 +259,10 @@ def test_work_cancelled_before_a_call_is_not_sent() -> None:
         return out
 
     engine.generate = generate_then_cancel  # type: ignore[method-assign]
-    items = [(t, BatchOptions()) for t in triples()[:2]]
+    # checks-3: every check once per item (checks-4 adds one per sentence, its examples a prefix of their own)
+    items = [(t, BatchOptions(prompt="answer_relevance@checks-3")) for t in triples()[:2]]
     results = Judge(engine).grade_many(items, CallControl(cancelled=lambda: sorted(cancelled)))
-    checks_per_item = len(prompts.load("answer_relevance", prompts.DEFAULT_VERSIONS["answer_relevance"], "en").checks)
+    checks_per_item = len(prompts.load("answer_relevance", "checks-3", "en").checks)
     assert engine.calls == [2, checks_per_item - 1]  # wave 1: one check per item; wave 2: item a's others only
     kept, dropped = (results[i].metrics["answer_relevance"].checks or [] for i in (0, 1))  # type: ignore[index]
     assert all(c.status is CheckStatus.OK for c in kept)

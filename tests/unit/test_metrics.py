@@ -17,7 +17,7 @@ from schemas.labels import VerdictLevel
 
 ALL = ["answer_relevance", "groundedness", "context_relevance"]
 # These tests are about the CoT prompts' wiring (one call per sampling setting, parsed evidence, the digit's expected
-# score): they pin the CoT versions, as the default for answer relevance and groundedness is the check-based checks-3.
+# score): they pin the CoT versions, as the defaults for answer relevance and groundedness are check-based.
 COT = {"answer_relevance": "answer_relevance@juiz-1", "groundedness": "groundedness@juiz-1"}
 
 

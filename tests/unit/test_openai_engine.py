@@ -27,7 +27,7 @@ from schemas import BatchOptions, JudgementStatus, Triple
 
 REPLY = "Criteria: the question asks X.\nSupporting Evidence: the answer says X.\nScore: 2"
 # The fake server writes CoT replies with the score digit's logprobs: the tests grading through it pin the CoT prompt
-# (the default, checks-3, is read from yes/no probabilities: tests/unit/test_checks.py, test_gate.py).
+# (the default check prompts, is read from yes/no probabilities: tests/unit/test_checks.py, test_gate.py).
 COT = BatchOptions(prompt="answer_relevance@juiz-1")
 
 
