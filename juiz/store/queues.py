@@ -9,6 +9,7 @@ from typing import Any
 
 from redis import Redis
 from rq import Callback, Queue, Retry
+from rq.exceptions import InvalidJobOperation
 from rq.job import Job
 from rq.registry import ScheduledJobRegistry
 from rq.serializers import JSONSerializer
@@ -93,5 +94,10 @@ class ChunkJobs:
                 queue.remove(job_id, pipeline=pipe)
                 scheduled.remove(job_id, pipeline=pipe)
             for job in jobs:
-                job.delete(pipeline=pipe, remove_from_queue=False)
+                try:
+                    job.delete(pipeline=pipe, remove_from_queue=False)
+                except InvalidJobOperation:
+                    # A worker finished the job between fetch_many and here, and RQ deleted it (its status is read
+                    # outside the pipeline): nothing left to delete. Cancelling must not fail on it (it did: a 500).
+                    continue
             pipe.execute()

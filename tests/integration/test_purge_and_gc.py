@@ -102,3 +102,26 @@ def test_the_indexes_of_batches_expire_with_the_retention(redis: Redis, settings
     # (they drain as chunks are claimed; the sweeper is their backstop).
     scheduling = [k for k in indexes if k.endswith(f"{{{settings.queue}}}") or f"{{{settings.queue}}}:" in k]
     assert scheduling and all(redis.ttl(k) == -1 for k in scheduling), {k: redis.ttl(k) for k in scheduling}
+
+
+def test_cancelling_survives_a_job_that_a_worker_finished_and_rq_deleted_meanwhile(
+    client: TestClient[Litestar], settings: Settings, redis: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The race behind a 500 from the page's Cancel (seen in CI): the store reads the batch's jobs, a worker finishes
+    one and RQ deletes its hash, then the store deletes it and RQ cannot read its status."""
+    from rq.job import Job
+
+    batch_id = _submit(client, triples(8))
+    fetch_many = Job.fetch_many
+
+    def fetched_then_finished(job_ids: Any, **kwargs: Any) -> Any:
+        jobs = fetch_many(job_ids, **kwargs)
+        redis.delete(jobs[0].key)  # what RQ's cleanup does once the worker is done with it
+        return jobs
+
+    monkeypatch.setattr(Job, "fetch_many", staticmethod(fetched_then_finished))
+
+    response = client.delete(f"/v1/batches/{batch_id}")
+
+    assert response.status_code == 200 and response.json()["status"] == "cancelled"
+    assert queued_jobs(redis, settings) == 0
