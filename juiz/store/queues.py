@@ -96,8 +96,11 @@ class ChunkJobs:
             for job in jobs:
                 try:
                     job.delete(pipeline=pipe, remove_from_queue=False)
-                except InvalidJobOperation:
+                except (InvalidJobOperation, ValueError):
                     # A worker finished the job between fetch_many and here, and RQ deleted it (its status is read
-                    # outside the pipeline): nothing left to delete. Cancelling must not fail on it (it did: a 500).
+                    # outside the pipeline): nothing left to delete. Or a worker is ending its run of the job: RQ
+                    # reads the job's executions one by one outside the pipeline and raises ValueError for one whose
+                    # hash went meanwhile; the job is its worker's to finish (result_ttl 0: RQ deletes it). Cancelling
+                    # must not fail on either (both were a 500).
                     continue
             pipe.execute()

@@ -125,3 +125,28 @@ def test_cancelling_survives_a_job_that_a_worker_finished_and_rq_deleted_meanwhi
 
     assert response.status_code == 200 and response.json()["status"] == "cancelled"
     assert queued_jobs(redis, settings) == 0
+
+
+def test_cancelling_survives_a_job_whose_execution_a_worker_ended_meanwhile(
+    client: TestClient[Litestar], settings: Settings, redis: Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same race one step later (seen by bench.fairness cancelling a backlog under a busy worker): the store
+    fetches a job a worker is running; the worker ends the run and RQ deletes the execution's hash while its id is
+    still in the job's execution registry; deleting the job then fails in RQ (ValueError: Execution ... not found)."""
+    from rq.job import Job
+
+    batch_id = _submit(client, triples(8))
+    fetch_many = Job.fetch_many
+
+    def fetched_while_running(job_ids: Any, **kwargs: Any) -> Any:
+        jobs = fetch_many(job_ids, **kwargs)
+        # The execution registry names a run whose hash is gone: what RQ leaves for an instant as a run ends.
+        redis.zadd(jobs[0].execution_registry.key, {"ended-run": 9e9})
+        return jobs
+
+    monkeypatch.setattr(Job, "fetch_many", staticmethod(fetched_while_running))
+
+    response = client.delete(f"/v1/batches/{batch_id}")
+
+    assert response.status_code == 200 and response.json()["status"] == "cancelled"
+    assert queued_jobs(redis, settings) == 0
