@@ -5,7 +5,8 @@ Results are stored by one Lua script that checks the stored-marker, appends, cou
 step, so a worker that re-runs a chunk (after a crash, or a Redis outage) can never store an item twice. The same
 step indexes each result in `batch:{id}:uncertain`, a sorted set scored by `juiz.uncertainty.uncertainty_rank`
 whose members are "item index:position in the results list" (the index zero-padded, so ties keep input order):
-a page of the most-uncertain-first order is one ZRANGE and one LINDEX per result, never the whole batch.
+a page of the most-uncertain-first order is one script (`UNCERTAIN_PAGE`: a ZRANGE and one LINDEX per result, in
+Redis), never the whole batch.
 """
 
 from __future__ import annotations
@@ -60,6 +61,24 @@ return stored
 """
 )
 
+# One page of the most-uncertain-first order, as stored: KEYS `uncertain_page_keys`, ARGV first and last rank.
+# Returns {tenant, status, results stored, ranks read, {entry, ...}} (one round trip, one slot: the batch's keys).
+# The API serves it on the event loop without parsing a result (service.controllers.batches).
+UNCERTAIN_PAGE = """
+local b = redis.call('HMGET', KEYS[1], 'tenant', 'status')
+local members = redis.call('ZRANGE', KEYS[2], ARGV[1], ARGV[2])
+local entries = {}
+for _, m in ipairs(members) do
+  local entry = redis.call('LINDEX', KEYS[3], tonumber(string.match(m, ':(%d+)$')))
+  if entry then entries[#entries + 1] = entry end
+end
+return {b[1] or false, b[2] or false, redis.call('LLEN', KEYS[3]), #members, entries}
+"""
+
+
+def uncertain_page_keys(batch_id: str) -> list[str]:
+    return [batch_key(batch_id), batch_key(batch_id, "uncertain"), batch_key(batch_id, "results")]
+
 
 class Results:
     def __init__(self, redis: Redis, settings: Settings, metrics: Metrics) -> None:
@@ -67,6 +86,7 @@ class Results:
         self.settings = settings
         self.metrics = metrics
         self._store = redis.register_script(_STORE_RESULTS)
+        self._uncertain_page = redis.register_script(UNCERTAIN_PAGE)
 
     def store(self, batch: BatchRecord, results: Sequence[tuple[int, Judgement]]) -> list[int]:
         """Store results not stored before; returns the indices stored now (none when the batch was cancelled)."""
@@ -135,6 +155,5 @@ class Results:
         read from the index: `limit` results in memory, whatever the batch's size."""
         if limit <= 0:
             return []
-        members = self.redis.zrange(batch_key(batch_id, "uncertain"), offset, offset + limit - 1)
-        found = self.at(batch_id, [int(text(m).partition(":")[2]) for m in members])
-        return [j for j in found if j is not None]
+        reply = self._uncertain_page(keys=uncertain_page_keys(batch_id), args=[offset, offset + limit - 1])
+        return [Judgement.model_validate_json(text(entry).partition("\n")[2]) for entry in reply[4]]

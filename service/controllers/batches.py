@@ -25,6 +25,7 @@ from juiz.errors import InputError
 from juiz.options import OPTIONS
 from juiz.report import render_report
 from juiz.store import TERMINAL, BatchRecord, Store, batch_from_hash
+from juiz.store.results import UNCERTAIN_PAGE, uncertain_page_keys
 from schemas import (
     MAX_NAME_CHARS,
     AgreementByMetric,
@@ -32,7 +33,6 @@ from schemas import (
     BatchRename,
     BatchView,
     CalibrationSpec,
-    Judgement,
     ResultsPage,
 )
 from service import progress
@@ -62,20 +62,22 @@ BatchId = Annotated[
 ]
 
 
-async def _uncertain_page(state: State, tenant: str, batch_id: str, offset: int, limit: int) -> Response[ResultsPage]:
+async def _uncertain_page(redis: AsyncRedis, tenant: str, batch_id: str, offset: int, limit: int) -> Response[Any]:
     """A page of the results stored so far, most uncertain first (juiz.uncertainty.uncertain_first), read from the
     batch's index, never the whole batch; while the batch runs, new results can reorder the pages (next_cursor is
-    null once the batch is over and read)."""
-    store: Store = state.store
-
-    def ranked() -> tuple[list[Judgement], bool, int]:
-        record = owned_batch(store, tenant, batch_id)
-        return store.results_uncertain_first(batch_id, offset, limit), record.terminal, store.result_count(batch_id)
-
-    page, terminal, count = await anyio.to_thread.run_sync(ranked)
-    end = offset + len(page)
-    next_cursor = str(end) if (end < count or not terminal) else None
-    return Response(ResultsPage(items=page, next_cursor=next_cursor), media_type=JSON)
+    null once the batch is over and read). One script call on the event loop (juiz.store.results.UNCERTAIN_PAGE),
+    the stored JSON as it is: no thread hop, no Judgement parsed and serialised again (20 concurrent readers of such
+    pages held the event loop: another tenant's poll p99 1.6 s)."""
+    script = redis.register_script(UNCERTAIN_PAGE)  # no round trip: the script object, called by its SHA
+    keys = uncertain_page_keys(batch_id)
+    owner, status, count, ranked, entries = await script(keys=keys, args=[offset, offset + limit - 1])
+    if owner is None or owner.decode() != tenant:
+        raise NotFoundException(detail=f"no batch {batch_id}", extra={"field": "batch_id"})
+    end = offset + int(ranked)
+    next_cursor = str(end) if (end < int(count) or status not in TERMINAL_STATUSES) else None
+    body = b'{"items":[' + b",".join(_judgement_json(e) for e in entries) + b'],"next_cursor":'
+    body += json.dumps(next_cursor).encode() + b"}"
+    return Response(body, media_type=JSON)
 
 
 @dataclass
@@ -317,7 +319,7 @@ class BatchController(Controller):
         if order == "uncertain":
             if follow:
                 raise InputError("follow streams in completion order; use order=completion", field="order")
-            return await _uncertain_page(state, tenant, batch_id, offset, limit)
+            return await _uncertain_page(redis, tenant, batch_id, offset, limit)
         if NDJSON in request.headers.get("accept", ""):
             first, terminal, _ = await _owned_raw_results(redis, tenant, batch_id, offset, STREAM_PAGE)
             stream = _ndjson(_Follow(redis, tenant, batch_id, offset, follow), first, terminal)

@@ -14,6 +14,7 @@ from juiz.settings import Settings
 from juiz.store import Store
 from juiz.store.results import Results
 from juiz.uncertainty import uncertain_first
+from schemas import Judgement
 from tests.integration.helpers import triples
 
 LABELS = ("I", "P", "P", "C")
@@ -50,3 +51,28 @@ def test_uncertain_pages_come_from_the_index_in_the_full_sorts_order(
     assert {flag for _, _, flag in served} == {True, False}  # both groups, so the order was tested
     index = store.batch_key(batch["id"], "uncertain")
     assert redis.zcard(index) == 22 and 0 < redis.ttl(index) <= settings.retention_s  # retained with the batch
+
+
+def test_uncertain_pages_are_the_stored_json_never_revalidated(
+    client: TestClient[Litestar], settings: Settings, run_worker: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # bench.uncertain_pages: 20 readers of these pages pushed another tenant's poll p99 to 187 ms (pages of 100) and
+    # 1.6 s (pages of 1,000), and the API's RSS up 171 MiB, because every page parsed its results into Judgements in
+    # a worker thread (holding the GIL the event loop needs) and serialised them again. A page is the stored JSON, as
+    # the completion-order pages are: the worker validated it when it stored it.
+    response = client.post("/v1/batches", json={"items": triples(12), "options": {"prompt": "answer_relevance@juiz-1"}})
+    batch = response.json()
+    run_worker(settings)
+    completion = client.get(batch["links"]["results"], params={"limit": "100"}).json()["items"]
+
+    def parse(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("an order=uncertain page re-parsed a stored result")
+
+    monkeypatch.setattr(Judgement, "model_validate_json", parse)
+    page = client.get(batch["links"]["results"], params={"order": "uncertain", "limit": "100"})
+
+    assert page.status_code == 200, page.text
+    assert page.json()["next_cursor"] is None
+    assert sorted(page.json()["items"], key=lambda r: r["id"]) == sorted(completion, key=lambda r: r["id"])
+    missing = client.get(f"/v1/batches/{'0' * 32}/results", params={"order": "uncertain"})
+    assert missing.status_code == 404
