@@ -36,6 +36,11 @@ BENCHMARKS: dict[str, tuple[list[str], list[str]]] = {
     "openai_backend": (["--n", "32"], ["--n", "6"]),
     "on_paper": ([], []),  # arithmetic from the token counts measured above; no engine
     "scale_out": ([], ["--workers", "1,2", "--batches", "2", "--no-recovery"]),  # FAKE engine, 1/2/4/8 processes
+    # issue 17, FAKE engine: Redis restarted 20 times under a 2,000-item batch; a small batch behind a 40×256 backlog;
+    # 20 concurrent order=uncertain pages of a 10k batch
+    "chaos": ([], ["--items", "300", "--restarts", "3", "--item-s", "0.02"]),
+    "fairness": ([], ["--deep", "6", "--shallow", "2"]),
+    "uncertain_pages": ([], ["--items", "1000", "--seconds", "3"]),
     # issue 8: agreement with manual labels on the labelled RAG set's test split (and TruLens's golden set)
     "judge_quality": ([], ["--quick", "--cells", "cot-v2,fast-v2", "--no-golden"]),
 }
@@ -233,6 +238,58 @@ def summary_rows(results: dict[str, dict[str, Any]]) -> list[list[object]]:
                     f"{rec['kill_to_takeover_s']} / {rec['kill_to_done_s']}",
                     "< 60",
                     verdict(rec["kill_to_takeover_s"], 60.0, above=False, strict=True),
+                ]
+            )
+    if r := results.get("chaos"):
+        steady = r["polls"]["steady"]
+        rows.append(
+            [
+                "Redis restarts (FAKE)",
+                f"{r['restarts_during_batch']} restarts, {r['items']} items, {r['workers_alive']} workers alive",
+                f"{r['batch_status']}; {r['missing']} missing, {r['stored_twice']} twice",
+                "done, every item once",
+                "met" if r["targets_met"]["batch_done"] and r["targets_met"]["every_item_once"] else "NOT met",
+            ]
+        )
+        rows.append(
+            [
+                "Redis restarts (FAKE)",
+                "poll 5xx recovering / ≥ 1 s after",
+                f"{r['polls']['recovering']['http_5xx']} / {steady['http_5xx']}",
+                "0 after",
+                verdict(steady["http_5xx"], 0, above=False),
+            ]
+        )
+    if r := results.get("fairness"):
+        for case, c in r["cases"].items():
+            rows.append(
+                [
+                    f"fairness {case} (FAKE)",
+                    f"B's {c['b_items']} items behind {c['a_items_queued']}: calls; s",
+                    f"{c['b_engine_calls_to_done']}; {c['b_seconds_to_done']}",
+                    f"<= {r['target_engine_calls']} calls",
+                    verdict(c["b_engine_calls_to_done"], r["target_engine_calls"], above=False),
+                ]
+            )
+    if r := results.get("uncertain_pages"):
+        for limit, u in r["runs"].items():
+            loaded = u["loaded"]
+            rows.append(
+                [
+                    f"uncertain pages of {limit} (FAKE)",
+                    f"{r['clients']} readers: API RSS growth MiB",
+                    loaded["api_rss_mib"]["growth_peak"],
+                    f"< {r['targets']['rss_growth_mib']}",
+                    verdict(loaded["api_rss_mib"]["growth_peak"], r["targets"]["rss_growth_mib"], above=False),
+                ]
+            )
+            rows.append(
+                [
+                    f"uncertain pages of {limit} (FAKE)",
+                    "other tenant's poll p99 quiet / loaded ms",
+                    f"{u['quiet']['other_poll']['p99_ms']} / {loaded['other_poll']['p99_ms']}",
+                    f"< {r['targets']['other_poll_p99_ms']}",
+                    verdict(loaded["other_poll"]["p99_ms"], r["targets"]["other_poll_p99_ms"], above=False),
                 ]
             )
     if r := results.get("judge_quality"):

@@ -7,7 +7,9 @@ says FAKE, and so does every result it stores. `juiz worker` itself never uses a
 A call can be given a cost, to model a GPU's: `JUIZ_FAKE_CALL_S` seconds per call plus `JUIZ_FAKE_ITEM_S` per item
 (slept, honouring CallControl's deadline and cancel). With `JUIZ_FAKE_EVENTS=1` every call is recorded in Redis
 (`bench:calls`: JSON with the worker's pid, the item count and wall-clock start/end) so a benchmark can see calls
-start and end without polling the workers.
+start and end without polling the workers. `JUIZ_FAKE_CALLS_FILE=<path>` appends the same record, with the item
+tags of the call's conversations (`[tag-17]`), to a file as one JSON line per finished call: a record that does not
+need Redis, for a benchmark that stops Redis under the workers (bench/chaos.py counts items graded twice from it).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import time
 from collections.abc import Sequence
 
@@ -30,6 +33,7 @@ HOLD_MARKER = "[bench-hold]"  # a call with such an item waits until RELEASE_KEY
 RELEASE_KEY = "bench:release"
 # How a check prompt's question ends (prompts/*/checks-*.toml `reply_check`, en and pt).
 YES_NO_ENDINGS = ("Yes or No.", "Sim ou Não.")
+TAG = re.compile(r"\[([\w.-]+-\d+)\]")  # bench.common.build_triples's question tag
 
 
 def fake_reply(conversation: Conversation) -> str:
@@ -45,9 +49,11 @@ def fake_reply(conversation: Conversation) -> str:
 class CostlyFakeEngine(FakeEngine):
     """FAKE engine whose calls take call_s + item_s × items (a GPU's fixed and per-item costs, slept)."""
 
-    def __init__(self, call_s: float, item_s: float, events: Redis | None = None) -> None:
+    def __init__(
+        self, call_s: float, item_s: float, events: Redis | None = None, calls_file: str | None = None
+    ) -> None:
         super().__init__(fake_reply, model_id=FAKE_MODEL_ID)
-        self.call_s, self.item_s, self.events = call_s, item_s, events
+        self.call_s, self.item_s, self.events, self.calls_file = call_s, item_s, events, calls_file
 
     def generate(
         self, conversations: Sequence[Conversation], request: GenerationRequest, control: CallControl | None = None
@@ -72,9 +78,13 @@ class CostlyFakeEngine(FakeEngine):
         completions = super().generate(conversations, request)
         for i, reason in abort.items():
             completions[i] = aborted(reason)
+        record = {"pid": os.getpid(), "n": len(conversations), "start": started, "end": time.time()}
         if self.events is not None:
-            record = {"pid": os.getpid(), "n": len(conversations), "start": started, "end": time.time()}
             self.events.rpush(CALLS_KEY, json.dumps(record))
+        if self.calls_file is not None:
+            tags = [m.group(1) for c in conversations if (m := TAG.search(c[-1]["content"]))]
+            with open(self.calls_file, "a", encoding="utf-8") as f:
+                f.write(json.dumps({**record, "aborted": len(abort), "tags": tags}) + "\n")
         return completions
 
 
@@ -85,7 +95,8 @@ def main() -> int:
     call_s = float(os.environ.get("JUIZ_FAKE_CALL_S", "0"))
     item_s = float(os.environ.get("JUIZ_FAKE_ITEM_S", "0"))
     events = Redis.from_url(settings.redis_url) if os.environ.get("JUIZ_FAKE_EVENTS") == "1" else None
-    run(settings, CostlyFakeEngine(call_s, item_s, events))
+    calls_file = os.environ.get("JUIZ_FAKE_CALLS_FILE") or None
+    run(settings, CostlyFakeEngine(call_s, item_s, events, calls_file))
     return 0
 
 

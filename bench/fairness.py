@@ -1,0 +1,166 @@
+"""Fairness under a backlog (issue 17's second "done when") — a FAKE engine, no model.
+
+A private redis-server and --workers (1) worker process(es) (`bench.fake_worker`: the real worker loop on a FAKE
+engine costing --call-s per call plus --item-s per item, default settings: 32-item chunks, 256-item calls). Three
+cases, each on a fresh Redis db and fresh workers, in one run:
+
+  alone     tenant B submits one --small (8)-item batch to idle workers
+  shallow   tenant A submits --shallow (5) batches × --batch-items (256), then B its 8 items at once
+  deep      tenant A submits --deep (40) batches × 256, then B its 8 items at once
+
+Batches are written through the store (`Store.create_batch`, what POST /v1/batches does after validation), one
+after another as fast as it goes; B's clock starts when its batch is created. Figures for B: seconds from creation to
+done, and engine calls to done — the calls that ended after B was submitted, up to and including the one that
+graded B's items (the call already running when B arrives counts: "within 2 engine calls of submission" is B in the
+first call to start after it). Also A's items graded before B was done. Target: ≤ 2 calls in every case.
+
+The workers' call log is `bench:calls` (JUIZ_FAKE_EVENTS) plus a file with each call's item tags
+(JUIZ_FAKE_CALLS_FILE), which says which call graded B.
+
+    .venv/bin/python -m bench.fairness [--deep 40] [--shallow 5] [--batch-items 256] [--small 8] [--workers 1]
+
+Writes bench/results/fairness.json (fake_engine: true) with the machine it ran on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from redis import Redis
+
+from bench.common import COT_PROMPT, build_triples, save, setup_logging, table
+from bench.fake_worker import CALLS_KEY
+from bench.scale_out import fleet, registered, wait_for, warm_up
+from juiz.processes import private_redis
+from juiz.settings import Settings
+from juiz.store import Store
+from schemas import BatchOptions
+
+log = logging.getLogger("bench.fairness")
+
+NAME = "fairness"
+TARGET_CALLS = 2
+
+
+def run_case(store: Store, calls_file: Path, a_batches: int, a_items: int, b_items: int, tag: str) -> dict[str, Any]:
+    """A's batches, then B's; B's seconds and engine calls to done."""
+    redis = store.redis
+    options = BatchOptions(prompt=COT_PROMPT)
+    a_triples = [build_triples(a_items, f"{tag}-a{n}") for n in range(a_batches)]
+    b_triples = build_triples(b_items, f"{tag}-b")
+    redis.delete(CALLS_KEY)
+    calls_file.write_text("")
+    started = time.time()
+    a_ids = [store.create_batch("tenant-a", options, items)[0].id for items in a_triples]
+    b, _ = store.create_batch("tenant-b", options, b_triples)
+    a_submit_s = b.created_at - started
+    wait_for(lambda: (r := store.get_batch(b.id)) is not None and r.terminal, f"B's batch ({tag})", timeout_s=1800)
+    done = store.get_batch(b.id)
+    assert done is not None and done.counts.done == b_items, f"B's batch incomplete: {done}"
+    a_graded = sum(store.result_count(i) for i in a_ids)
+    for batch_id in a_ids:  # the rest of A's backlog only had to be there
+        record = store.get_batch(batch_id)
+        if record is not None and not record.terminal:
+            store.cancel_batch(record)
+    time.sleep(0.5)
+    calls = [json.loads(line) for line in calls_file.read_text().splitlines() if line.strip()]
+    b_prefix = f"{tag}-b-"
+    b_calls = [c for c in calls if any(t.startswith(b_prefix) for t in c["tags"])]
+    assert b_calls, "no engine call graded B's items"
+    b_call = min(b_calls, key=lambda c: c["end"])
+    # The calls that ended after B was created, up to B's own (the one in flight at submission included).
+    counted = [c for c in calls if b.created_at < c["end"] <= b_call["end"]]
+    return {
+        "a_batches": a_batches,
+        "a_items_queued": a_batches * a_items,
+        "a_submit_seconds": round(a_submit_s, 2),
+        "b_items": b_items,
+        "b_seconds_to_done": round((done.finished_at or 0) - b.created_at, 3),
+        "b_engine_calls_to_done": len(counted),
+        "b_call_items": b_call["n"],
+        "b_calls": len(b_calls),
+        "a_items_graded_before_b_done": a_graded,
+        "calls_until_b": [c["n"] for c in sorted(counted, key=lambda c: c["end"])],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.fairness", description=__doc__.splitlines()[0])
+    parser.add_argument("--deep", type=int, default=40, help="A's batches in the deep case")
+    parser.add_argument("--shallow", type=int, default=5, help="A's batches in the shallow case")
+    parser.add_argument("--batch-items", type=int, default=256)
+    parser.add_argument("--small", type=int, default=8, help="B's items")
+    parser.add_argument("--workers", type=int, default=1)
+    parser.add_argument("--call-s", type=float, default=1.0, help="FAKE engine: fixed seconds per call")
+    parser.add_argument("--item-s", type=float, default=0.01, help="FAKE engine: seconds per item")
+    args = parser.parse_args(argv)
+    setup_logging()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
+    cases = {"alone": 0, "shallow": args.shallow, "deep": args.deep}
+    results: dict[str, dict[str, Any]] = {}
+    with (
+        tempfile.TemporaryDirectory(prefix="juiz-fair-") as tmp,
+        private_redis(Path(tmp), dict(os.environ)) as (url, _),
+    ):
+        workdir = Path(tmp)
+        calls_file = workdir / "calls.jsonl"
+        settings = Settings.from_env({}, redis_url=url, result_cache=False, log_level="WARNING")
+        redis = Redis.from_url(url)
+        store = Store(redis, settings)
+        for case, a_batches in cases.items():
+            redis.flushdb()
+            with fleet(settings, workdir, args.call_s, args.item_s) as f:
+                f.env["JUIZ_FAKE_CALLS_FILE"] = str(calls_file)
+                for _ in range(args.workers):
+                    f.start()
+                wait_for(lambda: registered(redis, settings.queue) == args.workers, "the workers")
+                warm_up(store, f)
+                results[case] = run_case(store, calls_file, a_batches, args.batch_items, args.small, case)
+                log.info("%s: %s", case, results[case])
+        redis.close()
+        gather = {"gather_s": settings.gather_s, "gather_quiet_s": settings.gather_quiet_s}
+        shape = {"chunk_size": settings.chunk_size, "coalesce_max_items": settings.coalesce_max_items}
+
+    alone = results["alone"]["b_seconds_to_done"]
+    for r in results.values():
+        r["b_seconds_over_alone"] = round(r["b_seconds_to_done"] / alone, 2) if alone else None
+        r["target_met"] = r["b_engine_calls_to_done"] <= TARGET_CALLS
+    rows = [
+        [
+            case,
+            r["a_items_queued"],
+            r["b_seconds_to_done"],
+            r["b_seconds_over_alone"],
+            r["b_engine_calls_to_done"],
+            r["a_items_graded_before_b_done"],
+            "met" if r["target_met"] else "NOT met",
+        ]
+        for case, r in results.items()
+    ]
+    print(f"\nFairness — FAKE ENGINE ({args.call_s} s/call + {args.item_s} s/item), {args.workers} worker(s)")
+    print(table(rows, ["case", "A queued", "B s", "÷ alone", "B calls", "A graded first", f"<= {TARGET_CALLS}"]))
+    payload = {
+        "fake_engine": True,
+        "fake_costs_s": {"call": args.call_s, "item": args.item_s},
+        "workers": args.workers,
+        **shape,
+        **gather,
+        "target_engine_calls": TARGET_CALLS,
+        "cases": results,
+        "load_average_1min_at_end": round(os.getloadavg()[0], 2),
+    }
+    print(f"written: {save(NAME, payload)}")
+    return 0 if all(r["target_met"] for r in results.values()) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
