@@ -54,6 +54,9 @@ CELLS = {
     "checks-3": Cell("checks-3", "fast", {"answer_relevance": "checks-3", "groundedness": "checks-3"}),
     # checks-4: answer relevance adds a veto asked per sentence with worked examples (text for the grader).
     "checks-4": Cell("checks-4", "fast", {"answer_relevance": "checks-4", "groundedness": "checks-3"}),
+    # checks-5: answer relevance adds "covers": each key point of the judge's own answer from the context, asked of
+    # the answer in a short conversation with worked examples (complete vs partial answers).
+    "checks-5": Cell("checks-5", "fast", {"answer_relevance": "checks-5", "groundedness": "checks-3"}),
 }
 DEFAULT_CELLS = ("checks-4", "cot-v2", "cot-v1", "fast-v2", "fast-v1")
 

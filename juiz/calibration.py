@@ -17,6 +17,7 @@ says why, and callers keep the raw labels.
 
 from __future__ import annotations
 
+import statistics
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -29,6 +30,7 @@ from sklearn.model_selection import StratifiedKFold
 from sklearn.pipeline import Pipeline, make_pipeline
 from sklearn.preprocessing import StandardScaler
 
+import prompts
 from juiz.errors import JuizError
 from schemas.agreement import CalibratedAgreement
 from schemas.calibration import (
@@ -287,9 +289,24 @@ CHECK_FEATURE = "check"
 
 def check_feature(result: MetricResult, name: str) -> float | None:
     """A check's P(yes) as a feature: the lowest over its results (a check asked per sentence has one per sentence,
-    and one unsupported sentence is what matters); None when it was never read."""
+    and one unsupported sentence is what matters), but the mean for a check asked per point of the judge's own
+    reference (how much of it the answer states, as the rule reads it); None when it was never read."""
     read = [c.p_yes for c in result.checks or [] if c.name == name and c.status is CheckStatus.OK]
-    return min(p for p in read if p is not None) if read else None
+    values = [p for p in read if p is not None]
+    if not values:
+        return None
+    return statistics.fmean(values) if _asked_per_point(result, name) else min(values)
+
+
+def _asked_per_point(result: MetricResult, name: str) -> bool:
+    if result.provenance is None:
+        return False
+    try:
+        metric, version, lang = prompts.parse_prompt_id(result.provenance.prompt)
+        template = prompts.load(metric, version, lang or "en")
+    except prompts.PromptNotFound:
+        return False
+    return any(c.name == name and c.ask == "per_point" for c in template.checks)
 
 
 def feature_vector(judgement: Judgement, names: Sequence[str]) -> tuple[list[float] | None, str | None]:

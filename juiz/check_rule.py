@@ -1,17 +1,21 @@
 """How a check-based prompt's yes/no checks become a grade in the seeds' form (the prompt file's `[rule]`).
 
 Every check is phrased so that yes means good; its value is P(yes) / (P(yes) + P(no)). A check asked per sentence of
-the answer enters as the minimum (or mean, as the rule says) over the sentences. Then, in order:
+the answer enters as the minimum (or mean, as the rule says) over the sentences; one asked per point of the judge's own
+reference, as the mean (or minimum) over the points. Then, in order:
 
 1. **Vetoes first.** `veto` checks are the minority flags that must be able to sink an answer on their own (refuses,
    only asks back, speaks to the grader): the weakest veto's value is the gate. Below `veto_below` the score is 0.
-2. **Strength.** The mean value of the `core` checks, capped by the gate: `strength = min(core mean, gate)`. This is
-   the expected score (0–1), so a vetoed answer also ranks low.
+2. **Strength.** The mean value of the `core` checks, times the mean of the `scale` checks where the prompt has them
+   (how much of the judge's own reference the answer states: a partial answer keeps its part of the core checks'
+   value), capped by the gate: `strength = min(core mean × scale mean, gate)`. This is the expected score (0–1), so a
+   vetoed answer also ranks low.
 3. **Score.** 0–3: how many of the rule's three `cuts` the strength reaches (0 when vetoed).
 
 `info` checks are kept in the result and may feed a calibration; they never move the score. Checks the judge did not
-answer yes or no to (low mass) or that failed are left out and named; when no core check could be read, the metric is
-a parse error, never a made-up grade.
+answer yes or no to (low mass) or that failed are left out and named; when no core check, or a scale check, could not
+be read at all, the metric is a parse error, never a made-up grade (the cuts were fitted on the product: without its
+scale the strength would be read against cuts it was never fitted to).
 
 The written text is built from the checks that decided the score, so it can never contradict it:
 `Criteria:` what was checked, `Supporting Evidence:` each check's answer and probability, `Score: N`.
@@ -51,8 +55,9 @@ def check_values(template: prompts.PromptTemplate, results: Sequence[CheckResult
         read = [r.p_yes for r in results if r.name == spec.name and r.status is CheckStatus.OK and r.p_yes is not None]
         if not read:
             continue
-        if spec.ask == "per_sentence":
-            values[spec.name] = min(read) if template.rule.sentence_aggregate == "min" else statistics.fmean(read)
+        if spec.ask in ("per_sentence", "per_point"):
+            how = template.rule.sentence_aggregate if spec.ask == "per_sentence" else template.rule.point_aggregate
+            values[spec.name] = min(read) if how == "min" else statistics.fmean(read)
         else:
             values[spec.name] = read[0]
     return values
@@ -63,14 +68,16 @@ def _word(value: float) -> str:
 
 
 def _shown(template: prompts.PromptTemplate, results: Sequence[CheckResult], name: str, value: float) -> str:
-    """A check as the evidence shows it; a per-sentence check with each sentence's P(yes)."""
-    per_sentence = [r.p_yes for r in results if r.name == name and r.status is CheckStatus.OK and r.target]
+    """A check as the evidence shows it; a per-sentence (per-point) check with each sentence's (point's) P(yes)."""
+    each_target = [r.p_yes for r in results if r.name == name and r.status is CheckStatus.OK and r.target]
     spec = next(c for c in template.checks if c.name == name)
-    if spec.ask != "per_sentence" or len(per_sentence) < 2:
+    if spec.ask not in ("per_sentence", "per_point") or len(each_target) < 2:
         return f"{name} {_word(value)}"
     assert template.rule is not None
-    each = ", ".join(f"{p:.2f}" for p in per_sentence if p is not None)
-    return f"{name} {_word(value)} ({template.rule.sentence_aggregate} of {len(per_sentence)} sentences: {each})"
+    each = ", ".join(f"{p:.2f}" for p in each_target if p is not None)
+    if spec.ask == "per_point":
+        return f"{name} {_word(value)} ({template.rule.point_aggregate} of {len(each_target)} reference points: {each})"
+    return f"{name} {_word(value)} ({template.rule.sentence_aggregate} of {len(each_target)} sentences: {each})"
 
 
 def apply_rule(template: prompts.PromptTemplate, results: Sequence[CheckResult]) -> RuleOutcome:
@@ -80,6 +87,7 @@ def apply_rule(template: prompts.PromptTemplate, results: Sequence[CheckResult])
     values = check_values(template, results)
     vetoes = [c.name for c in template.checks if c.role == "veto"]
     core = [c.name for c in template.checks if c.role == "core"]
+    scale = [c.name for c in template.checks if c.role == "scale"]
     unread = sorted({r.name for r in results if r.status is not CheckStatus.OK} - set(values))
     criteria = f"yes/no checks, yes = good ({rule.version}): " + ", ".join(c.name for c in template.checks)
     core_values = [values[name] for name in core if name in values]
@@ -92,16 +100,26 @@ def apply_rule(template: prompts.PromptTemplate, results: Sequence[CheckResult])
             supporting_evidence="no core check could be read",
             error=f"no core check was answered yes or no (unread: {', '.join(unread) or 'all'})",
         )
+    if unread_scale := [name for name in scale if name not in values]:
+        return RuleOutcome(
+            ok=False,
+            score=None,
+            expected_score=None,
+            criteria=criteria,
+            supporting_evidence=f"scale check not read: {', '.join(unread_scale)}",
+            error=f"the scale check {', '.join(unread_scale)} could not be read (unread: {', '.join(unread)})",
+        )
     gate_values = {name: values[name] for name in vetoes if name in values}
     gate = min(gate_values.values(), default=1.0)
-    strength = min(statistics.fmean(core_values), gate)
+    scaled = statistics.fmean(core_values) * statistics.fmean([values[name] for name in scale] or [1.0])
+    strength = min(scaled, gate)
     vetoed_by = [name for name, value in gate_values.items() if value < rule.veto_below]
     score = 0 if vetoed_by else sum(strength >= cut for cut in rule.cuts)
     evidence = []
     if vetoed_by:
         evidence.append("vetoed: " + ", ".join(f"{n} {gate_values[n]:.2f} < {rule.veto_below:.2f}" for n in vetoed_by))
     evidence.append(
-        "; ".join(_shown(template, results, name, values[name]) for name in [*vetoes, *core] if name in values)
+        "; ".join(_shown(template, results, name, values[name]) for name in [*vetoes, *core, *scale] if name in values)
     )
     evidence.append(f"strength {strength:.2f} (cuts {', '.join(f'{c:.2f}' for c in rule.cuts)})")
     if unread:

@@ -2,8 +2,9 @@
 
 A check-based prompt asks narrow questions, each answered with one token, and reads P(yes) from the probabilities of
 the yes and no tokens (`GenerationRequest.word_groups`; the in-process engine reads them by token id, never from a
-truncated top-k). Groundedness also asks per sentence of the answer (juiz.sentences) and against a reference the
-judge first writes itself from the context, one greedy reply per distinct question and context.
+truncated top-k). Checks may be asked per sentence of the answer (juiz.sentences), against a reference the judge first
+writes itself from the context (one greedy reply per distinct question and context), or per point of that reference
+(its lines): "does the answer state this point?", which tells a complete answer from one that gives a part.
 
 Every check of an item starts with the same system message and item text, so with the engine's prefix cache an
 item's K checks cost about one prefill. That only holds if the item's prefix is cached before its checks are
@@ -14,6 +15,7 @@ references (which share the groundedness prefix up to the question), then each i
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 import prompts
@@ -24,11 +26,12 @@ from schemas.judgement import CheckResult, CheckStatus
 # Yes and no in every language juiz has prompts for: a Portuguese prompt's "Sim"/"Não" read as yes/no.
 YES_NO: tuple[tuple[str, ...], ...] = (("yes", "sim"), ("no", "não", "nao"))
 CHECK_REQUEST = GenerationRequest(max_tokens=1, logprobs=0, word_groups=YES_NO)
-# The judge's own short answer from the context; greedy, a sentence or two.
-REFERENCE_REQUEST = GenerationRequest(max_tokens=96, logprobs=0)
 # Below this P(yes) + P(no) the judge was not answering yes or no (it started some other word): the check is not read.
 MIN_MASS = 0.25
-REFERENCE_MAX_CHARS = 600
+REFERENCE_MAX_CHARS = 1200
+# A reference's points: its lines (list markers dropped) of at least this many words, the first MAX_POINTS of them.
+POINT_MIN_WORDS = 3
+MAX_POINTS = 4
 
 
 @dataclass(frozen=True)
@@ -67,7 +70,17 @@ class CheckJob:
 
     @property
     def needs_reference(self) -> bool:
-        return any(c.ask == "with_reference" for c in self.template.checks)
+        return any(c.ask in ("with_reference", "per_point") for c in self.template.checks)
+
+    @property
+    def reference_request(self) -> GenerationRequest:
+        """The judge's own answer from the context: greedy, as long as the prompt allows."""
+        return GenerationRequest(max_tokens=self.template.reference_max_tokens, logprobs=0)
+
+    @property
+    def reference_shares_prefix(self) -> bool:
+        """Whether writing the reference caches this item's prefix (same system message; the layout's start)."""
+        return self.needs_reference and not self.template.system_reference
 
     def reference_conversation(self) -> Conversation:
         fields = {k: v for k, v in self.fields.items() if k != "answer"}
@@ -93,15 +106,29 @@ class CheckJob:
                 for sentence in self._sentences_for(check):
                     conversation = self.template.render_check(check, **self.fields, sentence=sentence)
                     asks.append(Ask(check, sentence, conversation, key))
-            elif check.ask == "with_reference":
-                if reference is None:
-                    unasked.append(_result(check, None, status=CheckStatus.FAILED, error="no reference answer"))
-                    continue
-                conversation = self.template.render_check(check, **self.fields, reference=reference)
-                asks.append(Ask(check, reference, conversation, key))
+            elif check.ask in ("with_reference", "per_point"):
+                asks_, unasked_ = self._reference_asks(check, key, reference)
+                asks += asks_
+                unasked += unasked_
             else:
                 asks.append(Ask(check, None, self.template.render_check(check, **self.fields), key))
         return asks, unasked
+
+    def _reference_asks(
+        self, check: prompts.CheckSpec, key: tuple[object, ...], reference: str | None
+    ) -> tuple[list[Ask], list[CheckResult]]:
+        """A check asked with the judge's reference (once) or of each of its points; failed when there is none."""
+        if reference is None:
+            return [], [_result(check, None, status=CheckStatus.FAILED, error="no reference answer")]
+        if check.ask == "with_reference":
+            return [
+                Ask(check, reference, self.template.render_check(check, **self.fields, reference=reference), key)
+            ], []
+        points = reference_points(reference)
+        if not points:
+            error = f"the reference answer has no point of {POINT_MIN_WORDS} words or more: {reference!r}"
+            return [], [_result(check, None, status=CheckStatus.FAILED, error=error)]
+        return [Ask(check, p, self.template.render_check(check, **self.fields, point=p), key) for p in points], []
 
 
 def _result(check: prompts.CheckSpec, target: str | None, **values: object) -> CheckResult:
@@ -128,6 +155,16 @@ def read_check(ask: Ask, completion: Completion) -> CheckResult:
             f"it began {completion.text!r}",
         )
     return _result(ask.check, ask.target, status=CheckStatus.OK, p_yes=round(yes / (yes + no), 6), mass=round(mass, 6))
+
+
+def reference_points(reference: str) -> list[str]:
+    """The points of a reference written as a list: one per line, list markers dropped, trivial lines skipped."""
+    points = []
+    for line in reference.splitlines():
+        point = re.sub(r"^\s*(?:[-*•]|\d+[.)])\s*", "", line).strip()
+        if len(point.split()) >= POINT_MIN_WORDS:
+            points.append(point)
+    return points[:MAX_POINTS]
 
 
 def reference_text(completion: Completion) -> str | None:

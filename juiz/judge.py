@@ -23,7 +23,7 @@ from typing import Any
 import prompts
 from juiz import __version__
 from juiz.check_rule import apply_rule
-from juiz.checks import CHECK_REQUEST, REFERENCE_REQUEST, Ask, CheckJob, read_check, reference_text
+from juiz.checks import CHECK_REQUEST, Ask, CheckJob, read_check, reference_text
 from juiz.engine import CANCELLED, CallControl, Completion, Conversation, GenerationRequest, JudgeEngine, aborted
 from juiz.errors import EngineDeadError, PromptError, TransientEngineError
 from juiz.labels import label_for
@@ -240,7 +240,15 @@ class Judge:
         with_reference = [job for job in jobs if job.needs_reference]
         reference_replies = self._run(
             [
-                _Task(job.item, job.metric, None, job.template, job.reference_conversation(), REFERENCE_REQUEST, CHECKS)
+                _Task(
+                    job.item,
+                    job.metric,
+                    None,
+                    job.template,
+                    job.reference_conversation(),
+                    job.reference_request,
+                    CHECKS,
+                )
                 for job in with_reference
             ],
             control,
@@ -261,7 +269,7 @@ class Judge:
                 if ask.prefix_key in prefixes:
                     continue
                 prefixes.add(ask.prefix_key)
-                if not (id(job) in references and ask.prefix_key == job.prefix_key):
+                if not (job.reference_shares_prefix and ask.prefix_key == job.prefix_key):
                     first.append((n, k))
         first_set = set(first)
         rest = [(n, k) for n, (_, asks, _) in enumerate(planned) for k in range(len(asks)) if (n, k) not in first_set]

@@ -29,21 +29,22 @@ class PromptNotFound(LookupError):
     """No prompt file for this metric, version and language."""
 
 
-CheckAsk = Literal["once", "per_sentence", "with_reference"]
-CheckRole = Literal["veto", "core", "info"]
+CheckAsk = Literal["once", "per_sentence", "with_reference", "per_point"]
+CheckRole = Literal["veto", "core", "scale", "info"]
 
 
 @dataclass(frozen=True)
 class CheckSpec:
     """One yes/no question of a check-based prompt; yes always means good.
 
-    `ask`: once per item, once per sentence of the answer (`{sentence}` in the question), or with the judge's own
-    reference answer (`{reference}`). `role`: a veto can sink the answer alone, core checks make the score, info
-    checks are recorded (and may feed a calibration) but do not move the score. `user` replaces the item's layout for
-    this check (e.g. the reference before the answer, to ask a comparison in both orders), and `system` the prompt's
-    system message. `examples` are worked cases shown before the item as earlier turns (the layout's fields and the
-    reply): a small judge's yes/no probabilities on a narrow question are far better placed when it has seen both
-    answers given once; they share one prefix across every item, so the engine computes them once. `min_words`: the
+    `ask`: once per item, once per sentence of the answer (`{sentence}` in the question), with the judge's own
+    reference answer (`{reference}`), or once per point of that reference (`{point}`: its lines, juiz.checks).
+    `role`: a veto can sink the answer alone, core checks make the score, scale checks multiply it (juiz.check_rule),
+    info checks are recorded (and may feed a calibration) but do not move the score. `user` replaces the item's layout for this check (e.g. the reference
+    before the answer, to ask a comparison in both orders), and `system` the prompt's system message. `examples` are
+    worked cases shown before the item as earlier turns (the layout's fields and the reply): a small judge's yes/no
+    probabilities on a narrow question are far better placed when it has seen both answers given once; they share
+    one prefix across every item, so the engine computes them once. `min_words`: the
     shortest sentence a per-sentence check asks about (juiz.sentences.MIN_WORDS when unset)."""
 
     name: str
@@ -77,6 +78,8 @@ class CheckRule:
     veto_below: float  # a veto check whose P(yes) is below this sinks the answer to 0
     cuts: tuple[float, float, float]  # the core checks' mean P(yes) at or above cut k gives score k + 1
     sentence_aggregate: Literal["min", "mean"]  # how a per-sentence check's P(yes) over the sentences enters
+    # how a per-point check's P(yes) over the reference's points enters
+    point_aggregate: Literal["min", "mean"] = "mean"
 
 
 @dataclass(frozen=True)
@@ -97,6 +100,8 @@ class PromptTemplate:
     rule: CheckRule | None = None
     reference: str = ""  # with `with_reference` checks: how the judge writes its own answer from the context
     user_reference: str = ""  # the item's layout for that request (a prefix of `user`, so its KV cache is shared)
+    system_reference: str = ""  # that request's own system message (else the prompt's: then the prefix is shared)
+    reference_max_tokens: int = 96
 
     @property
     def id(self) -> str:
@@ -120,7 +125,8 @@ class PromptTemplate:
         """One check's conversation: the item (the check's own layout or the prompt's), its question, how to answer.
 
         Every check of an item starts with the same system message and item text, so the engine's prefix cache
-        computes the item once for all of its checks."""
+        computes the item once for all of its checks. A check with its own system message or worked examples shows
+        those first instead."""
         layout = check.user or self.user
         tags = set(re.findall(r"</(\w+)>", layout + check.question))
 
@@ -145,7 +151,10 @@ class PromptTemplate:
         tags = set(re.findall(r"</(\w+)>", self.user_reference))
         values = {name: _neutralise(text, tags) for name, text in fields.items()}
         content = self.user_reference.format_map(values) + "\n\n" + self.reference
-        return [{"role": "system", "content": self.system}, {"role": "user", "content": content}]
+        return [
+            {"role": "system", "content": self.system_reference or self.system},
+            {"role": "user", "content": content},
+        ]
 
 
 def format_context(segments: list[str]) -> str:
@@ -201,9 +210,12 @@ def load(metric: str, version: str, lang: str) -> PromptTemplate:
             veto_below=float(rule["veto_below"]),
             cuts=(float(rule["cuts"][0]), float(rule["cuts"][1]), float(rule["cuts"][2])),
             sentence_aggregate=rule["sentence_aggregate"],
+            point_aggregate=rule.get("point_aggregate", "mean"),
         ),
         reference=data.get("reference", ""),
         user_reference=data.get("user_reference", ""),
+        system_reference=data.get("system_reference", ""),
+        reference_max_tokens=int(data.get("reference_max_tokens", 96)),
     )
 
 

@@ -85,7 +85,9 @@ class CheckResult(BaseModel):
 
     name: str = Field(description="The check's name in its prompt file, e.g. attempts_answer.")
     question: str = Field(description="The question asked, as the prompt file words it (before filling in).")
-    role: Literal["veto", "core", "info"] = Field(description="veto: can sink the answer alone; core: makes the score.")
+    role: Literal["veto", "core", "scale", "info"] = Field(
+        description="veto: can sink the answer alone; core: makes the score; scale: multiplies it; info: recorded only."
+    )
     p_yes: float | None = Field(default=None, ge=0, le=1)
     mass: float | None = Field(default=None, ge=0, le=1)
     status: CheckStatus

@@ -61,7 +61,14 @@ def test_check_prompts_share_the_item_prefix_and_ask_one_word(prompt_id: str) ->
     assert template.kind == "checks" and template.rule is not None and template.checks
     assert len({c.name for c in template.checks}) == len(template.checks)
     assert any(c.role == "core" for c in template.checks)
-    fields = {"question": "Q?", "answer": "A.", "context": "[1] C.", "sentence": "S s s.", "reference": "R."}
+    fields = {
+        "question": "Q?",
+        "answer": "A.",
+        "context": "[1] C.",
+        "sentence": "S s s.",
+        "reference": "R.",
+        "point": "P.",
+    }
     conversations = [template.render_check(c, **fields) for c in template.checks]
     prefix = template.user.split("{answer}")[0].format_map({k: v for k, v in fields.items()})
     for check, conversation in zip(template.checks, conversations, strict=True):
@@ -76,6 +83,8 @@ def test_check_prompts_share_the_item_prefix_and_ask_one_word(prompt_id: str) ->
             assert "S s s." in user["content"]
         if check.ask == "with_reference":
             assert "R." in user["content"]
+        if check.ask == "per_point":
+            assert "P." in user["content"]
     if template.reference:
         reference = template.render_reference(question="Q?", context="[1] C.")[1]["content"]
         assert template.user.startswith(template.user_reference)  # the reference request warms the checks' prefix
