@@ -422,19 +422,23 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.setdefault("JUIZ_BENCH_RESULTS", str(WORK / "quick-results"))
     dev, test = labelled_set("dev", limit), labelled_set("test", limit)
     started = time.perf_counter()
-    engine = load_engine(model)
-    judge = Judge(engine)
-    judge.warm_up()
-    try:
-        options = cell.options()
-        dev_results = judge.grade(dev, options)
-        test_results = judge.grade(test, options)
-        calibration = calibration_section(dev_results, test_results, list(cell.versions))
-        hostile = hostile_section(test, test_results, list(cell.versions))
-        subset = labelled_set("test", samples_limit)
-        samples = samples_section(judge, lambda n: with_samples(options, n), subset, ns) if ns else []
-    finally:
-        close_engine(engine)
+    # Results `bench.judge_quality --save-judgements` kept for this cell are used as they are (the same grading)
+    dev_results, test_results = saved_judgements("dev", cell, dev), saved_judgements("test", cell, test)
+    options = cell.options()
+    samples: list[dict[str, Any]] = []
+    if dev_results is None or test_results is None or ns:
+        engine = load_engine(model)
+        judge = Judge(engine)
+        judge.warm_up()
+        try:
+            dev_results = dev_results or judge.grade(dev, options)
+            test_results = test_results or judge.grade(test, options)
+            subset = labelled_set("test", samples_limit)
+            samples = samples_section(judge, lambda n: with_samples(options, n), subset, ns) if ns else []
+        finally:
+            close_engine(engine)
+    calibration = calibration_section(dev_results, test_results, list(cell.versions))
+    hostile = hostile_section(test, test_results, list(cell.versions))
     print_sections(calibration, samples, hostile)
     path = save(
         "calibration_quality" + ("_quick" if args.quick else ""),
