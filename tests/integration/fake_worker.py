@@ -111,6 +111,8 @@ def fake_reply(conversation: Conversation) -> str:
     score = int(markers[0]) % 4 if markers else 2
     if _asks_yes_no(user):
         metric, role = next((m for q, m in _metric_of_check().items() if q in user), ("answer_relevance", "core"))
+        if role == "scale":  # the answer states every point of the reference: the core checks alone set the score
+            return "p=1.0"
         p_yes = CHECK_P_YES[metric][score]
         if role == "veto" and score > 0:
             p_yes = max(p_yes, VETO_FLOOR[metric])
