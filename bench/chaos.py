@@ -15,7 +15,8 @@ Figures: the batch done or not (and seconds after its last restart); every item 
 back: none missing, none twice); items the engine graded more than once (the workers' own call log, a file, since
 Redis is what goes away: work redone after an outage, harmless but counted); both worker processes alive and
 registered at the end; the API's 5xx answers to the poller, split into "recovering" (the poll overlapped an outage
-or the first --grace-s (1) second after Redis answered again) and "steady" (every other poll). Target: batch done,
+or the first --grace-s (1) second after Redis answered again) and "steady" (every other poll), and any 503 without
+Retry-After. Target: batch done,
 every item once, both workers alive, 0 steady 5xx.
 
     .venv/bin/python -m bench.chaos [--items 2000] [--workers 2] [--restarts 20] [--seed 17]
@@ -57,6 +58,7 @@ class Poll:
     answered: float
     status: int | None  # None: no HTTP answer (the API itself unreachable, or a timeout)
     error: str | None = None
+    retry_after: bool = False  # the answer carried Retry-After (every 503 should: issue 17 item 7)
 
 
 class Poller(threading.Thread):
@@ -74,12 +76,14 @@ class Poller(threading.Thread):
         with httpx.Client(timeout=10, headers=self.headers) as http:
             while not self.halt.is_set():
                 sent = time.time()
+                retry_after = False
                 try:
-                    status: int | None = http.get(self.url).status_code
-                    error = None
+                    response = http.get(self.url)
+                    status: int | None = response.status_code
+                    retry_after, error = "retry-after" in response.headers, None
                 except httpx.HTTPError as exc:
                     status, error = None, type(exc).__name__
-                self.polls.append(Poll(sent, time.time(), status, error))
+                self.polls.append(Poll(sent, time.time(), status, error, retry_after))
                 self.halt.wait(max(0.0, self.every_s - (time.time() - sent)))
 
 
@@ -107,6 +111,7 @@ def classify(polls: list[Poll], outages: list[tuple[float, float]], grace_s: flo
             "polls": len(mine),
             "http_5xx": sum(1 for p in mine if p.status is not None and p.status >= 500),
             "no_answer": sum(1 for p in mine if p.status is None),
+            "503_without_retry_after": sum(1 for p in mine if p.status == 503 and not p.retry_after),
             "by_status": dict(sorted(statuses.items())),
         }
     steady_5xx = [p for p in polls if not recovering(p) and p.status is not None and p.status >= 500]
