@@ -156,7 +156,6 @@ def service(
             "JUIZ_LOG_LEVEL": "WARNING",
             # One engine call of 256 items can take minutes on 2 CPU cores: never let RQ cut it.
             "JUIZ_JOB_TIMEOUT_S": "3600",
-            "JUIZ_LEASE_S": "3700",
             # Benchmarks drive the API as hard as they can from one tenant; the per-tenant limit would pace them.
             "JUIZ_RATE_LIMIT_PER_MINUTE": "0",
             **(env or {}),
