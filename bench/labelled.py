@@ -58,7 +58,7 @@ CELLS = {
     # the answer in a short conversation with worked examples (complete vs partial answers).
     "checks-5": Cell("checks-5", "fast", {"answer_relevance": "checks-5", "groundedness": "checks-3"}),
 }
-DEFAULT_CELLS = ("checks-4", "cot-v2", "cot-v1", "fast-v2", "fast-v1")
+DEFAULT_CELLS = ("checks-5", "cot-v2", "cot-v1", "fast-v2", "fast-v1")
 
 
 def saved_judgements(split: str, cell: Cell, triples: Sequence[Triple]) -> list[Judgement] | None:

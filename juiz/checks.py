@@ -96,8 +96,11 @@ class CheckJob:
         shortest = check.min_words or MIN_WORDS
         return [s for s in self.sentences if len(s.split()) >= shortest]
 
-    def asks(self, reference: str | None) -> tuple[list[Ask], list[CheckResult]]:
-        """The conversations to generate, and the checks that can't be asked (no reference) as failed results."""
+    def asks(
+        self, reference: str | None, no_reference: str = "no reference answer"
+    ) -> tuple[list[Ask], list[CheckResult]]:
+        """The conversations to generate, and the checks that can't be asked (no reference: `no_reference` says why,
+        e.g. the reference's request was cancelled) as failed results."""
         asks: list[Ask] = []
         unasked: list[CheckResult] = []
         for check in self.template.checks:
@@ -107,7 +110,7 @@ class CheckJob:
                     conversation = self.template.render_check(check, **self.fields, sentence=sentence)
                     asks.append(Ask(check, sentence, conversation, key))
             elif check.ask in ("with_reference", "per_point"):
-                asks_, unasked_ = self._reference_asks(check, key, reference)
+                asks_, unasked_ = self._reference_asks(check, key, reference, no_reference)
                 asks += asks_
                 unasked += unasked_
             else:
@@ -115,11 +118,11 @@ class CheckJob:
         return asks, unasked
 
     def _reference_asks(
-        self, check: prompts.CheckSpec, key: tuple[object, ...], reference: str | None
+        self, check: prompts.CheckSpec, key: tuple[object, ...], reference: str | None, no_reference: str
     ) -> tuple[list[Ask], list[CheckResult]]:
         """A check asked with the judge's reference (once) or of each of its points; failed when there is none."""
         if reference is None:
-            return [], [_result(check, None, status=CheckStatus.FAILED, error="no reference answer")]
+            return [], [_result(check, None, status=CheckStatus.FAILED, error=no_reference)]
         if check.ask == "with_reference":
             return [
                 Ask(check, reference, self.template.render_check(check, **self.fields, reference=reference), key)

@@ -257,7 +257,10 @@ class Judge:
         planned: list[tuple[CheckJob, list[Ask], list[CheckResult]]] = []
         for job in jobs:
             reference = references.get(id(job))
-            asks, unasked = job.asks(reference_text(reference) if reference is not None else None)
+            if reference is None:
+                asks, unasked = job.asks(None)
+            else:  # a reference that could not be written fails its checks with the reason (e.g. cancelled)
+                asks, unasked = job.asks(reference_text(reference), reference.error or "no reference answer")
             planned.append((job, asks, unasked))
         # One check per distinct prefix goes first (an item's; a check's own worked examples, shared by every item),
         # so the prefix is cached before the checks sharing it are scheduled; an item whose reference was written has

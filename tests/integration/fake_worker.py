@@ -73,7 +73,7 @@ VETO_FLOOR = _veto_floor()
 def _metric_of_check() -> dict[str, tuple[str, str]]:
     """The last line of each default check prompt's questions (any language) → its metric and role: a check
     conversation ends with its question, then the reply instruction."""
-    out = {}
+    out: dict[str, tuple[str, str]] = {}
     for prompt_id in prompts.available():
         metric, version, lang = prompts.parse_prompt_id(prompt_id)
         template = prompts.load(metric, version, lang or "en")
@@ -122,9 +122,27 @@ def fake_reply(conversation: Conversation) -> str:
 
 def counts_as_graded(conversation: Conversation) -> bool:
     """Whether generating this conversation completes an item's metric: every CoT/fast one; of a check prompt's
-    several, only the default check prompt's last once-asked check (so an item is counted once per metric)."""
-    user = conversation[-1]["content"]
+    several, only the default check prompt's last once-asked check (so an item is counted once per metric), never the
+    reference a check prompt has the judge write first."""
+    user = conversation[-1]["content"].rstrip()
+    if user.endswith(_reference_requests()):
+        return False
     return not _asks_yes_no(user) or any(question in user for question in _final_checks()[0])
+
+
+@cache
+def _reference_requests() -> tuple[str, ...]:
+    """How every check prompt's request for the judge's own reference ends (its `reference` instruction)."""
+    return tuple(
+        template.reference.strip()
+        for prompt_id in prompts.available()
+        if (template := prompts.load(*_parts(prompt_id))).kind == "checks" and template.reference
+    )
+
+
+def _parts(prompt_id: str) -> tuple[str, str, str]:
+    metric, version, lang = prompts.parse_prompt_id(prompt_id)
+    return metric, version, lang or "en"
 
 
 class CountingFakeEngine:
