@@ -40,13 +40,14 @@ class CheckSpec:
 
     `ask`: once per item, once per sentence of the answer (`{sentence}` in the question), with the judge's own
     reference answer (`{reference}`), or once per point of that reference (`{point}`: its lines, juiz.checks).
-    `role`: a veto can sink the answer alone, core checks make the score, scale checks multiply it (juiz.check_rule),
-    info checks are recorded (and may feed a calibration) but do not move the score. `user` replaces the item's layout for this check (e.g. the reference
-    before the answer, to ask a comparison in both orders), and `system` the prompt's system message. `examples` are
-    worked cases shown before the item as earlier turns (the layout's fields and the reply): a small judge's yes/no
-    probabilities on a narrow question are far better placed when it has seen both answers given once; they share
-    one prefix across every item, so the engine computes them once. `min_words`: the
-    shortest sentence a per-sentence check asks about (juiz.sentences.MIN_WORDS when unset)."""
+    `role`: a veto can sink the answer alone, core checks make the score, scale checks multiply it
+    (juiz.check_rule), info checks are recorded (and may feed a calibration) but do not move the score. `user`
+    replaces the item's layout for this check (e.g. the reference before the answer, to ask a comparison in both
+    orders), and `system` the prompt's system message. `examples` are worked cases shown before the item as earlier
+    turns (the layout's fields and the reply): a small judge's yes/no probabilities on a narrow question are far
+    better placed when it has seen both answers given once; they share one prefix across every item, so the engine
+    computes them once. `min_words`: the shortest sentence a per-sentence check asks about (juiz.sentences.MIN_WORDS
+    when unset)."""
 
     name: str
     question: str
