@@ -80,6 +80,13 @@ def _shown(template: prompts.PromptTemplate, results: Sequence[CheckResult], nam
     return f"{name} {_word(value)} ({template.rule.sentence_aggregate} of {len(each_target)} sentences: {each})"
 
 
+def _ungraded(criteria: str, evidence: str, error: str) -> RuleOutcome:
+    """No grade: the checks the score needs could not be read (a parse error, never a made-up grade)."""
+    return RuleOutcome(
+        ok=False, score=None, expected_score=None, criteria=criteria, supporting_evidence=evidence, error=error
+    )
+
+
 def apply_rule(template: prompts.PromptTemplate, results: Sequence[CheckResult]) -> RuleOutcome:
     """The grade the rule gives these checks (see the module docstring)."""
     rule = template.rule
@@ -92,22 +99,16 @@ def apply_rule(template: prompts.PromptTemplate, results: Sequence[CheckResult])
     criteria = f"yes/no checks, yes = good ({rule.version}): " + ", ".join(c.name for c in template.checks)
     core_values = [values[name] for name in core if name in values]
     if not core_values:
-        return RuleOutcome(
-            ok=False,
-            score=None,
-            expected_score=None,
-            criteria=criteria,
-            supporting_evidence="no core check could be read",
-            error=f"no core check was answered yes or no (unread: {', '.join(unread) or 'all'})",
+        return _ungraded(
+            criteria,
+            "no core check could be read",
+            f"no core check was answered yes or no (unread: {', '.join(unread) or 'all'})",
         )
     if unread_scale := [name for name in scale if name not in values]:
-        return RuleOutcome(
-            ok=False,
-            score=None,
-            expected_score=None,
-            criteria=criteria,
-            supporting_evidence=f"scale check not read: {', '.join(unread_scale)}",
-            error=f"the scale check {', '.join(unread_scale)} could not be read (unread: {', '.join(unread)})",
+        return _ungraded(
+            criteria,
+            f"scale check not read: {', '.join(unread_scale)}",
+            f"the scale check {', '.join(unread_scale)} could not be read (unread: {', '.join(unread)})",
         )
     gate_values = {name: values[name] for name in vetoes if name in values}
     gate = min(gate_values.values(), default=1.0)

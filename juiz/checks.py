@@ -9,7 +9,8 @@ writes itself from the context (one greedy reply per distinct question and conte
 Every check of an item starts with the same system message and item text, so with the engine's prefix cache an
 item's K checks cost about one prefill. That only holds if the item's prefix is cached before its checks are
 scheduled: requests scheduled in the same step all compute it. So the judge sends work in waves (`Judge`): the
-references (which share the groundedness prefix up to the question), then each item's first check, then the rest.
+references (which share the item's prefix up to the context when written under the prompt's own system message), then
+each item's first check, then the rest.
 `juiz.check_rule` turns the results into a grade.
 """
 

@@ -263,8 +263,8 @@ class Judge:
                 asks, unasked = job.asks(reference_text(reference), reference.error or "no reference answer")
             planned.append((job, asks, unasked))
         # One check per distinct prefix goes first (an item's; a check's own worked examples, shared by every item),
-        # so the prefix is cached before the checks sharing it are scheduled; an item whose reference was written has
-        # its prefix cached already.
+        # so the prefix is cached before the checks sharing it are scheduled; an item whose reference was written under
+        # the prompt's own system message has its prefix cached already (one under a system message of its own has not).
         first: list[tuple[int, int]] = []
         prefixes: set[tuple[object, ...]] = set()
         for n, (job, asks, _) in enumerate(planned):
