@@ -39,7 +39,7 @@ from typing import Any
 import aiohttp
 import httpx
 
-from bench.common import COT_PROMPT, build_triples, save, setup_logging, triple_dicts
+from bench.common import COT_PROMPT, add_nice_flag, build_triples, save, setup_logging, triple_dicts
 from bench.fake_worker import FAKE_MODEL_ID
 from bench.stack import Stack, service
 
@@ -231,13 +231,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     parser.add_argument("--call-ms", type=float, default=200.0, help="FAKE engine: cost of one call")
     parser.add_argument("--item-ms", type=float, default=3.0, help="FAKE engine: cost of each item in a call")
-    parser.add_argument(
-        "--nice",
-        type=int,
-        default=0,
-        help="scheduling priority for the stack and the load generator (e.g. -10, as root): on a machine shared with "
-        "unrelated work, so that the run measures juiz rather than the other tenants' run queue; recorded",
-    )
+    add_nice_flag(parser)
     args = parser.parse_args(argv)
     setup_logging()
     items = triple_dicts(build_triples(args.items, "api"))

@@ -8,6 +8,7 @@ can never flatter the next one. The tag is the same for every side of a comparis
 
 from __future__ import annotations
 
+import argparse
 import gc
 import json
 import logging
@@ -33,6 +34,17 @@ REPO = Path(__file__).resolve().parent.parent
 RESULTS = REPO / "bench" / "results"
 WORK = REPO / "bench" / "work"  # logs of the servers the benchmarks start (git-ignored)
 GOLDEN = REPO.parent / "shared" / "data" / "answer_relevance_golden_set.jsonl"
+
+
+def add_nice_flag(parser: argparse.ArgumentParser) -> None:
+    """--nice for benchmarks that run a stack beside their own load generator on a shared machine."""
+    parser.add_argument(
+        "--nice",
+        type=int,
+        default=0,
+        help="scheduling priority for the stack and the load generator (e.g. -10, as root): on a machine shared with "
+        "unrelated work, so that the run measures juiz rather than the other work's run queue; recorded",
+    )
 
 
 def base_triples() -> list[Triple]:

@@ -36,7 +36,7 @@ import aiohttp
 import psutil
 
 from bench.api_only import latency_stats
-from bench.common import COT_PROMPT, build_triples, save, setup_logging, triple_dicts
+from bench.common import COT_PROMPT, add_nice_flag, build_triples, save, setup_logging, triple_dicts
 from bench.fake_worker import FAKE_MODEL_ID
 from bench.stack import Stack, service
 from juiz.client import JuizClient
@@ -171,13 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limits", default="100,1000", help="page sizes, each its own quiet/loaded pair")
     parser.add_argument("--seconds", type=float, default=15.0)
     parser.add_argument("--poll-ms", type=float, default=100.0)
-    parser.add_argument(
-        "--nice",
-        type=int,
-        default=0,
-        help="scheduling priority for the stack and the load generator (e.g. -10, as root; as bench.api_only's): on a "
-        "machine shared with unrelated work, so the run measures juiz rather than the other work's run queue; recorded",
-    )
+    add_nice_flag(parser)
     args = parser.parse_args(argv)
     setup_logging()
     other_key = secrets.token_urlsafe(16)
