@@ -523,6 +523,8 @@ def _brief(r: Judgement) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name, m in (r.metrics or {}).items():
         out[name] = {"status": m.status.value, "score": m.score, "expected": m.expected_score}
+        if m.strength is not None:
+            out[name]["strength"] = m.strength
         if m.segments is not None:
             out[name]["segments"] = [s.score for s in m.segments]
         else:

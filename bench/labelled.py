@@ -57,6 +57,10 @@ CELLS = {
     # checks-5: answer relevance adds "covers": each key point of the judge's own answer from the context, asked of
     # the answer in a short conversation with worked examples (complete vs partial answers).
     "checks-5": Cell("checks-5", "fast", {"answer_relevance": "checks-5", "groundedness": "checks-3"}),
+    # checks-6: groundedness checks-4, each sentence of the answer asked beside the context segments it is about, in a
+    # short conversation with worked examples (supported vs contradicted or made up); answer relevance checks-6 is
+    # checks-5 with the expected score on the score's scale.
+    "checks-6": Cell("checks-6", "fast", {"answer_relevance": "checks-6", "groundedness": "checks-4"}),
 }
 DEFAULT_CELLS = ("checks-5", "cot-v2", "cot-v1", "fast-v2", "fast-v1")
 

@@ -8,14 +8,20 @@ the runs already made, and the figures are the ones the engine would give with a
 
     .venv/bin/python -m bench.rule_fit [--dev RESULT.json] [--test RESULT.json] [--cell checks-2]
 
-Prints, per objective (unweighted quadratic κ: rule-2; every class weighted equally: rule-3), the cuts fitted on dev
-and, for dev and test, each metric's and the default verdict's Spearman ρ, quadratic κ and per-class recall. Writes
-bench/results/rule_fit.json.
+Prints, per objective (unweighted quadratic κ: rule-2; every class weighted equally: rule-3; and "verdict": answer
+relevance's rule-3 cuts held, groundedness's cuts fitted on the default verdict's agreement, every class weighted
+equally), the cuts fitted on dev and, for dev and test, each metric's and the default verdict's Spearman ρ, quadratic
+κ and per-class recall. Writes bench/results/rule_fit.json.
+
+`--dev` (or `--test`) may also name the judgements `bench.judge_quality --save-judgements` kept
+(bench/work/judgements/<split>_<cell>.jsonl): each item's checks are then combined again under its prompt's current
+rule, so a rule's new combination of the same checks is fitted without asking them again.
 """
 
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -23,11 +29,14 @@ from typing import Any
 import numpy as np
 from sklearn.metrics import cohen_kappa_score
 
-from bench.check_report import fit_cut_arrays
+import prompts
+from bench.check_report import GRID, fit_cut_arrays
 from bench.common import RESULTS, save, table
 from bench.judge_quality import _spearman
-from bench.labelled import CLASSES
+from bench.labelled import CLASSES, labelled_set
+from juiz.check_rule import apply_rule
 from juiz.labels import DEFAULT_VERDICT
+from schemas import Judgement
 
 METRICS = ("answer_relevance", "groundedness")
 DEV = RESULTS / "judge_quality_dev_checks-2.json"
@@ -36,16 +45,60 @@ TEST = RESULTS / "judge_quality_test_checks-2_cot-v2_cot-v1.json"
 
 def recorded(path: Path, cell: str) -> dict[str, Any]:
     """Labels (0 I, 1 P, 2 C) and, per metric, strengths and vetoes of a recorded run's labelled items."""
+    if path.suffix == ".jsonl":
+        return rescored(path)
     replies = json.loads(path.read_text(encoding="utf-8"))["replies"][cell]
     out: dict[str, Any] = {"y": np.array([CLASSES[r["label"]] for r in replies])}
     for metric in METRICS:
         inputs = [r["verdict_inputs"][metric] for r in replies]
         assert all(i["status"] == "ok" for i in inputs), f"{path.name}: {metric} not graded on every item"
+        # The strength the cuts are read against: recorded apart since rule-6's banded expected score; before, the
+        # expected score was the strength.
         out[metric] = (
-            np.array([float(i["expected"]) for i in inputs]),
+            np.array([float(i.get("strength", i["expected"])) for i in inputs]),
             np.array(["vetoed:" in i["reply"] for i in inputs]),
         )
     return out
+
+
+def rescored(path: Path) -> dict[str, Any]:
+    """Labels, strengths and vetoes from saved judgements, each metric's checks combined under its prompt's current
+    rule (the prompt id and language its provenance names)."""
+    split = path.stem.split("_", 1)[0]
+    labels = {t.id: t.manual_label for t in labelled_set(split, None)}
+    judgements = [Judgement.model_validate_json(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    out: dict[str, Any] = {"y": np.array([CLASSES[str(labels[j.id])] for j in judgements])}
+    for metric in METRICS:
+        strengths, vetoes = [], []
+        for j in judgements:
+            result = (j.metrics or {})[metric]
+            assert result.provenance is not None and result.checks is not None, f"{path.name}: {metric} has no checks"
+            name, version, lang = prompts.parse_prompt_id(result.provenance.prompt)
+            outcome = apply_rule(prompts.load(name, version, lang or "en"), result.checks)
+            assert outcome.ok and outcome.strength is not None, f"{path.name}: {j.id}'s {metric} is not graded"
+            strengths.append(outcome.strength)
+            vetoes.append("vetoed:" in outcome.supporting_evidence)
+        out[metric] = (np.array(strengths), np.array(vetoes))
+    return out
+
+
+def fit_gate_cuts(y: np.ndarray, held: np.ndarray, strength: np.ndarray, vetoed: np.ndarray) -> tuple[float, ...]:
+    """Groundedness's cuts that make the default verdict agree best with the labels (every class weighted equally),
+    answer relevance's scores `held`: the cuts for scores 2 and 3 by the verdict's quadratic κ (ties: the narrower
+    pair), the cut for score 1 (which the verdict never sees: 0 and 1 are both I) by groundedness's own ρ."""
+    weights = (len(y) / (3 * np.bincount(y, minlength=3)))[y]
+
+    def kappa_of(pair: tuple[float, float]) -> float:
+        decided = verdict({"answer_relevance": held, "groundedness": scores(strength, vetoed, (0.0, *pair)) * 1.0})
+        return float(cohen_kappa_score(y, decided, weights="quadratic", labels=[0, 1, 2], sample_weight=weights))
+
+    best = max(itertools.combinations(GRID, 2), key=lambda pair: (kappa_of(pair), -(pair[1] - pair[0])))
+
+    def rho_of(c1: float) -> float:
+        return _spearman([float(t) for t in y], [float(s) for s in scores(strength, vetoed, (c1, *best))]) or -1.0
+
+    c1 = max((c for c in GRID if c < best[0]), key=rho_of)
+    return (c1, *best)
 
 
 def scores(strength: np.ndarray, vetoed: np.ndarray, cuts: tuple[float, ...]) -> np.ndarray:
@@ -91,8 +144,12 @@ def main(argv: list[str] | None = None) -> int:
     dev, test = recorded(args.dev, args.cell), recorded(args.test, args.cell)
     report: dict[str, Any] = {"dev": args.dev.name, "test": args.test.name, "cell": args.cell, "objectives": {}}
     rows = []
-    for objective, balanced in (("unweighted κ (rule-2)", False), ("classes weighted equally (rule-3)", True)):
-        cuts = {m: fit_cut_arrays(dev["y"], *dev[m], balanced=balanced)[0] for m in METRICS}
+    objectives = ("unweighted κ (rule-2)", "classes weighted equally (rule-3)", "verdict (groundedness as its gate)")
+    for objective in objectives:
+        cuts = {m: fit_cut_arrays(dev["y"], *dev[m], balanced=objective != objectives[0])[0] for m in METRICS}
+        if objective == objectives[2]:
+            held = scores(*dev["answer_relevance"], cuts["answer_relevance"]) * 1.0
+            cuts["groundedness"] = fit_gate_cuts(dev["y"], held, *dev["groundedness"])
         section = {"cuts": cuts, "dev": measure(dev, cuts), "test": measure(test, cuts)}
         report["objectives"][objective] = section
         for split in ("dev", "test"):

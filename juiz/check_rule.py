@@ -11,6 +11,9 @@ reference, as the mean (or minimum) over the points. Then, in order:
    value), capped by the gate: `strength = min(core mean × scale mean, gate)`. This is the expected score (0–1), so a
    vetoed answer also ranks low.
 3. **Score.** 0–3: how many of the rule's three `cuts` the strength reaches (0 when vetoed).
+4. **Expected score** (0–1). Rules before rule-6: the strength itself, which ranks answers but sits on its own scale
+   (a C answer's strength may be 0.5). `expected = "banded"`: the strength placed between the cuts on the score's own
+   scale (`banded`), so the expected score falls in the same class as the score under the default label mapping.
 
 `info` checks are kept in the result and may feed a calibration; they never move the score. Checks the judge did not
 answer yes or no to (low mass) or that failed are left out and named; when no core check, or a scale check, could not
@@ -23,6 +26,7 @@ The written text is built from the checks that decided the score, so it can neve
 
 from __future__ import annotations
 
+import itertools
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -39,6 +43,7 @@ class RuleOutcome:
     criteria: str
     supporting_evidence: str
     error: str | None = None
+    strength: float | None = None
 
     @property
     def text(self) -> str:
@@ -78,6 +83,20 @@ def _shown(template: prompts.PromptTemplate, results: Sequence[CheckResult], nam
     if spec.ask == "per_point":
         return f"{name} {_word(value)} ({template.rule.point_aggregate} of {len(each_target)} reference points: {each})"
     return f"{name} {_word(value)} ({template.rule.sentence_aggregate} of {len(each_target)} sentences: {each})"
+
+
+def banded(strength: float, cuts: Sequence[float], veto_below: float | None = None) -> float:
+    """The strength on the score's 0–1 scale: cut k (the first strength that scores k) maps to (k − ½)/3, halfway
+    between the scores k − 1 and k as the default label mapping cuts them; linear in between, 0 → 0 and 1 → 1. A
+    vetoed answer (score 0) stays below ½/3, in proportion to its strength under the veto's threshold."""
+    if veto_below is not None:
+        return (0.5 / 3) * min(strength / veto_below, 1.0)
+    knots = [0.0, *cuts, 1.0]
+    values = [0.0, 0.5 / 3, 1.5 / 3, 2.5 / 3, 1.0]
+    for (x0, y0), (x1, y1) in itertools.pairwise(zip(knots, values, strict=True)):
+        if strength <= x1:
+            return y1 if x1 == x0 else y0 + (y1 - y0) * (strength - x0) / (x1 - x0)
+    return 1.0
 
 
 def _ungraded(criteria: str, evidence: str, error: str) -> RuleOutcome:
@@ -125,10 +144,15 @@ def apply_rule(template: prompts.PromptTemplate, results: Sequence[CheckResult])
     evidence.append(f"strength {strength:.2f} (cuts {', '.join(f'{c:.2f}' for c in rule.cuts)})")
     if unread:
         evidence.append(f"unread: {', '.join(unread)}")
+    if rule.expected == "banded":
+        expected = banded(strength, rule.cuts, rule.veto_below if vetoed_by else None)
+    else:
+        expected = strength
     return RuleOutcome(
         ok=True,
         score=score,
-        expected_score=round(strength, 6),
+        expected_score=round(expected, 6),
         criteria=criteria,
         supporting_evidence="; ".join(evidence),
+        strength=round(strength, 6),
     )

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import prompts
 from juiz.engine import Completion, Conversation, GenerationRequest
+from juiz.passages import passage_for
 from juiz.sentences import MIN_WORDS, split_sentences
 from schemas.judgement import CheckResult, CheckStatus
 
@@ -56,12 +57,21 @@ class CheckJob:
     template: prompts.PromptTemplate
     fields: dict[str, str]
     sentences: list[str] = field(default_factory=list)
+    # The context's segments, for checks that show a sentence beside the segments it is about (`passages`).
+    segments: list[str] = field(default_factory=list)
 
     @classmethod
-    def plan(cls, item: int, metric: str, template: prompts.PromptTemplate, fields: dict[str, str]) -> CheckJob:
+    def plan(
+        cls,
+        item: int,
+        metric: str,
+        template: prompts.PromptTemplate,
+        fields: dict[str, str],
+        segments: list[str] | None = None,
+    ) -> CheckJob:
         per_sentence = [c.min_words or MIN_WORDS for c in template.checks if c.ask == "per_sentence"]
         sentences = split_sentences(fields["answer"], min(per_sentence)) if per_sentence else []
-        return cls(item, metric, template, fields, sentences)
+        return cls(item, metric, template, fields, sentences, list(segments or []))
 
     @property
     def prefix_key(self) -> tuple[object, ...]:
@@ -108,7 +118,10 @@ class CheckJob:
             key = self._prefix_key(check)
             if check.ask == "per_sentence":
                 for sentence in self._sentences_for(check):
-                    conversation = self.template.render_check(check, **self.fields, sentence=sentence)
+                    shown = dict(self.fields, sentence=sentence)
+                    if check.passages:
+                        shown["passage"] = passage_for(sentence, self.segments, check.passages)
+                    conversation = self.template.render_check(check, **shown)
                     asks.append(Ask(check, sentence, conversation, key))
             elif check.ask in ("with_reference", "per_point"):
                 asks_, unasked_ = self._reference_asks(check, key, reference, no_reference)

@@ -225,7 +225,7 @@ class Judge:
                     # all of an item's checks, whatever the metric.
                     fields["context"] = prompts.format_context(segments) if segments else NO_CONTEXT
                 if template.kind == "checks":
-                    jobs.append(CheckJob.plan(i, metric, template, fields))
+                    jobs.append(CheckJob.plan(i, metric, template, fields, segments))
                     continue
                 conversation = template.render(mode=options.mode, **fields)
                 tasks.append(_Task(i, metric, None, template, conversation, request, options.mode))
@@ -537,6 +537,7 @@ def _checks_result(
         score=outcome.score,
         normalized_score=round(outcome.score / 3, 6),
         expected_score=_rounded(outcome.expected_score),
+        strength=outcome.strength,
         criteria=outcome.criteria,
         supporting_evidence=outcome.supporting_evidence,
         raw_output=outcome.text,

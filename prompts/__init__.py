@@ -47,7 +47,8 @@ class CheckSpec:
     turns (the layout's fields and the reply): a small judge's yes/no probabilities on a narrow question are far
     better placed when it has seen both answers given once; they share one prefix across every item, so the engine
     computes them once. `min_words`: the shortest sentence a per-sentence check asks about (juiz.sentences.MIN_WORDS
-    when unset)."""
+    when unset). `passages`: a per-sentence check that shows, as `{passage}`, only this many context segments, those
+    that share the sentence's words (juiz.passages), instead of the whole context."""
 
     name: str
     question: str
@@ -57,6 +58,7 @@ class CheckSpec:
     system: str | None = None
     examples: tuple[CheckExample, ...] = ()
     min_words: int | None = None
+    passages: int | None = None
 
     @property
     def shares_item_prefix(self) -> bool:
@@ -82,6 +84,9 @@ class CheckRule:
     sentence_aggregate: Literal["min", "mean"]  # how a per-sentence check's P(yes) over the sentences enters
     # how a per-point check's P(yes) over the reference's points enters
     point_aggregate: Literal["min", "mean"] = "mean"
+    # the expected score: the strength itself (rules before rule-6), or the strength placed between the cuts on the
+    # score's own 0–1 scale, so that it falls in the same class as the score (juiz.check_rule.banded)
+    expected: Literal["strength", "banded"] = "strength"
 
 
 @dataclass(frozen=True)
@@ -213,6 +218,7 @@ def load(metric: str, version: str, lang: str) -> PromptTemplate:
             cuts=(float(rule["cuts"][0]), float(rule["cuts"][1]), float(rule["cuts"][2])),
             sentence_aggregate=rule["sentence_aggregate"],
             point_aggregate=rule.get("point_aggregate", "mean"),
+            expected=rule.get("expected", "strength"),
         ),
         reference=data.get("reference", ""),
         user_reference=data.get("user_reference", ""),

@@ -123,6 +123,13 @@ class MetricResult(Grade):
     reference: str | None = Field(
         default=None, description="Check-based groundedness: the short answer the judge wrote itself from the context."
     )
+    strength: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="Check-based prompts only: the rule's strength (the checks combined, 0–1), which the cuts are "
+        "read against.",
+    )
 
 
 class Judgement(BaseModel):

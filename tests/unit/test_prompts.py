@@ -68,6 +68,7 @@ def test_check_prompts_share_the_item_prefix_and_ask_one_word(prompt_id: str) ->
         "sentence": "S s s.",
         "reference": "R.",
         "point": "P.",
+        "passage": "[1] C.",
     }
     conversations = [template.render_check(c, **fields) for c in template.checks]
     prefix = template.user.split("{answer}")[0].format_map({k: v for k, v in fields.items()})
