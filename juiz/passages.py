@@ -17,12 +17,12 @@ def passage_for(sentence: str, segments: list[str], size: int) -> str:
     """The `size` segments most similar to `sentence`, numbered as in the context and in its order."""
     if not segments:
         return ""
-    chosen = range(len(segments))
+    chosen: list[int] = list(range(len(segments)))
     if len(segments) > size:
         try:
             vectors = TfidfVectorizer(sublinear_tf=True).fit(segments)
         except ValueError:  # no word in any segment (e.g. only digits or symbols): keep the retriever's first ones
-            chosen = range(size)
+            chosen = list(range(size))
         else:
             similarity = linear_kernel(vectors.transform([sentence]), vectors.transform(segments))[0]
             # Ties (no shared word) go to the earlier segment: the retriever ranked it higher.
