@@ -238,9 +238,9 @@ def _check_labels(triples, options, source: Path) -> None:  # type: ignore[no-un
 def build_engine(model: str | None, backend: str | None = None, base_url: str | None = None):  # type: ignore[no-untyped-def]
     """The real engine for the CLI: vLLM in process on the named (or configured, or default) model, or (`--engine
     openai`, `--base-url`, or JUIZ_ENGINE=openai) a client of an OpenAI-compatible server serving that model."""
-    from juiz.engine import VLLMEngine
     from juiz.models import resolve_model
     from juiz.settings import Settings
+    from juiz.vllm_engine import VLLMEngine
 
     overrides = {"engine": "openai" if base_url else backend, "engine_base_url": base_url}
     settings = Settings.from_env(None, **{k: v for k, v in overrides.items() if v})

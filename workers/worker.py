@@ -71,12 +71,13 @@ from tenacity import (
     wait_exponential,
 )
 
-from juiz.engine import JudgeEngine, VLLMEngine
+from juiz.engine import JudgeEngine
 from juiz.errors import EngineDeadError
 from juiz.settings import Settings
 from juiz.store import Store
 from juiz.store.connection import redis_client
 from juiz.sweeper import sweep
+from juiz.vllm_engine import VLLMEngine
 from workers import jobs
 
 if TYPE_CHECKING:  # imported where used: the in-process engine's workers never load the server back end

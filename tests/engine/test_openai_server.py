@@ -17,11 +17,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from juiz.engine import CallControl, cpu_defaults
+from juiz.engine import CallControl
 from juiz.judge import COT_REQUEST, Judge
 from juiz.models import TEST_MODEL, model_dir
 from juiz.openai_engine import OpenAIEngine
 from juiz.processes import child, free_port, wait_until
+from juiz.vllm_engine import cpu_defaults
 from schemas import BatchOptions, JudgementStatus, Triple
 
 pytestmark = pytest.mark.engine

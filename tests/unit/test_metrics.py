@@ -8,7 +8,8 @@ from collections.abc import Collection, Sequence
 import pytest
 from pydantic import ValidationError
 
-from juiz.engine import CallControl, Completion, Conversation, FakeEngine, GenerationRequest
+from juiz.engine import CallControl, Completion, Conversation, GenerationRequest
+from juiz.fake_engine import FakeEngine
 from juiz.judge import FAST_REQUEST, SEGMENT_COT_REQUEST, Judge, failed_judgement
 from juiz.labels import DEFAULT_VERDICT, label_for, with_default_verdict
 from schemas import BatchOptions, JudgementStatus, LabelMapping, Segment, Triple
