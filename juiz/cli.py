@@ -193,7 +193,8 @@ def _label_mapping(value: str | None):  # type: ignore[no-untyped-def]
 def _score(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from juiz.judge import Judge, validate_options
+    from juiz.judge import Judge
+    from juiz.plan import validate_options
     from juiz.readers import read_triples, write_judgements
     from juiz.summary import summarize
 
@@ -332,7 +333,7 @@ def _add_check(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 def _check(args: argparse.Namespace) -> int:
     from juiz.gate import Thresholds, evaluate, parse_share_below, write_junit
-    from juiz.judge import validate_options
+    from juiz.plan import validate_options
     from juiz.readers import read_triples, write_judgements
 
     thresholds = Thresholds(
@@ -386,7 +387,7 @@ def _submit(args: argparse.Namespace) -> int:
     from pydantic import TypeAdapter, ValidationError
 
     from juiz.client import ApiError, JuizClient
-    from juiz.judge import validate_options
+    from juiz.plan import validate_options
     from juiz.readers import read_triples, write_judgements
     from juiz.settings import Settings
     from juiz.summary import summarize

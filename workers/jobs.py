@@ -61,8 +61,10 @@ from tenacity import Retrying, before_sleep_log, retry_if_exception_type, stop_a
 
 from juiz.engine import CallControl
 from juiz.errors import EngineDeadError, TransientEngineError
-from juiz.judge import Judge, failed_judgement, item_fields, request_for_options, select_prompt
+from juiz.judge import Judge
+from juiz.judgements import failed_judgement, item_fields
 from juiz.labels import label_for
+from juiz.plan import request_for_options, select_prompt
 from juiz.settings import Settings
 from juiz.store import BatchRecord, ChunkRef, Store
 from juiz.uncertainty import annotate

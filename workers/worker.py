@@ -398,7 +398,7 @@ def _retried(step: Any) -> None:
 def load_prompts() -> None:
     """Every prompt file parses, and the default options can be served; fail before loading a model otherwise."""
     import prompts
-    from juiz.judge import validate_options
+    from juiz.plan import validate_options
     from schemas import BatchOptions
 
     for prompt_id in prompts.available():

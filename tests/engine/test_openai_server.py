@@ -18,9 +18,10 @@ import httpx
 import pytest
 
 from juiz.engine import CallControl
-from juiz.judge import COT_REQUEST, Judge
+from juiz.judge import Judge
 from juiz.models import TEST_MODEL, model_dir
 from juiz.openai_engine import OpenAIEngine
+from juiz.plan import COT_REQUEST
 from juiz.processes import child, free_port, wait_until
 from juiz.vllm_engine import cpu_defaults
 from schemas import BatchOptions, JudgementStatus, Triple

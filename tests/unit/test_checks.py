@@ -12,9 +12,10 @@ from juiz.check_rule import apply_rule
 from juiz.checks import CHECK_REQUEST, YES_NO, Ask, read_check, reference_points
 from juiz.engine import Completion, Conversation, group_probs_from_text, spellings
 from juiz.fake_engine import FakeEngine
-from juiz.judge import Judge, request_for_options
+from juiz.judge import Judge
 from juiz.openai_engine import completion_from_choice
 from juiz.parsing import parse_reply
+from juiz.plan import request_for_options
 from schemas import BatchOptions, JudgementStatus, Triple
 from schemas.judgement import CheckResult, CheckStatus, MetricStatus
 

@@ -15,13 +15,14 @@ import pytest
 
 from juiz.engine import CallControl, GenerationRequest
 from juiz.errors import ModelError, TransientEngineError
-from juiz.judge import COT_REQUEST, FAST_REQUEST, Judge
+from juiz.judge import Judge
 from juiz.openai_engine import (
     COT_REPLY_GBNF,
     OpenAIEngine,
     completion_from_choice,
 )
 from juiz.parsing import COT_REPLY_REGEX
+from juiz.plan import COT_REQUEST, FAST_REQUEST
 from juiz.retry import WaitRetryAfter, retry_after_s
 from schemas import BatchOptions, JudgementStatus, Triple
 
