@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Collection, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any, Protocol, runtime_checkable
 
@@ -95,6 +95,18 @@ class CallControl:
     def timed_out(self, started: float) -> Completion:
         budget = max(0.0, (self.deadline or started) - started)
         return aborted(f"timed out after {budget:.0f} s")
+
+    def subset(self, positions: Sequence[int]) -> CallControl:
+        """This control for a call over some of its items: item i of that call is item positions[i] here."""
+        if self.cancelled is None:
+            return self
+        whole = self.cancelled
+        at = {position: i for i, position in enumerate(positions)}
+
+        def cancelled() -> Collection[int]:
+            return [at[p] for p in whole() if p in at]
+
+        return replace(self, cancelled=cancelled)
 
 
 def aborted(reason: str) -> Completion:

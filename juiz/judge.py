@@ -34,7 +34,7 @@ from juiz.judgements import (
     sampled_fields,
     with_origin,
 )
-from juiz.plan import COT_REQUEST, FAST_REQUEST, SEGMENT_COT_REQUEST, request_for_options, select_prompt
+from juiz.plan import COT_REQUEST, FAST_REQUEST, SEGMENT_COT_REQUEST, ItemPlan, plan_item
 from schemas import BatchOptions, Judgement, Segment, Triple
 from schemas.judgement import NEEDS_CONTEXT, CheckResult, MetricResult, MetricStatus, SegmentGrade
 
@@ -92,14 +92,19 @@ class Judge:
         return self.grade_many([(t, options) for t in triples])
 
     def grade_many(
-        self, items: Sequence[tuple[Triple, BatchOptions]], control: CallControl | None = None
+        self,
+        items: Sequence[tuple[Triple, BatchOptions]],
+        control: CallControl | None = None,
+        plans: Sequence[ItemPlan | None] | None = None,
     ) -> list[Judgement]:
         """Grade items that may carry different options (e.g. chunks of several batches) in as few calls as possible.
 
         Prompts differ per item and metric, so they still share one call; only a different sampling setting (cot,
         the shorter per-segment cot, fast) needs a call of its own. `control.cancelled()` names ITEM indices.
+        `plans`: each item's `plan_item`, when the caller made it already (the worker keys its result cache on it);
+        an item without one is planned here.
         """
-        tasks, jobs, skipped = self._plan(items)
+        tasks, jobs, skipped = self._plan(items, plans)
         replies = self._run(tasks, control)
         by_item: list[dict[str, MetricResult]] = [dict(skipped.get(i, {})) for i in range(len(items))]
         for (item, metric), result in self._grade_checks(jobs, control).items():
@@ -119,16 +124,16 @@ class Judge:
         return with_origin(judgements, self.engine)
 
     def _plan(
-        self, items: Sequence[tuple[Triple, BatchOptions]]
+        self, items: Sequence[tuple[Triple, BatchOptions]], plans: Sequence[ItemPlan | None] | None = None
     ) -> tuple[list[_Task], list[CheckJob], dict[int, dict[str, MetricResult]]]:
         tasks: list[_Task] = []
         jobs: list[CheckJob] = []
         skipped: dict[int, dict[str, MetricResult]] = {}
         for i, (triple, options) in enumerate(items):
             segments = context_segments(triple.context)
-            for metric in options.metrics:
-                template = select_prompt(options, triple.question, metric)
-                request = request_for_options(options, metric)
+            plan = plans[i] if plans is not None else None
+            for metric, chosen in (plan or plan_item(options, triple.question)).items():
+                template, request = chosen.template, chosen.request
                 if metric in NEEDS_CONTEXT and not segments:
                     skipped.setdefault(i, {})[metric] = MetricResult(
                         status=MetricStatus.SKIPPED,

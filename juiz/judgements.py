@@ -18,7 +18,7 @@ from juiz.engine import Completion, GenerationRequest, JudgeEngine
 from juiz.errors import PromptError
 from juiz.labels import label_for
 from juiz.parsing import expected_score, parse_reply
-from juiz.plan import request_for_options, select_prompt
+from juiz.plan import ItemPlan, plan_metric, score_sampling
 from juiz.uncertainty import annotate, combine_samples
 from schemas import BatchOptions, Judgement, JudgementStatus, Provenance, Triple
 from schemas.judgement import CheckResult, CheckStatus, MetricResult, MetricStatus
@@ -171,20 +171,23 @@ def item_fields(triple: Triple) -> dict[str, Any]:
     }
 
 
-def failed_judgement(triple: Triple, options: BatchOptions, model: str, reason: str) -> Judgement:
-    """A `failed` result for an item that could not be graded at all, with the reason and the judge meant for it."""
+def failed_judgement(
+    triple: Triple, options: BatchOptions, model: str, reason: str, plan: ItemPlan | None = None
+) -> Judgement:
+    """A `failed` result for an item that could not be graded at all, with the reason and the judge meant for it
+    (`plan`, the item's `plan_item` when the caller has it; else each metric is planned here). A metric whose prompt
+    can't be served records the metric's name as its prompt and the mode's sampling."""
     metrics: dict[str, MetricResult] = {}
     for metric in options.metrics:
-        request = request_for_options(options, metric)
         try:
-            template = select_prompt(options, triple.question, metric)
-            provenance = provenance_of(model, template, request, options.mode)
+            chosen = plan[metric] if plan is not None else plan_metric(options, triple.question, metric)
+            provenance = provenance_of(model, chosen.template, chosen.request, options.mode)
         except PromptError:
             provenance = Provenance(
                 model=model,
                 prompt=metric,
                 prompt_sha256="",
-                sampling={**request.describe(), "mode": options.mode},
+                sampling={**score_sampling(options, metric).describe(), "mode": options.mode},
                 juiz_version=__version__,
             )
         metrics[metric] = MetricResult(status=MetricStatus.FAILED, error=reason, provenance=provenance)

@@ -51,8 +51,6 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from redis import Redis
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 from rq.exceptions import DequeueTimeout, StopRequested
 from rq.executions import Execution
 from rq.job import Job, JobStatus
@@ -73,6 +71,7 @@ from tenacity import (
 
 from juiz.engine import JudgeEngine
 from juiz.errors import EngineDeadError
+from juiz.retry import REDIS_ERRORS
 from juiz.settings import Settings
 from juiz.store import Store
 from juiz.store.connection import redis_client
@@ -88,7 +87,6 @@ log = logging.getLogger(__name__)
 MODEL_FIELD = "juiz_model"  # set in the RQ worker's own hash, so it lives and dies with the worker's heartbeat
 ENGINE_DEAD_EXIT = 3  # exit code of a worker whose engine died
 JOB_FUNCTIONS = frozenset({f"{jobs.__name__}.{jobs.grade_chunk.__name__}"})  # the one function a juiz job may name
-REDIS_ERRORS = (RedisConnectionError, RedisTimeoutError)
 
 
 class JuizWorker(SimpleWorker):

@@ -228,7 +228,7 @@ def test_checks_3_is_checks_2_with_the_refitted_cuts_only() -> None:
 def test_a_result_with_a_failed_check_is_not_reused_from_the_cache() -> None:
     """A check that failed (aborted on a cancel, timed out) leaves its metric graded from the others: that result
     must not answer the same triple later (a later call would read the check, and calibration needs it)."""
-    from workers.jobs import reusable
+    from juiz.result_cache import reusable
 
     def no_reference(conversation: Conversation) -> str:
         return "" if "one or two short sentences" in conversation[-1]["content"] else "Yes"
