@@ -209,11 +209,14 @@ def _score(args: argparse.Namespace) -> int:
     size = args.batch_size or len(triples)
     judgements = []
     started = time.perf_counter()
-    with tqdm(total=len(triples), unit="item", desc="grading", file=sys.stderr) as bar:
-        for offset in range(0, len(triples), size):
-            chunk = triples[offset : offset + size]
-            judgements.extend(judge.grade(chunk, options))
-            bar.update(len(chunk))
+    try:
+        with tqdm(total=len(triples), unit="item", desc="grading", file=sys.stderr) as bar:
+            for offset in range(0, len(triples), size):
+                chunk = triples[offset : offset + size]
+                judgements.extend(judge.grade(chunk, options))
+                bar.update(len(chunk))
+    finally:
+        engine.close()  # the engine's processes, or a judge server's connections, now rather than at exit
     elapsed = time.perf_counter() - started
     if args.uncertain_first:
         from juiz.uncertainty import uncertain_first

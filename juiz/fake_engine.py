@@ -32,6 +32,9 @@ class FakeEngine:
     def model_id(self) -> str:
         return self._model_id
 
+    def close(self) -> None:
+        """Nothing to let go; the real engines' close stops processes or connections, and callers close any engine."""
+
     def generate(
         self, conversations: Sequence[Conversation], request: GenerationRequest, control: CallControl | None = None
     ) -> list[Completion]:

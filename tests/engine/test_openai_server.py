@@ -82,10 +82,11 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def engine(server: str) -> OpenAIEngine:
+def engine(server: str) -> Iterator[OpenAIEngine]:
     engine = OpenAIEngine(server, SERVED_NAME, max_concurrency=8)
     Judge(engine).warm_up()  # compile the reply grammar once, as workers do
-    return engine
+    yield engine
+    engine.close()  # its event loop and connection pool
 
 
 TRIPLES = [
