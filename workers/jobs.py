@@ -54,7 +54,7 @@ from rq import get_current_job
 from rq.exceptions import AbandonedJobError
 
 from juiz.engine import CallControl
-from juiz.errors import EngineDeadError, PromptError, TransientEngineError
+from juiz.errors import EngineDeadError, TransientEngineError
 from juiz.judge import Judge
 from juiz.judgements import failed_judgement
 from juiz.plan import ItemPlan, plan_item
@@ -331,7 +331,7 @@ def _grade_and_store(b: Binding, work: list[_Work], job: Any) -> dict[str, int]:
 def _plan_or_none(triple: Triple, options: BatchOptions) -> ItemPlan | None:
     try:
         return plan_item(options, triple.question)
-    except PromptError:  # a prompt that can't be served fails in grading, with its reason (and has no cache key)
+    except Exception:  # a prompt that can't be served fails in grading, with its reason (and has no cache key)
         return None
 
 
