@@ -22,10 +22,11 @@ from pathlib import Path
 from typing import Any, cast
 
 from bench.machine import describe_machine
-from juiz.engine import Completion, Conversation, GenerationRequest, VLLMEngine
-from juiz.judge import COT_REQUEST, FAST_REQUEST, select_prompt
+from juiz.engine import Completion, Conversation, GenerationRequest
 from juiz.models import resolve_model
+from juiz.plan import COT_REQUEST, FAST_REQUEST, select_prompt
 from juiz.readers import read_triples
+from juiz.vllm_engine import VLLMEngine
 from schemas import BatchOptions, Triple
 
 log = logging.getLogger(__name__)

@@ -40,8 +40,9 @@ from bench.common import (
     triple_dicts,
 )
 from bench.stack import service
-from juiz.judge import COT_REQUEST, Judge
+from juiz.judge import Judge
 from juiz.models import DEFAULT_MODEL
+from juiz.plan import COT_REQUEST
 from schemas import BatchOptions, JudgementStatus
 
 log = logging.getLogger("bench.engine_efficiency")

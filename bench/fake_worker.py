@@ -1,7 +1,7 @@
 """BENCHMARK-ONLY worker on a FAKE engine: `python -m bench.fake_worker` (for bench/api_only.py and bench/scale_out.py).
 
 The same worker code as `juiz worker` (`workers.worker.run`: RQ, chunk claims, coalescing, result cache, storage),
-with `juiz.engine.FakeEngine` in place of vLLM, so the API and the queue are measured without a model. Its model id
+with `juiz.fake_engine.FakeEngine` in place of vLLM, so the API and the queue are measured without a model. Its model id
 says FAKE, and so does every result it stores. `juiz worker` itself never uses a fake.
 
 A call can be given a cost, to model a GPU's: `JUIZ_FAKE_CALL_S` seconds per call plus `JUIZ_FAKE_ITEM_S` per item
@@ -23,7 +23,8 @@ from collections.abc import Sequence
 
 from redis import Redis
 
-from juiz.engine import CallControl, Completion, Conversation, FakeEngine, GenerationRequest, aborted
+from juiz.engine import CallControl, Completion, Conversation, GenerationRequest, aborted
+from juiz.fake_engine import FakeEngine
 from juiz.settings import Settings
 from workers.worker import load_prompts, run
 

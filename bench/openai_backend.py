@@ -45,11 +45,12 @@ from bench.common import (
     table,
 )
 from bench.trulens_peer import SERVED_NAME, server_command
-from juiz.engine import CallControl, Completion, Conversation, GenerationRequest, JudgeEngine, cpu_defaults
+from juiz.engine import CallControl, Completion, Conversation, GenerationRequest, JudgeEngine
 from juiz.judge import Judge
 from juiz.models import DEFAULT_MODEL, resolve_model
 from juiz.openai_engine import OpenAIEngine
 from juiz.processes import child, free_port, wait_until
+from juiz.vllm_engine import cpu_defaults
 from schemas import BatchOptions, Judgement, JudgementStatus, Triple
 
 log = logging.getLogger("bench.openai_backend")
@@ -128,13 +129,16 @@ def on_server(model: str, triples: list[Triple], warm: list[Triple], options: Ba
         wait_until(healthy, 1800, [server], "vLLM's OpenAI server")
         log.info("server ready in %.1fs", time.perf_counter() - started)
         engine = OpenAIEngine(f"{base}/v1", SERVED_NAME, max_concurrency=max(len(triples), 1))
-        recorder = Recorder(engine)
-        judge = Judge(recorder)
-        judge.warm_up()
-        judge.grade(warm, options)
-        httpx.post(f"{base}/reset_prefix_cache", timeout=60).raise_for_status()
-        figures = measure(judge, recorder, triples, options)
-        figures["dialect"] = engine.dialect
+        try:
+            recorder = Recorder(engine)
+            judge = Judge(recorder)
+            judge.warm_up()
+            judge.grade(warm, options)
+            httpx.post(f"{base}/reset_prefix_cache", timeout=60).raise_for_status()
+            figures = measure(judge, recorder, triples, options)
+            figures["dialect"] = engine.dialect
+        finally:
+            engine.close()
     log.info("server: %.1fs, %.3f j/s", figures["seconds"], figures["judgements_per_s"])
     return figures
 

@@ -22,11 +22,11 @@ from sklearn.metrics import roc_auc_score
 
 from bench.machine import describe_machine
 from juiz.agreement import compute_agreement
-from juiz.engine import VLLMEngine
 from juiz.judge import Judge
 from juiz.labels import label_unit_value, resolve_numeric_scale
 from juiz.models import DEFAULT_MODEL, resolve_model
 from juiz.readers import read_triples
+from juiz.vllm_engine import VLLMEngine
 from schemas import BatchOptions, LabelMapping, Triple
 
 REPO = Path(__file__).resolve().parent.parent

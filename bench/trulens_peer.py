@@ -57,19 +57,12 @@ from bench.common import (
     token_counts,
     triple_dicts,
 )
-from juiz.engine import (
-    CPU_BLOCK_SIZE,
-    CallControl,
-    Completion,
-    Conversation,
-    GenerationRequest,
-    VLLMEngine,
-    cpu_defaults,
-)
+from juiz.engine import CallControl, Completion, Conversation, GenerationRequest
 from juiz.judge import Judge
 from juiz.models import DEFAULT_MODEL, resolve_model
 from juiz.parsing import COT_MAX_TOKENS
 from juiz.processes import child, free_port, wait_until
+from juiz.vllm_engine import CPU_BLOCK_SIZE, VLLMEngine, cpu_defaults
 from schemas import BatchOptions, Judgement, JudgementStatus
 
 log = logging.getLogger("bench.trulens_peer")

@@ -193,7 +193,8 @@ def _label_mapping(value: str | None):  # type: ignore[no-untyped-def]
 def _score(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from juiz.judge import Judge, validate_options
+    from juiz.judge import Judge
+    from juiz.plan import validate_options
     from juiz.readers import read_triples, write_judgements
     from juiz.summary import summarize
 
@@ -208,11 +209,14 @@ def _score(args: argparse.Namespace) -> int:
     size = args.batch_size or len(triples)
     judgements = []
     started = time.perf_counter()
-    with tqdm(total=len(triples), unit="item", desc="grading", file=sys.stderr) as bar:
-        for offset in range(0, len(triples), size):
-            chunk = triples[offset : offset + size]
-            judgements.extend(judge.grade(chunk, options))
-            bar.update(len(chunk))
+    try:
+        with tqdm(total=len(triples), unit="item", desc="grading", file=sys.stderr) as bar:
+            for offset in range(0, len(triples), size):
+                chunk = triples[offset : offset + size]
+                judgements.extend(judge.grade(chunk, options))
+                bar.update(len(chunk))
+    finally:
+        engine.close()  # the engine's processes, or a judge server's connections, now rather than at exit
     elapsed = time.perf_counter() - started
     if args.uncertain_first:
         from juiz.uncertainty import uncertain_first
@@ -238,9 +242,9 @@ def _check_labels(triples, options, source: Path) -> None:  # type: ignore[no-un
 def build_engine(model: str | None, backend: str | None = None, base_url: str | None = None):  # type: ignore[no-untyped-def]
     """The real engine for the CLI: vLLM in process on the named (or configured, or default) model, or (`--engine
     openai`, `--base-url`, or JUIZ_ENGINE=openai) a client of an OpenAI-compatible server serving that model."""
-    from juiz.engine import VLLMEngine
     from juiz.models import resolve_model
     from juiz.settings import Settings
+    from juiz.vllm_engine import VLLMEngine
 
     overrides = {"engine": "openai" if base_url else backend, "engine_base_url": base_url}
     settings = Settings.from_env(None, **{k: v for k, v in overrides.items() if v})
@@ -332,7 +336,7 @@ def _add_check(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 def _check(args: argparse.Namespace) -> int:
     from juiz.gate import Thresholds, evaluate, parse_share_below, write_junit
-    from juiz.judge import validate_options
+    from juiz.plan import validate_options
     from juiz.readers import read_triples, write_judgements
 
     thresholds = Thresholds(
@@ -386,7 +390,7 @@ def _submit(args: argparse.Namespace) -> int:
     from pydantic import TypeAdapter, ValidationError
 
     from juiz.client import ApiError, JuizClient
-    from juiz.judge import validate_options
+    from juiz.plan import validate_options
     from juiz.readers import read_triples, write_judgements
     from juiz.settings import Settings
     from juiz.summary import summarize

@@ -21,107 +21,29 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import prompts
-from juiz import __version__
-from juiz.check_rule import apply_rule
 from juiz.checks import CHECK_REQUEST, Ask, CheckJob, read_check, reference_text
 from juiz.engine import CANCELLED, CallControl, Completion, Conversation, GenerationRequest, JudgeEngine, aborted
-from juiz.errors import EngineDeadError, PromptError, TransientEngineError
-from juiz.labels import label_for
-from juiz.language import detect_language
-from juiz.parsing import (
-    COT_MAX_TOKENS,
-    COT_REPLY_REGEX,
-    SCORE_DIGITS,
-    SEGMENT_MAX_TOKENS,
-    SEGMENT_REPLY_REGEX,
-    expected_score,
-    parse_reply,
+from juiz.errors import EngineDeadError, TransientEngineError
+from juiz.judgements import (
+    CHECKS,
+    checks_result,
+    judgement_of,
+    parsed_fields,
+    provenance_of,
+    rounded,
+    sampled_fields,
+    with_origin,
 )
-from juiz.uncertainty import annotate, combine_samples
-from schemas import BatchOptions, Judgement, JudgementStatus, Provenance, Segment, Triple
-from schemas.judgement import NEEDS_CONTEXT, CheckResult, CheckStatus, MetricResult, MetricStatus, SegmentGrade
+from juiz.plan import COT_REQUEST, FAST_REQUEST, SEGMENT_COT_REQUEST, ItemPlan, plan_item
+from schemas import BatchOptions, Judgement, Segment, Triple
+from schemas.judgement import NEEDS_CONTEXT, CheckResult, MetricResult, MetricStatus, SegmentGrade
 
 log = logging.getLogger(__name__)
 
-COT_REQUEST = GenerationRequest(max_tokens=COT_MAX_TOKENS, regex=COT_REPLY_REGEX, logprobs=20)
-# Fast mode: one forward pass; the reply is one digit and the expected score comes from its distribution.
-FAST_REQUEST = GenerationRequest(max_tokens=1, choice=SCORE_DIGITS, logprobs=20)
-# Context relevance in CoT mode: the same template with shorter bounds (it runs once per segment).
-SEGMENT_COT_REQUEST = GenerationRequest(max_tokens=SEGMENT_MAX_TOKENS, regex=SEGMENT_REPLY_REGEX, logprobs=20)
 # How context_relevance's item score comes from its segments' scores (see README, "Metrics").
 CONTEXT_AGGREGATE = "max"
-# The mode a check-based prompt's results record: they are neither cot nor fast (one yes/no token per check).
-CHECKS = "checks"
 # What a check prompt shows as the context of an item that has none (answer relevance needs none).
 NO_CONTEXT = "(none)"
-
-
-def select_prompt(options: BatchOptions, question: str, metric: str | None = None) -> prompts.PromptTemplate:
-    """The prompt for one item and metric (default: the options' main metric): the requested id for that metric,
-    or the metric's default version, in the item's language."""
-    metric = metric or options.primary_metric
-    version = prompts.DEFAULT_VERSIONS[metric]
-    lang: str | None = None
-    for prompt_id in options.prompt_ids():
-        try:
-            prompt_metric, prompt_version, prompt_lang = prompts.parse_prompt_id(prompt_id)
-        except prompts.PromptNotFound as exc:
-            raise PromptError(str(exc)) from exc
-        if prompt_metric not in options.metrics:
-            raise PromptError(
-                f"prompt {prompt_id!r} is for {prompt_metric}, which is not among the metrics requested "
-                f"({', '.join(options.metrics)})"
-            )
-        if prompt_metric == metric:
-            version, lang = prompt_version, prompt_lang
-    if lang is None:
-        lang = detect_language(question) if options.lang == "auto" else options.lang
-    try:
-        return prompts.load(metric, version, lang)
-    except prompts.PromptNotFound as exc:
-        raise PromptError(str(exc)) from exc
-
-
-def validate_options(options: BatchOptions) -> None:
-    """Fail before any work when a prompt id can't be served in every language it may be asked for."""
-    metrics = [prompts.parse_prompt_id(p)[0] for p in options.prompt_ids() if "@" in p]
-    if len(metrics) != len(set(metrics)):
-        raise PromptError("at most one prompt id per metric")
-    for lang in (options.lang,) if options.lang != "auto" else prompts.LANGUAGES:
-        for metric in options.metrics:
-            select_prompt(options.model_copy(update={"lang": lang}), question="", metric=metric)
-
-
-def request_for(mode: str, metric: str = "answer_relevance") -> GenerationRequest:
-    if mode != "cot":
-        return FAST_REQUEST
-    return SEGMENT_COT_REQUEST if metric == "context_relevance" else COT_REQUEST
-
-
-def prompt_version(options: BatchOptions, metric: str) -> str:
-    """The prompt version a batch uses for a metric: the one its options name, else the metric's default."""
-    for prompt_id in options.prompt_ids():
-        prompt_metric, version, _ = prompts.parse_prompt_id(prompt_id)
-        if prompt_metric == metric:
-            return version
-    return prompts.DEFAULT_VERSIONS[metric]
-
-
-def request_for_options(options: BatchOptions, metric: str) -> GenerationRequest:
-    """The sampling one metric of a batch gets: `request_for`, with options.samples replies at the batch's
-    temperature (context relevance, graded once per segment, keeps one greedy reply). A check-based prompt's is
-    one yes/no token per check, whatever the mode (options.samples does not apply: the probabilities are the
-    spread)."""
-    try:
-        checks = prompts.kind(metric, prompt_version(options, metric)) == "checks"
-    except prompts.PromptNotFound as exc:
-        raise PromptError(str(exc)) from exc
-    if checks:
-        return CHECK_REQUEST
-    request = request_for(options.mode, metric)
-    if metric == "context_relevance" or (options.samples == 1 and options.sampling_temperature == 0):
-        return request
-    return replace(request, n=options.samples, temperature=options.sampling_temperature)
 
 
 def context_segments(context: str | list[Segment] | None) -> list[str]:
@@ -170,14 +92,19 @@ class Judge:
         return self.grade_many([(t, options) for t in triples])
 
     def grade_many(
-        self, items: Sequence[tuple[Triple, BatchOptions]], control: CallControl | None = None
+        self,
+        items: Sequence[tuple[Triple, BatchOptions]],
+        control: CallControl | None = None,
+        plans: Sequence[ItemPlan | None] | None = None,
     ) -> list[Judgement]:
         """Grade items that may carry different options (e.g. chunks of several batches) in as few calls as possible.
 
         Prompts differ per item and metric, so they still share one call; only a different sampling setting (cot,
         the shorter per-segment cot, fast) needs a call of its own. `control.cancelled()` names ITEM indices.
+        `plans`: each item's `plan_item`, when the caller made it already (the worker keys its result cache on it);
+        an item without one is planned here.
         """
-        tasks, jobs, skipped = self._plan(items)
+        tasks, jobs, skipped = self._plan(items, plans)
         replies = self._run(tasks, control)
         by_item: list[dict[str, MetricResult]] = [dict(skipped.get(i, {})) for i in range(len(items))]
         for (item, metric), result in self._grade_checks(jobs, control).items():
@@ -191,27 +118,27 @@ class Judge:
         for (item, metric), graded in segment_grades.items():
             by_item[item][metric] = _context_relevance(graded, self.engine.model_id)
         judgements = [
-            _judgement(triple, options, {m: by_item[i][m] for m in options.metrics})
+            judgement_of(triple, options, {m: by_item[i][m] for m in options.metrics})
             for i, (triple, options) in enumerate(items)
         ]
-        return _with_origin(judgements, self.engine)
+        return with_origin(judgements, self.engine)
 
     def _plan(
-        self, items: Sequence[tuple[Triple, BatchOptions]]
+        self, items: Sequence[tuple[Triple, BatchOptions]], plans: Sequence[ItemPlan | None] | None = None
     ) -> tuple[list[_Task], list[CheckJob], dict[int, dict[str, MetricResult]]]:
         tasks: list[_Task] = []
         jobs: list[CheckJob] = []
         skipped: dict[int, dict[str, MetricResult]] = {}
         for i, (triple, options) in enumerate(items):
             segments = context_segments(triple.context)
-            for metric in options.metrics:
-                template = select_prompt(options, triple.question, metric)
-                request = request_for_options(options, metric)
+            plan = plans[i] if plans is not None else None
+            for metric, chosen in (plan or plan_item(options, triple.question)).items():
+                template, request = chosen.template, chosen.request
                 if metric in NEEDS_CONTEXT and not segments:
                     skipped.setdefault(i, {})[metric] = MetricResult(
                         status=MetricStatus.SKIPPED,
                         error=f"{metric} needs a context and this item has none",
-                        provenance=_provenance(self.engine.model_id, template, request, options.mode),
+                        provenance=provenance_of(self.engine.model_id, template, request, options.mode),
                     )
                     continue
                 if metric == "context_relevance":
@@ -300,7 +227,7 @@ class Judge:
         for n, (job, asks, unasked) in enumerate(planned):
             checks = [read[(n, k)] for k in range(len(asks))] + unasked
             reference = references.get(id(job))
-            results[(job.item, job.metric)] = _checks_result(
+            results[(job.item, job.metric)] = checks_result(
                 job, checks, reference_text(reference) if reference is not None else None, latency, self.engine.model_id
             )
         return results
@@ -417,49 +344,11 @@ def _shifted(control: CallControl | None, start: int, stop: int) -> CallControl 
     return replace(control, cancelled=cancelled)
 
 
-def _parsed_fields(completion: Completion, request: GenerationRequest) -> dict[str, Any]:
-    """status, score, … from one completion: what a metric result and a segment grade share."""
-    if completion.error is not None:
-        return {"status": MetricStatus.FAILED, "error": completion.error}
-    parsed = parse_reply(completion.text)
-    if not parsed.ok:
-        error = parsed.error
-        if completion.finish_reason == "length":
-            error = f"{error} (reply cut at max_tokens={request.max_tokens})"
-        elif not completion.text:
-            error = f"{error} (empty reply, finish_reason={completion.finish_reason})"
-        return {
-            "status": MetricStatus.PARSE_ERROR,
-            "raw_output": completion.text,
-            "criteria": parsed.criteria,
-            "supporting_evidence": parsed.supporting_evidence,
-            "error": error,
-        }
-    assert parsed.score is not None
-    return {
-        "status": MetricStatus.OK,
-        "score": parsed.score,
-        "normalized_score": round(parsed.score / 3, 6),
-        "expected_score": _rounded(expected_score(completion.tokens, completion.top_logprobs)),
-        "criteria": parsed.criteria,
-        "supporting_evidence": parsed.supporting_evidence,
-        "raw_output": completion.text,
-    }
-
-
-def _sampled_fields(completion: Completion, request: GenerationRequest) -> dict[str, Any]:
-    """`_parsed_fields`, or with several replies (request.n > 1) their majority and spread (juiz.uncertainty)."""
-    if request.n == 1:
-        return _parsed_fields(completion, request)
-    replies = [completion, *completion.alternatives]
-    return combine_samples([_parsed_fields(c, request) for c in replies], request.temperature)
-
-
 def _metric_result(task: _Task, reply: _Reply, model: str) -> MetricResult:
     return MetricResult(
-        **_sampled_fields(reply.completion, task.request),
+        **sampled_fields(reply.completion, task.request),
         latency_s=round(reply.latency_s, 4),
-        provenance=_provenance(model, task.template, task.request, task.mode),
+        provenance=provenance_of(model, task.template, task.request, task.mode),
     )
 
 
@@ -473,12 +362,12 @@ def _context_relevance(graded: list[tuple[_Task, _Reply]], model: str) -> Metric
     """
     task = graded[0][0]
     segments = [
-        SegmentGrade(index=t.segment if t.segment is not None else 0, **_parsed_fields(r.completion, t.request))
+        SegmentGrade(index=t.segment if t.segment is not None else 0, **parsed_fields(r.completion, t.request))
         for t, r in graded
     ]
     common: dict[str, Any] = {
         "latency_s": round(max(r.latency_s for _, r in graded), 4),
-        "provenance": _provenance(model, task.template, task.request, task.mode),
+        "provenance": provenance_of(model, task.template, task.request, task.mode),
         "segments": segments,
         "aggregate": CONTEXT_AGGREGATE,
     }
@@ -498,142 +387,11 @@ def _context_relevance(graded: list[tuple[_Task, _Reply]], model: str) -> Metric
         status=MetricStatus.OK,
         score=best.score,
         normalized_score=round(best.score / 3, 6),
-        expected_score=_rounded(max(expected)) if len(expected) == len(ok) else None,
-        mean_score=_rounded(sum(s.score or 0 for s in ok) / 3 / len(ok)),
+        expected_score=rounded(max(expected)) if len(expected) == len(ok) else None,
+        mean_score=rounded(sum(s.score or 0 for s in ok) / 3 / len(ok)),
         criteria=f"the best of {len(segments)} segments ({CONTEXT_AGGREGATE})",
         supporting_evidence=(
             f"segments scoring 2 or more: {', '.join(relevant)}" if relevant else "no segment scores 2 or more"
         ),
         **common,
-    )
-
-
-def _checks_result(
-    job: CheckJob, checks: list[CheckResult], reference: str | None, latency_s: float, model: str
-) -> MetricResult:
-    """A check-based metric's result: the rule's grade (juiz.check_rule), the checks, the reference."""
-    common: dict[str, Any] = {
-        "latency_s": latency_s,
-        "provenance": _provenance(model, job.template, CHECK_REQUEST, CHECKS),
-        "checks": checks,
-        "reference": reference,
-    }
-    if checks and all(c.status is CheckStatus.FAILED for c in checks):
-        errors = dict.fromkeys(c.error for c in checks if c.error)
-        return MetricResult(status=MetricStatus.FAILED, error="; ".join(e for e in errors if e)[:500], **common)
-    outcome = apply_rule(job.template, checks)
-    if not outcome.ok:
-        return MetricResult(
-            status=MetricStatus.PARSE_ERROR,
-            error=outcome.error,
-            criteria=outcome.criteria,
-            supporting_evidence=outcome.supporting_evidence,
-            raw_output=outcome.text,
-            **common,
-        )
-    assert outcome.score is not None
-    return MetricResult(
-        status=MetricStatus.OK,
-        score=outcome.score,
-        normalized_score=round(outcome.score / 3, 6),
-        expected_score=_rounded(outcome.expected_score),
-        strength=outcome.strength,
-        criteria=outcome.criteria,
-        supporting_evidence=outcome.supporting_evidence,
-        raw_output=outcome.text,
-        **common,
-    )
-
-
-def _judgement(triple: Triple, options: BatchOptions, metrics: dict[str, MetricResult]) -> Judgement:
-    """The result: the main metric's grade in the top-level fields, every metric under `metrics`, the label."""
-    main = metrics[options.primary_metric]
-    status = JudgementStatus.FAILED if main.status is MetricStatus.SKIPPED else JudgementStatus(main.status.value)
-    assert main.provenance is not None
-    judgement = Judgement(
-        **item_fields(triple),
-        status=status,
-        score=main.score,
-        normalized_score=main.normalized_score,
-        expected_score=main.expected_score,
-        criteria=main.criteria,
-        supporting_evidence=main.supporting_evidence,
-        raw_output=main.raw_output,
-        latency_s=main.latency_s,
-        provenance=main.provenance,
-        error=main.error,
-        metrics=metrics,
-        samples=main.samples,
-    )
-    judgement.automated_label = label_for(judgement, options.label_mapping)
-    annotate(judgement, options)  # options.calibration, then `uncertain`
-    return judgement
-
-
-def _rounded(value: float | None) -> float | None:
-    return None if value is None else round(min(max(value, 0.0), 1.0), 6)
-
-
-def _with_origin(judgements: list[Judgement], engine: JudgeEngine) -> list[Judgement]:
-    """Results graded on a judge server record where (Provenance.engine, engine_host); in process they stay null."""
-    origin = dict(engine.origin)
-    if not origin:
-        return judgements
-    for judgement in judgements:
-        judgement.provenance = judgement.provenance.model_copy(update=origin)
-        for metric in (judgement.metrics or {}).values():
-            if metric.provenance is not None:
-                metric.provenance = metric.provenance.model_copy(update=origin)
-    return judgements
-
-
-def _provenance(model: str, template: prompts.PromptTemplate, request: GenerationRequest, mode: str) -> Provenance:
-    rule = {"rule": template.rule.version} if template.rule is not None else {}
-    return Provenance(
-        model=model,
-        prompt=template.id,
-        prompt_sha256=template.sha256,
-        sampling={**request.describe(), "mode": CHECKS if template.kind == "checks" else mode, **rule},
-        juiz_version=__version__,
-    )
-
-
-def item_fields(triple: Triple) -> dict[str, Any]:
-    """What every judgement copies from its triple: the user's own fields, then the known ones.
-
-    A user field named like a result field (e.g. a dataset's own `expected_score`) is kept as `input_<name>`, so it
-    neither clashes with nor masquerades as juiz's value.
-    """
-    reserved = Judgement.model_fields.keys()
-    return {
-        **{f"input_{k}" if k in reserved else k: v for k, v in triple.passthrough().items()},
-        "id": triple.id,
-        "question": triple.question,
-        "answer": triple.answer,
-        "context": triple.context,
-        "manual_label": triple.manual_label,
-    }
-
-
-def failed_judgement(triple: Triple, options: BatchOptions, model: str, reason: str) -> Judgement:
-    """A `failed` result for an item that could not be graded at all, with the reason and the judge meant for it."""
-    metrics: dict[str, MetricResult] = {}
-    for metric in options.metrics:
-        request = request_for_options(options, metric)
-        try:
-            template = select_prompt(options, triple.question, metric)
-            provenance = _provenance(model, template, request, options.mode)
-        except PromptError:
-            provenance = Provenance(
-                model=model,
-                prompt=metric,
-                prompt_sha256="",
-                sampling={**request.describe(), "mode": options.mode},
-                juiz_version=__version__,
-            )
-        metrics[metric] = MetricResult(status=MetricStatus.FAILED, error=reason, provenance=provenance)
-    main = metrics[options.primary_metric]
-    assert main.provenance is not None
-    return Judgement(
-        **item_fields(triple), status=JudgementStatus.FAILED, error=reason, provenance=main.provenance, metrics=metrics
     )

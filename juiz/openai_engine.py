@@ -17,7 +17,9 @@ Same prompts, same chat messages, same parser. What differs is only how a call r
 - `CallControl`: at its deadline, or when `cancelled()` names an index, the request's task is cancelled, which
   closes its HTTP connection; vLLM's server aborts a request whose client went away, so no work is left behind.
 
-`generate` is synchronous (the Protocol's); it runs its own event loop per call (`asyncio.run`).
+`generate` is synchronous (the Protocol's). Every call runs on the engine's one event loop (an `asyncio.Runner` kept
+for the engine's life), so one httpx.AsyncClient serves them all and its kept-alive connections outlast a call (an
+AsyncClient is bound to the loop it first ran on); `close()` lets both go. Calls from several threads take turns.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
@@ -193,7 +196,15 @@ class OpenAIEngine:
         self._attempts = attempts
         self._max_retry_s = max_retry_s
         self._transport = transport
-        self.dialect: Dialect = asyncio.run(self._probe(dialect))
+        self._runner = asyncio.Runner()
+        self._turn = threading.Lock()  # one call at a time on the engine's loop
+        self._http = self._client()
+        self._closed = False
+        try:
+            self.dialect: Dialect = self._runner.run(self._probe(dialect))
+        except BaseException:
+            self.close()
+            raise
         log.info("judge server %s: model %s, reply format enforced by %s", self.base_url, model, self.dialect)
 
     @property
@@ -201,7 +212,15 @@ class OpenAIEngine:
         return self._model
 
     def close(self) -> None:
-        """Nothing held between calls (each call opens and closes its own connection pool)."""
+        """Close the connection pool and the engine's event loop (the worker and the CLI do, when they are done)."""
+        with self._turn:
+            if self._closed:
+                return
+            self._closed = True
+            try:
+                self._runner.run(self._http.aclose())
+            finally:
+                self._runner.close()
 
     @property
     def origin(self) -> Mapping[str, str]:
@@ -215,7 +234,25 @@ class OpenAIEngine:
     ) -> list[Completion]:
         if not conversations:
             return []
-        return asyncio.run(self._generate(list(conversations), request, control))
+        with self._turn:
+            if self._closed:
+                raise EngineError("the judge-server engine is closed")
+            try:
+                return self._runner.run(self._generate(list(conversations), request, control))
+            except BaseException:
+                self._cancel_leftovers()
+                raise
+
+    def _cancel_leftovers(self) -> None:
+        """A call interrupted from outside (RQ's job timeout raises from a signal handler, Ctrl-C) leaves its request
+        tasks on the loop, which would resume them in the next call: cancel them now, so their connections close and
+        the server aborts them."""
+        loop = self._runner.get_loop()
+        left = [task for task in asyncio.all_tasks(loop) if not task.done()]
+        for task in left:
+            task.cancel()
+        if left:
+            loop.run_until_complete(asyncio.gather(*left, return_exceptions=True))
 
     def _client(self) -> httpx.AsyncClient:
         limits = httpx.Limits(max_connections=self._max_concurrency, max_keepalive_connections=self._max_concurrency)
@@ -232,13 +269,12 @@ class OpenAIEngine:
     ) -> list[Completion]:
         started = time.monotonic()
         semaphore = asyncio.Semaphore(self._max_concurrency)
-        async with self._client() as client:
-            tasks = [
-                asyncio.create_task(self._one(client, semaphore, self.body(conversation, request), request.word_groups))
-                for conversation in conversations
-            ]
-            results: list[Completion | None] = [None] * len(tasks)
-            await self._watch(tasks, results, control, started)
+        tasks = [
+            asyncio.create_task(self._one(self._http, semaphore, self.body(conversation, request), request.word_groups))
+            for conversation in conversations
+        ]
+        results: list[Completion | None] = [None] * len(tasks)
+        await self._watch(tasks, results, control, started)
         transient = [i for i, task in enumerate(tasks) if results[i] is None and _transient_failure(task)]
         if transient and len(transient) == len(tasks):
             raise TransientEngineError(f"the judge server at {self.host} failed every request: {tasks[0].exception()}")
@@ -277,7 +313,7 @@ class OpenAIEngine:
                         tasks[i].cancel()
                         results[i] = aborted(CANCELLED)
             pending = {task for i, task in enumerate(tasks) if results[i] is None and not task.done()}
-        # Let cancelled tasks finish unwinding (their connections close) before the client goes.
+        # Let cancelled tasks finish unwinding (their connections close) before the call returns.
         await asyncio.gather(*tasks, return_exceptions=True)
 
     def body(self, conversation: Conversation, request: GenerationRequest) -> dict[str, Any]:
@@ -344,17 +380,16 @@ class OpenAIEngine:
 
     async def _probe(self, dialect: Dialect) -> Dialect:
         """`GET /models`: the server is up, serves our model, and (for `auto`) which request extension it takes."""
-        async with self._client() as client:
-            try:
-                async for attempt in self._retrying():
-                    with attempt:
-                        response = await client.get("/models")
-                        if response.status_code >= 400:
-                            raise ServerError(response.status_code, _reason(response))
-            except (httpx.TransportError, ServerError) as exc:
-                if is_transient(exc):
-                    raise TransientEngineError(f"the judge server at {self.base_url} is unreachable: {exc}") from exc
-                raise EngineError(f"the judge server at {self.base_url} refused GET /models: {exc}") from exc
+        try:
+            async for attempt in self._retrying():
+                with attempt:
+                    response = await self._http.get("/models")
+                    if response.status_code >= 400:
+                        raise ServerError(response.status_code, _reason(response))
+        except (httpx.TransportError, ServerError) as exc:
+            if is_transient(exc):
+                raise TransientEngineError(f"the judge server at {self.base_url} is unreachable: {exc}") from exc
+            raise EngineError(f"the judge server at {self.base_url} refused GET /models: {exc}") from exc
         served = {m.get("id"): m for m in (response.json().get("data") or []) if isinstance(m, dict)}
         if self._model not in served:
             names = ", ".join(sorted(str(n) for n in served)) or "none"

@@ -32,7 +32,8 @@ BOUNDARY_MARGIN = 0.25  # on the 0–3 scale: this close to a cut point, the lab
 
 
 def combine_samples(samples: Sequence[dict[str, Any]], temperature: float) -> dict[str, Any]:
-    """One metric result's fields from n parsed replies (each the fields one reply gives; see judge._parsed_fields)."""
+    """One metric result's fields from n parsed replies (each the fields one reply gives: see
+    juiz.judgements.parsed_fields)."""
     scores: list[int | None] = [s.get("score") if s["status"] is MetricStatus.OK else None for s in samples]
     parsed = [score for score in scores if score is not None]
     if not parsed:  # no reply parsed: the first reply's failure stands, with the spread for the record

@@ -22,10 +22,11 @@ from litestar.exceptions import HTTPException
 from pydantic import TypeAdapter, ValidationError, model_validator
 
 from juiz.errors import InputError
-from juiz.judge import context_segments, validate_options
+from juiz.judge import context_segments
 from juiz.labels import check_labels
 from juiz.options import OPTIONS, loads_strict, options_from_text
 from juiz.options import validate_options as validate_option_fields
+from juiz.plan import validate_options
 from juiz.readers import (
     FieldMap,
     parse_triples_jsonl,

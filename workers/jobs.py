@@ -35,63 +35,38 @@ Faults:
 - A batch cancelled during the call: `CallControl.cancelled` reports its items (one Redis round trip per poll) and
   the engine aborts their requests; the call's deadline is the job's timeout, so RQ's own timeout is a backstop.
 
-Result cache: keyed per tenant (shared across tenants only with `shared_result_cache`), on the question, answer,
-context, every requested metric's prompt and sampling, and the model; a reused result keeps every metric and is
-marked `cached: true`; the batch's label mapping and calibration are applied afresh.
+Result cache: each item is planned once (`juiz.plan.plan_item`: its metrics' prompts and sampling); the cache keys
+on that plan and the judge grades by it. What a key covers and what a hit keeps are `juiz.result_cache`'s rules.
 
 The job reaches the worker process's one `Judge` through `bind()`, called by the worker at start-up.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import logging
 import time
 import uuid
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any
 
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 from rq import get_current_job
 from rq.exceptions import AbandonedJobError
-from tenacity import Retrying, before_sleep_log, retry_if_exception_type, stop_after_delay, wait_exponential
 
 from juiz.engine import CallControl
 from juiz.errors import EngineDeadError, TransientEngineError
-from juiz.judge import Judge, failed_judgement, item_fields, request_for_options, select_prompt
-from juiz.labels import label_for
+from juiz.judge import Judge
+from juiz.judgements import failed_judgement
+from juiz.plan import ItemPlan, plan_item
+from juiz.result_cache import cache_key, cacheable, from_cache, reusable
+from juiz.retry import REDIS_ERRORS, while_redis_away
 from juiz.settings import Settings
 from juiz.store import BatchRecord, ChunkRef, Store
-from juiz.uncertainty import annotate
-from prompts.neutralise import VERSION as NEUTRALISER
-from schemas import BatchOptions, Judgement, JudgementStatus, Triple
-from schemas.judgement import CheckStatus, MetricStatus
+from schemas import BatchOptions, Judgement, Triple
 
 log = logging.getLogger(__name__)
 
-# What a cached result leaves out: the item's own fields (taken from the new item) and what the batch's label mapping
-# and calibration make of the grade (recomputed on reuse). Everything else — every metric, samples, provenance — is
-# kept, so a cached result is the same result.
-NOT_CACHED = frozenset(
-    {
-        "id",
-        "question",
-        "answer",
-        "context",
-        "manual_label",
-        "automated_label",
-        "calibrated",
-        "uncertain",
-        "uncertainty",
-        "cached",
-    }
-)
-REDIS_ERRORS = (RedisConnectionError, RedisTimeoutError)
 MAX_ABANDONED = 3  # a chunk whose worker died this many times is given one more try, then failed
-T = TypeVar("T")
 
 
 @dataclass
@@ -148,23 +123,23 @@ def grade_chunk(batch_id: str, chunk_no: int) -> dict[str, int]:
     store, settings = b.store, b.settings
     job = get_current_job()
     job_id = job.id if job is not None else f"local-{uuid.uuid4().hex}"
-    batch = _retrying(settings, lambda: store.get_batch(batch_id))
+    batch = while_redis_away(settings.redis_retry_s, lambda: store.get_batch(batch_id))
     if batch is None or batch.terminal:
         return {"skipped": 1}
     queue = batch.queue
     # An earlier run of this same job whose worker died may still hold chunks it took from other jobs.
-    _retrying(settings, lambda: store.release(queue, job_id, store.owned(job_id)))
+    while_redis_away(settings.redis_retry_s, lambda: store.release(queue, job_id, store.owned(job_id)))
     if queue != settings.priority_queue:
         _settle(b, batch)
     own = ChunkRef(batch_id, chunk_no)
-    claim = _retrying(settings, lambda: store.claim(queue, job_id, b.worker_key, own=own))
+    claim = while_redis_away(settings.redis_retry_s, lambda: store.claim(queue, job_id, b.worker_key, own=own))
     if claim is None:
         return {"not_ours": 1}  # done, cancelled, or handed to a newer job while this one was taken as dead
     # The owned set is the truth: a claim retried after its reply was lost returns nothing the first one took.
-    taken = _retrying(settings, lambda: _union(claim.chunks, store.owned(job_id)))
+    taken = while_redis_away(settings.redis_retry_s, lambda: _union(claim.chunks, store.owned(job_id)))
     try:
         batches: dict[str, BatchRecord | None] = {batch_id: batch}
-        work = _retrying(settings, lambda: _load(store, [own, *taken], batches))
+        work = while_redis_away(settings.redis_retry_s, lambda: _load(store, [own, *taken], batches))
         if queue != settings.priority_queue and batch.n_chunks == 1:
             taken += _gather(b, queue, job_id, work, batch.created_at, batches, taken)
         counts = _grade_and_store(b, work, job)
@@ -178,7 +153,7 @@ def grade_chunk(batch_id: str, chunk_no: int) -> dict[str, int]:
         # RQ retries this job (own chunk) or gives up on it (on_chunk_failure); the other chunks go back now.
         _give_back(b, queue, job_id, own, taken, own_requeue=False)
         raise
-    _retrying(settings, lambda: store.finish(job_id, b.worker_key, [own, *taken]))
+    while_redis_away(settings.redis_retry_s, lambda: store.finish(job_id, b.worker_key, [own, *taken]))
     return counts
 
 
@@ -189,10 +164,10 @@ def _give_back(b: Binding, queue: str, job_id: str, own: ChunkRef, taken: list[C
     if RQ gives up, `on_chunk_failure` settles it). Owner entries are dropped only by a release that got through,
     so one that never did leaves them for the sweeper (juiz.sweeper) rather than orphaning the chunks."""
     store, settings = b.store, b.settings
-    _retrying(settings, lambda: store.release(queue, job_id, _union(taken, store.owned(job_id))))
+    while_redis_away(settings.redis_retry_s, lambda: store.release(queue, job_id, _union(taken, store.owned(job_id))))
     if own_requeue:
-        _retrying(settings, lambda: store.release(queue, job_id, [own]))
-    _retrying(settings, lambda: store.finish(job_id, b.worker_key, []))
+        while_redis_away(settings.redis_retry_s, lambda: store.release(queue, job_id, [own]))
+    while_redis_away(settings.redis_retry_s, lambda: store.finish(job_id, b.worker_key, []))
 
 
 def _union(first: Sequence[ChunkRef], second: Sequence[ChunkRef]) -> list[ChunkRef]:
@@ -221,7 +196,10 @@ def _settle(b: Binding, batch: BatchRecord) -> None:
     settings = b.settings
     deadline = batch.created_at + settings.gather_s
     while (now := time.time()) < deadline:
-        quiet_at = _retrying(settings, lambda: b.store.last_batch_at(batch.queue)) + settings.gather_quiet_s
+        quiet_at = (
+            while_redis_away(settings.redis_retry_s, lambda: b.store.last_batch_at(batch.queue))
+            + settings.gather_quiet_s
+        )
         if now >= quiet_at:
             return
         time.sleep(min(quiet_at, deadline) - now)
@@ -249,21 +227,27 @@ def _gather(
     deadline = created_at + settings.gather_s
     have = sum(len(w.items) for w in work)
     # Read before the claim below, so a chunk queued after that claim still wakes the wait that follows it.
-    cursor = _retrying(settings, lambda: store.chunk_events_cursor(queue))
+    cursor = while_redis_away(settings.redis_retry_s, lambda: store.chunk_events_cursor(queue))
     while have < settings.coalesce_max_items and time.time() < deadline:
         # The share is recomputed with what has arrived since: idle workers take their part of it themselves.
-        _retrying(settings, lambda have=have: store.claim(queue, job_id, b.worker_key, own=None, have=have))  # type: ignore[misc]
+        while_redis_away(
+            settings.redis_retry_s,
+            lambda have=have: store.claim(queue, job_id, b.worker_key, own=None, have=have),  # type: ignore[misc]
+        )
         # What this job owns now, less what it held already: a claim retried after a lost reply loses nothing.
         known = {*held, *taken}
-        fresh = [c for c in _retrying(settings, lambda: store.owned(job_id)) if c not in known]
+        fresh = [c for c in while_redis_away(settings.redis_retry_s, lambda: store.owned(job_id)) if c not in known]
         taken += fresh
-        more = _retrying(settings, lambda fresh=fresh: _load(store, fresh, batches))  # type: ignore[misc]
+        more = while_redis_away(settings.redis_retry_s, lambda fresh=fresh: _load(store, fresh, batches))  # type: ignore[misc]
         work += more
         have += sum(len(w.items) for w in more)
         if have >= settings.coalesce_max_items or (remaining := deadline - time.time()) <= 0:
             break
         # Wakes when a batch is submitted or chunks are given back (or at the deadline), not on a timer.
-        cursor = _retrying(settings, lambda c=cursor, r=remaining: store.wait_for_chunks(queue, c, r))  # type: ignore[misc]
+        cursor = while_redis_away(
+            settings.redis_retry_s,
+            lambda c=cursor, r=remaining: store.wait_for_chunks(queue, c, r),  # type: ignore[misc]
+        )
     return taken
 
 
@@ -271,38 +255,47 @@ def _grade_and_store(b: Binding, work: list[_Work], job: Any) -> dict[str, int]:
     store, judge, settings = b.store, b.judge, b.settings
     if not work:
         return {"chunks": 0, "items": 0, "graded": 0, "stored": 0}
-    for batch_id in {w.batch.id for w in work}:
-        _retrying(settings, lambda batch_id=batch_id: store.mark_running(batch_id))  # type: ignore[misc]
     flat = [(w, index, triple) for w in work for index, triple in w.items]
+    # What the job itself decides, before any grading: the call's bounds (RQ's timeout, cancelled batches, item by
+    # item of `flat`) and whose cache each item may read.
+    control = _call_control(store, [w.batch.id for w, _, _ in flat], job)
+    scopes = [_cache_scope(settings, w.batch) for w, _, _ in flat]
+    # One plan per item (its metrics' prompts and sampling): the cache keys on it and the judge grades by it.
+    plans = [_plan_or_none(triple, w.batch.options) for w, _, triple in flat]
+    for batch_id in {w.batch.id for w in work}:
+        while_redis_away(settings.redis_retry_s, lambda batch_id=batch_id: store.mark_running(batch_id))  # type: ignore[misc]
     results: dict[tuple[str, int], Judgement] = {}
 
     keys: list[str | None] = [None] * len(flat)
     if settings.result_cache:
         keys = [
-            _cache_key_or_none(triple, w.batch.options, judge.engine.model_id, _cache_scope(settings, w.batch))
-            for w, _, triple in flat
+            None if plan is None else cache_key(triple, w.batch.options, plan, judge.engine.model_id, scope)
+            for (w, _, triple), plan, scope in zip(flat, plans, scopes, strict=True)
         ]
         digests: dict[str, list[str]] = {}
         for (w, _, _), key in zip(flat, keys, strict=True):
             if key is not None:
                 digests.setdefault(w.batch.id, []).append(key)
-        _retrying(settings, lambda: store.cache.remember(digests))  # so a purge of the batch erases them
-        cached = _retrying(settings, lambda: store.cache_get([k for k in keys if k is not None]))
+        while_redis_away(settings.redis_retry_s, lambda: store.cache.remember(digests))  # so a purge erases them
+        cached = while_redis_away(settings.redis_retry_s, lambda: store.cache_get([k for k in keys if k is not None]))
         hits = iter(cached)
         for (w, index, triple), key in zip(flat, keys, strict=True):
             if key is None:
                 continue
             hit = next(hits)
             if hit is not None:
-                results[(w.batch.id, index)] = _from_cache(hit, triple, w.batch.options)
-        _retrying(settings, lambda: store.record_cache_hits(len(results)))
+                results[(w.batch.id, index)] = from_cache(hit, triple, w.batch.options)
+        while_redis_away(settings.redis_retry_s, lambda: store.record_cache_hits(len(results)))
 
     to_grade = [(i, entry) for i, entry in enumerate(flat) if (entry[0].batch.id, entry[1]) not in results]
     if to_grade:
-        control = _call_control(store, [w.batch.id for _, (w, _, _) in to_grade], job)
         started = time.perf_counter()
         try:
-            graded = judge.grade_many([(triple, w.batch.options) for _, (w, _, triple) in to_grade], control)
+            graded = judge.grade_many(
+                [(triple, w.batch.options) for _, (w, _, triple) in to_grade],
+                control.subset([position for position, _ in to_grade]),
+                plans=[plans[position] for position, _ in to_grade],
+            )
         except (TransientEngineError, EngineDeadError):
             raise  # RQ retries the job with backoff / the worker stops
         except Exception as exc:
@@ -311,25 +304,35 @@ def _grade_and_store(b: Binding, work: list[_Work], job: Any) -> dict[str, int]:
             log.exception("grading failed permanently for %d item(s)", len(to_grade))
             reason = f"{type(exc).__name__}: {exc}"
             graded = [
-                failed_judgement(triple, w.batch.options, judge.engine.model_id, reason)
-                for _, (w, _, triple) in to_grade
+                failed_judgement(triple, w.batch.options, judge.engine.model_id, reason, plans[position])
+                for position, (w, _, triple) in to_grade
             ]
         else:
-            _retrying(settings, lambda: store.record_engine_call(time.perf_counter() - started, len(to_grade)))
+            elapsed = time.perf_counter() - started
+            while_redis_away(settings.redis_retry_s, lambda: store.record_engine_call(elapsed, len(to_grade)))
         fresh: dict[str, dict[str, Any]] = {}
         for (position, (w, index, _)), judgement in zip(to_grade, graded, strict=True):
             results[(w.batch.id, index)] = judgement
             key = keys[position]
             if key is not None and reusable(judgement):
-                fresh[key] = _cacheable(judgement)
-        _retrying(settings, lambda: store.cache_put(fresh))
+                fresh[key] = cacheable(judgement)
+        while_redis_away(settings.redis_retry_s, lambda: store.cache_put(fresh))
 
     stored = 0
     for w in work:
         chunk_results = [(index, results[(w.batch.id, index)]) for index, _ in w.items]
         # A cancelled batch's results are refused by the store script (aborted requests are never stored).
-        stored += len(_retrying(settings, lambda w=w, r=chunk_results: store.store_results(w.batch, r)))  # type: ignore[misc]
+        stored += len(
+            while_redis_away(settings.redis_retry_s, lambda w=w, r=chunk_results: store.store_results(w.batch, r))  # type: ignore[misc]
+        )
     return {"chunks": len(work), "items": len(flat), "graded": len(to_grade), "stored": stored}
+
+
+def _plan_or_none(triple: Triple, options: BatchOptions) -> ItemPlan | None:
+    try:
+        return plan_item(options, triple.question)
+    except Exception:  # a prompt that can't be served fails in grading, with its reason (and has no cache key)
+        return None
 
 
 def _call_control(store: Store, batch_of_item: list[str], job: Any) -> CallControl:
@@ -353,77 +356,9 @@ def _call_control(store: Store, batch_of_item: list[str], job: Any) -> CallContr
     return CallControl(deadline=deadline, cancelled=cancelled)
 
 
-def _retrying(settings: Settings, write: Callable[[], T]) -> T:
-    """A Redis write retried with exponential backoff while Redis is away (a restart), for up to redis_retry_s."""
-    for attempt in Retrying(
-        retry=retry_if_exception_type(REDIS_ERRORS),
-        wait=wait_exponential(multiplier=0.2, max=5),
-        stop=stop_after_delay(settings.redis_retry_s),
-        before_sleep=before_sleep_log(log, logging.WARNING),
-        reraise=True,
-    ):
-        with attempt:
-            return write()
-    raise AssertionError("unreachable: tenacity re-raises the last error")
-
-
 def _cache_scope(settings: Settings, batch: BatchRecord) -> str | None:
     """The tenant a cached result belongs to; None (shared by all tenants) only with shared_result_cache."""
     return None if settings.shared_result_cache else batch.tenant
-
-
-def cache_key(triple: Triple, options: BatchOptions, model_id: str, tenant: str | None) -> str:
-    """sha256 of everything a grade depends on: the question, the answer, the context, the prompt (id and file hash),
-    the model and the sampling settings; and the tenant, so one tenant's cache never answers (or reveals) another's
-    request unless `shared_result_cache` is set (tenant=None). Ids and labels do not change the grade."""
-    # Every requested metric, in order, with its own prompt and sampling: a result graded for [answer_relevance]
-    # never answers a request for [answer_relevance, groundedness].
-    judges = []
-    for metric in options.metrics:
-        template = select_prompt(options, triple.question, metric)
-        judges.append([metric, template.id, template.sha256, request_for_options(options, metric).describe()])
-    context = (
-        [segment.model_dump(mode="json") for segment in triple.context]
-        if isinstance(triple.context, list)
-        else triple.context
-    )
-    payload = [triple.question, triple.answer, context, judges, model_id, options.mode, tenant, NEUTRALISER]
-    return hashlib.sha256(json.dumps(payload, ensure_ascii=False, sort_keys=True).encode()).hexdigest()
-
-
-def _cache_key_or_none(triple: Triple, options: BatchOptions, model_id: str, tenant: str | None) -> str | None:
-    try:
-        return cache_key(triple, options, model_id, tenant)
-    except Exception:  # a prompt that can't be selected fails in grading, with its reason
-        return None
-
-
-def reusable(judgement: Judgement) -> bool:
-    """Whether a result may answer the same triple later: only a clean grade. A parse error may come from the engine
-    dropping a request (an empty reply with finish_reason=error), and a check that failed (aborted when its batch
-    was cancelled, timed out) leaves its metric graded from the other checks; a later call would repeat neither, and
-    a cached result missing a check's probability can't be calibrated."""
-    if judgement.status is not JudgementStatus.OK:
-        return False
-    for metric in (judgement.metrics or {}).values():
-        if metric.status is not MetricStatus.OK and metric.status is not MetricStatus.SKIPPED:
-            return False
-        if any(check.status is CheckStatus.FAILED for check in metric.checks or []):
-            return False
-    return True
-
-
-def _cacheable(judgement: Judgement) -> dict[str, Any]:
-    """What the cache keeps of a result: the grade (every metric, samples, provenance), not the item's own fields
-    nor what the batch's label mapping and calibration make of it (recomputed on reuse)."""
-    value = judgement.model_dump(mode="json", exclude=set(NOT_CACHED))
-    return {k: v for k, v in value.items() if k in Judgement.model_fields}  # the user's passthrough is the item's
-
-
-def _from_cache(cached: dict[str, Any], triple: Triple, options: BatchOptions) -> Judgement:
-    judgement = Judgement.model_validate({**item_fields(triple), **cached, "cached": True})
-    judgement.automated_label = label_for(judgement, options.label_mapping)
-    return annotate(judgement, options)  # this batch's calibration (or none), never the cached batch's
 
 
 def on_chunk_failure(job: Any, connection: Any, exc_type: Any = None, exc_value: Any = None, tb: Any = None) -> None:
@@ -438,15 +373,17 @@ def on_chunk_failure(job: Any, connection: Any, exc_type: Any = None, exc_value:
         return
     batch_id, chunk_no = job.args
     store, model_id, settings = _binding.store, _binding.judge.engine.model_id, _binding.settings
-    batch = _retrying(settings, lambda: store.get_batch(batch_id))
+    batch = while_redis_away(settings.redis_retry_s, lambda: store.get_batch(batch_id))
     if batch is None or batch.terminal:
         return
     own = ChunkRef(batch_id, chunk_no)
     if exc_type is not None and issubclass(exc_type, AbandonedJobError):
-        held = _union([own], _retrying(settings, lambda: store.owned(job.id)))
-        deaths = _retrying(settings, lambda: store.count_abandoned(held))
+        held = _union([own], while_redis_away(settings.redis_retry_s, lambda: store.owned(job.id)))
+        deaths = while_redis_away(settings.redis_retry_s, lambda: store.count_abandoned(held))
         poison = [c for c, n in zip(held, deaths, strict=True) if n > MAX_ABANDONED]
-        back = _retrying(settings, lambda: store.release(batch.queue, job.id, [c for c in held if c not in poison]))
+        back = while_redis_away(
+            settings.redis_retry_s, lambda: store.release(batch.queue, job.id, [c for c in held if c not in poison])
+        )
         log.warning("job %s was abandoned by its worker; %d chunk(s) queued again", job.id, len(back))
         for chunk in poison:  # every worker that graded it died: fail its items rather than kill the next one
             chunk_batch = store.get_batch(chunk.batch_id)
@@ -463,10 +400,11 @@ def on_chunk_failure(job: Any, connection: Any, exc_type: Any = None, exc_value:
     if job.should_retry:
         return
     reason = f"gave up after retries: {exc_type.__name__ if exc_type else 'abandoned'}: {exc_value or ''}".rstrip(": ")
-    items = _retrying(settings, lambda: store.chunk_items(batch, chunk_no))
+    items = while_redis_away(settings.redis_retry_s, lambda: store.chunk_items(batch, chunk_no))
     failed = [(i, failed_judgement(t, batch.options, model_id, reason)) for i, t in items]
-    _retrying(settings, lambda: store.store_results(batch, failed))
-    _retrying(settings, lambda: store.drop_pending(batch.queue, [own]))  # RQ won't run it again: nobody waits
-    _retrying(settings, lambda: store.release(batch.queue, job.id, store.owned(job.id)))
-    _retrying(settings, lambda: store.finish(job.id, _binding.worker_key, [own]))
+    while_redis_away(settings.redis_retry_s, lambda: store.store_results(batch, failed))
+    # RQ won't run it again: nobody waits
+    while_redis_away(settings.redis_retry_s, lambda: store.drop_pending(batch.queue, [own]))
+    while_redis_away(settings.redis_retry_s, lambda: store.release(batch.queue, job.id, store.owned(job.id)))
+    while_redis_away(settings.redis_retry_s, lambda: store.finish(job.id, _binding.worker_key, [own]))
     log.warning("chunk %s:%s failed for good (%s); %d item(s) marked failed", batch_id, chunk_no, reason, len(items))

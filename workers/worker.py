@@ -51,8 +51,6 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from redis import Redis
-from redis.exceptions import ConnectionError as RedisConnectionError
-from redis.exceptions import TimeoutError as RedisTimeoutError
 from rq.exceptions import DequeueTimeout, StopRequested
 from rq.executions import Execution
 from rq.job import Job, JobStatus
@@ -71,12 +69,14 @@ from tenacity import (
     wait_exponential,
 )
 
-from juiz.engine import JudgeEngine, VLLMEngine
+from juiz.engine import JudgeEngine
 from juiz.errors import EngineDeadError
+from juiz.retry import REDIS_ERRORS
 from juiz.settings import Settings
 from juiz.store import Store
 from juiz.store.connection import redis_client
 from juiz.sweeper import sweep
+from juiz.vllm_engine import VLLMEngine
 from workers import jobs
 
 if TYPE_CHECKING:  # imported where used: the in-process engine's workers never load the server back end
@@ -87,7 +87,6 @@ log = logging.getLogger(__name__)
 MODEL_FIELD = "juiz_model"  # set in the RQ worker's own hash, so it lives and dies with the worker's heartbeat
 ENGINE_DEAD_EXIT = 3  # exit code of a worker whose engine died
 JOB_FUNCTIONS = frozenset({f"{jobs.__name__}.{jobs.grade_chunk.__name__}"})  # the one function a juiz job may name
-REDIS_ERRORS = (RedisConnectionError, RedisTimeoutError)
 
 
 class JuizWorker(SimpleWorker):
@@ -397,7 +396,7 @@ def _retried(step: Any) -> None:
 def load_prompts() -> None:
     """Every prompt file parses, and the default options can be served; fail before loading a model otherwise."""
     import prompts
-    from juiz.judge import validate_options
+    from juiz.plan import validate_options
     from schemas import BatchOptions
 
     for prompt_id in prompts.available():

@@ -23,6 +23,7 @@ from juiz.store.keys import (
     active_key,
     batch_key,
     idem_key,
+    last_batch_key,
     pending_batches_key,
     pending_key,
     pending_tenants_key,
@@ -253,6 +254,8 @@ class Batches:
         pipe.zadd(tenant_batches_key(record.tenant), {record.id: record.created_at})  # the web page's list
         pipe.zadd(active_key(), {record.id: record.created_at})  # the sweeper drops it once it is over
         pipe.xadd(queue_events_key(record.queue), {"batch": record.id}, maxlen=1000, approximate=True)
+        # What a worker's burst wait reads (workers.jobs._settle): batches submitted together are shared as one backlog.
+        pipe.set(last_batch_key(record.queue), repr(record.created_at))
         if self.settings.retention_s:
             # Indexes outlive their newest batch by twice the retention (a batch is kept that long after it ends);
             # entries of batches gone before are pruned as they are read, and by `juiz admin gc`.

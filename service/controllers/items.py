@@ -17,7 +17,7 @@ from schemas.triple import Label
 from service.controllers.batches import BatchId, owned_batch
 from service.openapi import responses
 from service.ui.labels import set_manual_label
-from service.ui.pages import row_cache
+from service.ui.rows import row_cache
 
 
 class LabelChange(BaseModel):

@@ -17,15 +17,14 @@ from litestar.response import Redirect
 
 from juiz.calibration import CalibrationUnavailable
 from juiz.store import PREFIX, Store
-from schemas.judgement import METRICS
 from service.agreement import fitted_calibration
 from service.controllers.batches import owned_batch
 from service.ui import queue as label_queue
 from service.ui import session
-from service.ui.labels import saved_calibration_key
-from service.ui.pages import _float, _int, _stamp, batch_base, manual_class_name, row_cache, save_label
-from service.ui.render import html
-from service.ui.rows import SORT_KEYS, Query, agreement_of
+from service.ui.labels import manual_class_name, save_label, saved_calibration_key
+from service.ui.params import int_param, table_query
+from service.ui.render import batch_base, html, stamp
+from service.ui.rows import agreement_of, row_cache
 from service.ui.session import Posted
 
 MAX_QUEUE = 500
@@ -35,23 +34,6 @@ CALIBRATION_FOLDS = 5
 def fitted_key(current: session.Session) -> str:
     """Where a fitted, not yet saved calibration waits for its reader's second click (one per session)."""
     return f"{PREFIX}:ui:fitted:{hashlib.sha256(current.id.encode()).hexdigest()}"
-
-
-def _table_query(form: Any) -> Query:
-    """The batch table's filter and order, as its form (or the queue's start form) sends them."""
-    return Query(
-        status=str(form.get("status") or ""),
-        metric=str(form.get("metric") or "") if form.get("metric") in METRICS else "",
-        score=_int(form.get("score")),
-        label=str(form.get("label") or ""),
-        disagreement=str(form.get("disagreement") or ""),
-        min_uncertainty=_float(form.get("min_uncertainty")),
-        uncertain=form.get("uncertain") == "1",
-        field=str(form.get("field") or ""),
-        value=str(form.get("value") or "").strip(),
-        sort=str(form.get("sort")) if form.get("sort") in SORT_KEYS else "disagreement",
-        descending=form.get("dir", "desc") != "asc",
-    )
 
 
 class AnnotationController(Controller):
@@ -69,13 +51,13 @@ class AnnotationController(Controller):
     ) -> Response[Any]:
         """Start a queue: the items most worth a label, or (order=table) the table's filter and order."""
         current, form = posted.session, posted.form
-        size = min(max(_int(str(form.get("size") or "")) or label_queue.DEFAULT_SIZE, 1), MAX_QUEUE)
+        size = min(max(int_param(str(form.get("size") or "")) or label_queue.DEFAULT_SIZE, 1), MAX_QUEUE)
 
         def make() -> label_queue.LabelQueue:
             record = owned_batch(store, current.tenant, batch_id)
             index = row_cache(state, store).index(record)
             if form.get("order") == "table":
-                items = label_queue.in_table_order(index, _table_query(form), size)
+                items = label_queue.in_table_order(index, table_query(form), size)
             else:
                 items = label_queue.worth_a_label(index, size)
             return label_queue.start(store, current.id, batch_id, items)
@@ -151,7 +133,7 @@ class AnnotationController(Controller):
                 raise NotFoundException(detail="this label queue is over or belongs to another session")
             item_index = queue.current
             # A stale tab posting for an item the queue has moved past does nothing.
-            posted = _int(str(form.get("item") or ""))
+            posted = int_param(str(form.get("item") or ""))
             if action in ("label", "skip") and (item_index is None or posted != item_index):
                 return
             if action == "label" and item_index is not None:
@@ -198,7 +180,7 @@ class AnnotationController(Controller):
         await anyio.to_thread.run_sync(lambda: store.redis.set(fitted_key(current), spec.model_dump_json(), ex=3600))
         return html(
             "calibration.html", session=current, signed_in=not session.open_api(request), record=record, spec=spec,
-            error=None, figures=json.dumps(spec.cross_fitted, indent=2, default=str), stamp=_stamp,
+            error=None, figures=json.dumps(spec.cross_fitted, indent=2, default=str), stamp=stamp,
         )  # fmt: skip
 
     @post("/calibration/save", status_code=303)

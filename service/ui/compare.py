@@ -18,9 +18,8 @@ from schemas.compare import CompareReport
 from service.agreement import capped_resamples
 from service.controllers.batches import owned_batch
 from service.ui import charts, session
-from service.ui.pages import row_cache
 from service.ui.render import html
-from service.ui.rows import _BOOTSTRAPS, PAGE_RESAMPLES, indexed_rows
+from service.ui.rows import _BOOTSTRAPS, PAGE_RESAMPLES, indexed_rows, row_cache
 
 log = logging.getLogger(__name__)
 

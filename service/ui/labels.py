@@ -6,6 +6,9 @@ from __future__ import annotations
 
 import time
 
+from litestar.datastructures import State
+from litestar.exceptions import NotFoundException
+
 from juiz.errors import InputError, JuizError
 from juiz.labels import class_of_label, resolve_numeric_scale
 from juiz.store import PREFIX, BatchRecord, Store
@@ -13,7 +16,8 @@ from schemas import Judgement
 from schemas.calibration import CalibrationSpec
 from schemas.labels import LabelMapping
 from schemas.triple import Label
-from service.ui.rows import RowCache
+from service.controllers.batches import owned_batch
+from service.ui.rows import RowCache, row_cache
 
 
 class LabelRejected(JuizError, ValueError):
@@ -47,6 +51,41 @@ def set_manual_label(
     invalidate_agreement(store, record.id)
     cache.updated(record, position, judgement, version)
     return before, judgement
+
+
+def save_label(
+    state: State, store: Store, tenant: str, batch_id: str, item_index: int, label: Label | None, seen: str | None
+) -> tuple[Label | None, str | None]:
+    """Set an item's manual label as `tenant`: (the label it replaced, a note when that one was set by someone
+    after the reader saw the item). `seen` is the manual_label_at the reader's page showed ("" for none; None: not
+    known). Last write wins; the note is how the overwrite is made visible instead of silent."""
+    record = owned_batch(store, tenant, batch_id)
+    cache = row_cache(state, store)
+    row = cache.index(record).by_index.get(item_index)
+    if row is None:
+        raise NotFoundException(detail=f"item {item_index} of batch {batch_id} is not graded yet")
+    before, _ = set_manual_label(store, cache, record, row.position, label, tenant)
+    extra = (before.model_extra if before is not None else None) or {}
+    previous = None if before is None else before.manual_label
+    changed_at = str(extra.get("manual_label_at") or "")
+    conflict = None
+    if seen is not None and changed_at and changed_at != seen and previous != label:
+        conflict = (
+            f"This replaced the label {previous!s} that {extra.get('manual_label_by')} set at {changed_at}, "
+            "after the page was shown to you."
+        )
+    return previous, conflict
+
+
+def manual_class_name(label: Label | None, mapping: LabelMapping) -> str | None:
+    """The class a stored label stands for (`PC`, `correct`, `2` → its class), None when unset or unknown: the
+    label form preselects it, so saving without a change keeps the label."""
+    if label is None:
+        return None
+    try:
+        return mapping.classes[class_of_label(label, mapping, resolve_numeric_scale([label], mapping))].name
+    except InputError:
+        return None
 
 
 def invalidate_agreement(store: Store, batch_id: str) -> None:

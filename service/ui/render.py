@@ -3,6 +3,7 @@ judge's reasoning, ids, labels) is HTML-escaped; only the SVG charts, built with
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from jinja2 import Environment, PackageLoader, StrictUndefined
@@ -33,3 +34,13 @@ def html(template: str, status_code: int = 200, **context: Any) -> Response[Any]
 def fragment(template: str, **context: Any) -> str:
     """A part of a page, as text: what the page's script swaps in while a batch runs."""
     return ENV.get_template(template).render(**context)
+
+
+def stamp(value: float | None) -> str:
+    """A stored time (epoch seconds) as the pages show it, in UTC."""
+    return "" if value is None else datetime.fromtimestamp(value, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def batch_base(batch_id: str) -> str:
+    """The batch's page; its item, queue and export pages hang under it."""
+    return f"/ui/batches/{batch_id}"

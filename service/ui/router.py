@@ -21,10 +21,14 @@ from litestar.static_files import create_static_files_router
 from juiz.errors import InputError
 from service.errors import http_exception as api_http_exception
 from service.ui.annotate import AnnotationController
+from service.ui.batch_list import BatchListController
+from service.ui.batch_page import BatchPageController
 from service.ui.compare import CompareController
-from service.ui.pages import UIController
+from service.ui.exports import ExportController
+from service.ui.item_page import ItemPageController
 from service.ui.render import html
 from service.ui.session import UI_PATH, CsrfRejected, SignInRequired, posted_form, safe_next
+from service.ui.signin import SignInController
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +105,16 @@ def ui_router() -> Router:
     )
     return Router(
         path="/ui",
-        route_handlers=[UIController, AnnotationController, CompareController, static],
+        route_handlers=[
+            SignInController,
+            BatchListController,
+            BatchPageController,
+            ItemPageController,
+            ExportController,
+            AnnotationController,
+            CompareController,
+            static,
+        ],
         dependencies={"posted": Provide(posted_form)},  # the signed-in session's form, its CSRF token checked
         after_request=no_store,
         response_headers=[ResponseHeader(name=name, value=value) for name, value in SECURITY_HEADERS.items()],

@@ -18,6 +18,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Literal
 
+from litestar.datastructures import State
+
 from juiz.agreement import Signal, compute_agreement
 from juiz.errors import InputError
 from juiz.labels import class_of_label, class_of_score, label_for, metric_of, resolve_numeric_scale
@@ -268,6 +270,15 @@ class RowCache:
     def forget(self, batch_id: str) -> None:
         with self._lock:
             self._indexes.pop(batch_id, None)
+
+
+def row_cache(state: State, store: Store) -> RowCache:
+    """The API process's one RowCache (kept on the app's state), made anew when the store is another one."""
+    cache: RowCache | None = getattr(state, "ui_rows", None)
+    if cache is None or cache.store is not store:
+        cache = RowCache(store)
+        state.ui_rows = cache
+    return cache
 
 
 def manual_classes(rows: Sequence[Row], mapping: LabelMapping) -> list[int | None]:

@@ -17,11 +17,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from juiz.engine import CallControl, cpu_defaults
-from juiz.judge import COT_REQUEST, Judge
+from juiz.engine import CallControl
+from juiz.judge import Judge
 from juiz.models import TEST_MODEL, model_dir
 from juiz.openai_engine import OpenAIEngine
+from juiz.plan import COT_REQUEST
 from juiz.processes import child, free_port, wait_until
+from juiz.vllm_engine import cpu_defaults
 from schemas import BatchOptions, JudgementStatus, Triple
 
 pytestmark = pytest.mark.engine
@@ -80,10 +82,11 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 @pytest.fixture(scope="module")
-def engine(server: str) -> OpenAIEngine:
+def engine(server: str) -> Iterator[OpenAIEngine]:
     engine = OpenAIEngine(server, SERVED_NAME, max_concurrency=8)
     Judge(engine).warm_up()  # compile the reply grammar once, as workers do
-    return engine
+    yield engine
+    engine.close()  # its event loop and connection pool
 
 
 TRIPLES = [

@@ -29,8 +29,9 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
 
 import prompts
-from juiz.engine import CallControl, Completion, Conversation, FakeEngine, GenerationRequest, aborted
+from juiz.engine import CallControl, Completion, Conversation, GenerationRequest, aborted
 from juiz.errors import EngineDeadError
+from juiz.fake_engine import FakeEngine
 from juiz.settings import Settings
 
 GRADED_KEY = "fake-engine:graded"  # hash: item marker → completed gradings

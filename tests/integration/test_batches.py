@@ -10,7 +10,7 @@ from litestar import Litestar
 from litestar.testing import TestClient
 from redis import Redis
 
-from juiz.engine import FakeEngine
+from juiz.fake_engine import FakeEngine
 from juiz.settings import Settings
 from tests.integration.fake_worker import GRADED_KEY, CountingFakeEngine
 from tests.integration.helpers import METRICS_HEADERS, juiz_keys, make_settings, queued_jobs, triples

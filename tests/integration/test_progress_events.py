@@ -11,7 +11,7 @@ import anyio
 from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 
-from juiz.judge import failed_judgement
+from juiz.judgements import failed_judgement
 from juiz.settings import Settings
 from juiz.store import Store
 from schemas import BatchOptions, Triple

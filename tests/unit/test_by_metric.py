@@ -10,7 +10,8 @@ import pytest
 
 from juiz.agreement import compute_agreement_by_metric, format_agreement_by_metric
 from juiz.cli import build_parser, main
-from juiz.engine import Conversation, FakeEngine
+from juiz.engine import Conversation
+from juiz.fake_engine import FakeEngine
 from juiz.judge import Judge
 from juiz.readers import read_triples, write_judgements
 from juiz.report import render_report

@@ -11,7 +11,8 @@ import pytest
 
 from juiz import cli
 from juiz.cli import main
-from juiz.engine import Conversation, FakeEngine
+from juiz.engine import Conversation
+from juiz.fake_engine import FakeEngine
 from juiz.readers import read_judgements, write_judgements
 from schemas import Judgement, JudgementStatus, Provenance
 from schemas.calibration import CalibrationSpec

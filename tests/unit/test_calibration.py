@@ -262,7 +262,7 @@ def _renamed(spec: dict, feature: str) -> dict:  # type: ignore[type-arg]
 
 
 def test_judge_applies_the_batchs_calibration_to_every_result() -> None:
-    from juiz.engine import FakeEngine
+    from juiz.fake_engine import FakeEngine
     from juiz.judge import Judge
 
     fitted = fit_from_results(_labelled_results(), LabelMapping())

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 import bench.calibration_quality as cq
-from juiz.engine import Conversation, FakeEngine
+from juiz.engine import Conversation
+from juiz.fake_engine import FakeEngine
 from schemas import Judgement, JudgementStatus, Provenance, Triple
 
 SCORES = {"I": 0, "P": 2, "C": 3}

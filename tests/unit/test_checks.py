@@ -10,12 +10,14 @@ import prompts
 from juiz.calibration import check_feature
 from juiz.check_rule import apply_rule, banded
 from juiz.checks import CHECK_REQUEST, YES_NO, Ask, read_check, reference_points
-from juiz.engine import Completion, Conversation, FakeEngine, group_probs_from_text, spellings
-from juiz.judge import Judge, request_for_options
+from juiz.engine import Completion, Conversation, group_probs_from_text, spellings
+from juiz.fake_engine import FakeEngine
+from juiz.judge import Judge
 from juiz.labels import class_of_score, class_of_value
 from juiz.openai_engine import completion_from_choice
 from juiz.parsing import parse_reply
 from juiz.passages import passage_for
+from juiz.plan import request_for_options
 from schemas import BatchOptions, JudgementStatus, LabelMapping, Segment, Triple
 from schemas.judgement import CheckResult, CheckStatus, MetricStatus
 
@@ -228,7 +230,7 @@ def test_checks_3_is_checks_2_with_the_refitted_cuts_only() -> None:
 def test_a_result_with_a_failed_check_is_not_reused_from_the_cache() -> None:
     """A check that failed (aborted on a cancel, timed out) leaves its metric graded from the others: that result
     must not answer the same triple later (a later call would read the check, and calibration needs it)."""
-    from workers.jobs import reusable
+    from juiz.result_cache import reusable
 
     def no_reference(conversation: Conversation) -> str:
         return "" if "one or two short sentences" in conversation[-1]["content"] else "Yes"

@@ -5,7 +5,8 @@ from __future__ import annotations
 import time
 from collections.abc import Collection
 
-from juiz.engine import CallControl, Conversation, FakeEngine, GenerationRequest
+from juiz.engine import CallControl, Conversation, GenerationRequest
+from juiz.fake_engine import FakeEngine
 
 REQUEST = GenerationRequest(max_tokens=8)
 
@@ -53,3 +54,15 @@ def test_cancel_is_polled_at_most_every_poll_s() -> None:
 
     FakeEngine(lambda c: "Score: 3").generate(conversations(50), REQUEST, CallControl(cancelled=cancelled, poll_s=3600))
     assert len(polls) == 1
+
+
+def test_a_subset_of_a_control_names_its_own_items() -> None:
+    """A worker builds one control for every item of its chunks and grades only the cache's misses: the call over
+    items 4, 1 and 2 of the chunk sees item 1 cancelled as its own item 1 and item 4 as its own item 0."""
+    deadline = time.monotonic() + 60
+    whole = CallControl(deadline=deadline, cancelled=lambda: [0, 1, 4])
+    part = whole.subset([4, 1, 2])
+    assert part.deadline == deadline
+    assert part.cancelled is not None and sorted(part.cancelled()) == [0, 1]
+    results = FakeEngine(lambda c: "Score: 3").generate(conversations(3), REQUEST, part)
+    assert [r.error for r in results] == ["cancelled", "cancelled", None]

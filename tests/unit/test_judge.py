@@ -8,8 +8,9 @@ from typing import Any
 import pytest
 
 import prompts
-from juiz.engine import IN_PROCESS, CallControl, Completion, Conversation, FakeEngine, GenerationRequest, JudgeEngine
+from juiz.engine import IN_PROCESS, CallControl, Completion, Conversation, GenerationRequest, JudgeEngine
 from juiz.errors import EngineDeadError, EngineError, TransientEngineError
+from juiz.fake_engine import FakeEngine
 from juiz.judge import Judge
 from juiz.parsing import COT_REPLY_REGEX, SEGMENT_REPLY_REGEX
 from schemas import BatchOptions, JudgementStatus, Triple

@@ -3,25 +3,28 @@ reply parsing, logprobs, retries of transient faults, permanent faults failing o
 
 from __future__ import annotations
 
+import _thread
+import asyncio
 import dataclasses
 import json
 import math
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import httpx
 import pytest
 
 from juiz.engine import CallControl, GenerationRequest
-from juiz.errors import ModelError, TransientEngineError
-from juiz.judge import COT_REQUEST, FAST_REQUEST, Judge
+from juiz.errors import EngineError, ModelError, TransientEngineError
+from juiz.judge import Judge
 from juiz.openai_engine import (
     COT_REPLY_GBNF,
     OpenAIEngine,
     completion_from_choice,
 )
 from juiz.parsing import COT_REPLY_REGEX
+from juiz.plan import COT_REQUEST, FAST_REQUEST
 from juiz.retry import WaitRetryAfter, retry_after_s
 from schemas import BatchOptions, JudgementStatus, Triple
 
@@ -29,6 +32,22 @@ REPLY = "Criteria: the question asks X.\nSupporting Evidence: the answer says X.
 # The fake server writes CoT replies with the score digit's logprobs: the tests grading through it pin the CoT prompt
 # (the default check prompts, is read from yes/no probabilities: tests/unit/test_checks.py, test_gate.py).
 COT = BatchOptions(prompt="answer_relevance@juiz-1")
+
+
+@pytest.fixture(autouse=True)
+def closed_engines(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Every engine a test makes is closed after it (an engine holds its event loop and connection pool)."""
+    made: list[OpenAIEngine] = []
+    init = OpenAIEngine.__init__
+
+    def recording(self: OpenAIEngine, *args: Any, **kwargs: Any) -> None:
+        init(self, *args, **kwargs)
+        made.append(self)
+
+    monkeypatch.setattr(OpenAIEngine, "__init__", recording)
+    yield
+    for engine in made:
+        engine.close()
 
 
 def chat_response(text: str, *, logprobs: bool = True) -> dict[str, Any]:
@@ -266,3 +285,62 @@ def test_an_unknown_regex_on_llama_cpp_is_left_to_the_parser() -> None:
     server = FakeServer(owned_by="llamacpp")
     server.engine().generate([conv("a")], GenerationRequest(max_tokens=5, regex="[a-z]+"))
     assert "grammar" not in server.bodies[0]
+
+
+class ClosingCounter(httpx.MockTransport):
+    """The FAKE server's transport, counting how often its client lets it go."""
+
+    def __init__(self, server: FakeServer) -> None:
+        super().__init__(server)
+        self.closed = 0
+
+    async def aclose(self) -> None:
+        self.closed += 1
+
+
+def test_one_connection_pool_serves_every_call_and_goes_at_close() -> None:
+    transport = ClosingCounter(FakeServer())
+    engine = OpenAIEngine("http://judge.example:8000/v1", "judge", transport=transport)
+    for text in ("a", "b", "c"):
+        [completion] = engine.generate([conv(text)], COT_REQUEST)
+        assert completion.error is None
+    assert transport.closed == 0  # kept between calls (it was opened and closed by each call before)
+    engine.close()
+    engine.close()  # twice is harmless
+    assert transport.closed == 1
+    with pytest.raises(EngineError, match="closed"):
+        engine.generate([conv("d")], COT_REQUEST)
+
+
+class Hanging(httpx.AsyncBaseTransport):
+    """Answers /models; the first chat request interrupts the main thread (as Ctrl-C or RQ's job-timeout signal
+    would) and never returns; later ones answer at once."""
+
+    def __init__(self) -> None:
+        self.cancelled = 0
+        self.posts = 0
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if request.url.path.endswith("/models"):
+            return httpx.Response(200, json={"data": [{"id": "judge", "owned_by": "vllm"}]})
+        self.posts += 1
+        if self.posts > 1:
+            return httpx.Response(200, json=chat_response(REPLY))
+        _thread.interrupt_main()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            self.cancelled += 1
+            raise
+        raise AssertionError("unreachable")
+
+
+def test_a_call_interrupted_from_outside_leaves_no_request_running_for_the_next_call() -> None:
+    transport = Hanging()
+    engine = OpenAIEngine("http://judge.example:8000/v1", "judge", transport=transport)
+    with pytest.raises(KeyboardInterrupt):
+        engine.generate([conv("hangs")], COT_REQUEST)
+    assert transport.cancelled == 1
+    [completion] = engine.generate([conv("next")], COT_REQUEST)
+    assert completion.error is None and completion.text == REPLY
+    engine.close()

@@ -6,8 +6,8 @@ import pytest
 
 import prompts
 from juiz.errors import PromptError
-from juiz.judge import select_prompt, validate_options
 from juiz.language import detect_language
+from juiz.plan import select_prompt, validate_options
 from schemas import BatchOptions
 
 

@@ -8,7 +8,8 @@ from collections.abc import Iterator
 import pytest
 from pydantic import ValidationError
 
-from juiz.engine import Conversation, FakeEngine
+from juiz.engine import Conversation
+from juiz.fake_engine import FakeEngine
 from juiz.judge import Judge
 from juiz.uncertainty import MIN_MAJORITY_SHARE, uncertain_first
 from schemas import BatchOptions, Judgement, Triple

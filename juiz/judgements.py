@@ -1,0 +1,199 @@
+"""What a judgement is made of: a metric's fields from the judge's reply (or the majority of several), a check-based
+metric's result from its checks and rule, the provenance every result records, and the judgement itself (the main
+metric's grade on top, every metric under `metrics`, the batch's label and calibration applied).
+
+`failed_judgement` is the result of an item that could not be graded at all, with the reason and the judge meant
+for it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import prompts
+from juiz import __version__
+from juiz.check_rule import apply_rule
+from juiz.checks import CHECK_REQUEST, CheckJob
+from juiz.engine import Completion, GenerationRequest, JudgeEngine
+from juiz.errors import PromptError
+from juiz.labels import label_for
+from juiz.parsing import expected_score, parse_reply
+from juiz.plan import ItemPlan, plan_metric, score_sampling
+from juiz.uncertainty import annotate, combine_samples
+from schemas import BatchOptions, Judgement, JudgementStatus, Provenance, Triple
+from schemas.judgement import CheckResult, CheckStatus, MetricResult, MetricStatus
+
+# The mode a check-based prompt's results record: they are neither cot nor fast (one yes/no token per check).
+CHECKS = "checks"
+
+
+def parsed_fields(completion: Completion, request: GenerationRequest) -> dict[str, Any]:
+    """status, score, … from one completion: what a metric result and a segment grade share."""
+    if completion.error is not None:
+        return {"status": MetricStatus.FAILED, "error": completion.error}
+    parsed = parse_reply(completion.text)
+    if not parsed.ok:
+        error = parsed.error
+        if completion.finish_reason == "length":
+            error = f"{error} (reply cut at max_tokens={request.max_tokens})"
+        elif not completion.text:
+            error = f"{error} (empty reply, finish_reason={completion.finish_reason})"
+        return {
+            "status": MetricStatus.PARSE_ERROR,
+            "raw_output": completion.text,
+            "criteria": parsed.criteria,
+            "supporting_evidence": parsed.supporting_evidence,
+            "error": error,
+        }
+    assert parsed.score is not None
+    return {
+        "status": MetricStatus.OK,
+        "score": parsed.score,
+        "normalized_score": round(parsed.score / 3, 6),
+        "expected_score": rounded(expected_score(completion.tokens, completion.top_logprobs)),
+        "criteria": parsed.criteria,
+        "supporting_evidence": parsed.supporting_evidence,
+        "raw_output": completion.text,
+    }
+
+
+def sampled_fields(completion: Completion, request: GenerationRequest) -> dict[str, Any]:
+    """`parsed_fields`, or with several replies (request.n > 1) their majority and spread (juiz.uncertainty)."""
+    if request.n == 1:
+        return parsed_fields(completion, request)
+    replies = [completion, *completion.alternatives]
+    return combine_samples([parsed_fields(c, request) for c in replies], request.temperature)
+
+
+def checks_result(
+    job: CheckJob, checks: list[CheckResult], reference: str | None, latency_s: float, model: str
+) -> MetricResult:
+    """A check-based metric's result: the rule's grade (juiz.check_rule), the checks, the reference."""
+    common: dict[str, Any] = {
+        "latency_s": latency_s,
+        "provenance": provenance_of(model, job.template, CHECK_REQUEST, CHECKS),
+        "checks": checks,
+        "reference": reference,
+    }
+    if checks and all(c.status is CheckStatus.FAILED for c in checks):
+        errors = dict.fromkeys(c.error for c in checks if c.error)
+        return MetricResult(status=MetricStatus.FAILED, error="; ".join(e for e in errors if e)[:500], **common)
+    outcome = apply_rule(job.template, checks)
+    if not outcome.ok:
+        return MetricResult(
+            status=MetricStatus.PARSE_ERROR,
+            error=outcome.error,
+            criteria=outcome.criteria,
+            supporting_evidence=outcome.supporting_evidence,
+            raw_output=outcome.text,
+            **common,
+        )
+    assert outcome.score is not None
+    return MetricResult(
+        status=MetricStatus.OK,
+        score=outcome.score,
+        normalized_score=round(outcome.score / 3, 6),
+        expected_score=rounded(outcome.expected_score),
+        strength=outcome.strength,
+        criteria=outcome.criteria,
+        supporting_evidence=outcome.supporting_evidence,
+        raw_output=outcome.text,
+        **common,
+    )
+
+
+def judgement_of(triple: Triple, options: BatchOptions, metrics: dict[str, MetricResult]) -> Judgement:
+    """The result: the main metric's grade in the top-level fields, every metric under `metrics`, the label."""
+    main = metrics[options.primary_metric]
+    status = JudgementStatus.FAILED if main.status is MetricStatus.SKIPPED else JudgementStatus(main.status.value)
+    assert main.provenance is not None
+    judgement = Judgement(
+        **item_fields(triple),
+        status=status,
+        score=main.score,
+        normalized_score=main.normalized_score,
+        expected_score=main.expected_score,
+        criteria=main.criteria,
+        supporting_evidence=main.supporting_evidence,
+        raw_output=main.raw_output,
+        latency_s=main.latency_s,
+        provenance=main.provenance,
+        error=main.error,
+        metrics=metrics,
+        samples=main.samples,
+    )
+    judgement.automated_label = label_for(judgement, options.label_mapping)
+    annotate(judgement, options)  # options.calibration, then `uncertain`
+    return judgement
+
+
+def rounded(value: float | None) -> float | None:
+    return None if value is None else round(min(max(value, 0.0), 1.0), 6)
+
+
+def with_origin(judgements: list[Judgement], engine: JudgeEngine) -> list[Judgement]:
+    """Results graded on a judge server record where (Provenance.engine, engine_host); in process they stay null."""
+    origin = dict(engine.origin)
+    if not origin:
+        return judgements
+    for judgement in judgements:
+        judgement.provenance = judgement.provenance.model_copy(update=origin)
+        for metric in (judgement.metrics or {}).values():
+            if metric.provenance is not None:
+                metric.provenance = metric.provenance.model_copy(update=origin)
+    return judgements
+
+
+def provenance_of(model: str, template: prompts.PromptTemplate, request: GenerationRequest, mode: str) -> Provenance:
+    rule = {"rule": template.rule.version} if template.rule is not None else {}
+    return Provenance(
+        model=model,
+        prompt=template.id,
+        prompt_sha256=template.sha256,
+        sampling={**request.describe(), "mode": CHECKS if template.kind == "checks" else mode, **rule},
+        juiz_version=__version__,
+    )
+
+
+def item_fields(triple: Triple) -> dict[str, Any]:
+    """What every judgement copies from its triple: the user's own fields, then the known ones.
+
+    A user field named like a result field (e.g. a dataset's own `expected_score`) is kept as `input_<name>`, so it
+    neither clashes with nor masquerades as juiz's value.
+    """
+    reserved = Judgement.model_fields.keys()
+    return {
+        **{f"input_{k}" if k in reserved else k: v for k, v in triple.passthrough().items()},
+        "id": triple.id,
+        "question": triple.question,
+        "answer": triple.answer,
+        "context": triple.context,
+        "manual_label": triple.manual_label,
+    }
+
+
+def failed_judgement(
+    triple: Triple, options: BatchOptions, model: str, reason: str, plan: ItemPlan | None = None
+) -> Judgement:
+    """A `failed` result for an item that could not be graded at all, with the reason and the judge meant for it
+    (`plan`, the item's `plan_item` when the caller has it; else each metric is planned here). A metric whose prompt
+    can't be served records the metric's name as its prompt and the mode's sampling."""
+    metrics: dict[str, MetricResult] = {}
+    for metric in options.metrics:
+        try:
+            chosen = plan[metric] if plan is not None else plan_metric(options, triple.question, metric)
+            provenance = provenance_of(model, chosen.template, chosen.request, options.mode)
+        except PromptError:
+            provenance = Provenance(
+                model=model,
+                prompt=metric,
+                prompt_sha256="",
+                sampling={**score_sampling(options, metric).describe(), "mode": options.mode},
+                juiz_version=__version__,
+            )
+        metrics[metric] = MetricResult(status=MetricStatus.FAILED, error=reason, provenance=provenance)
+    main = metrics[options.primary_metric]
+    assert main.provenance is not None
+    return Judgement(
+        **item_fields(triple), status=JudgementStatus.FAILED, error=reason, provenance=main.provenance, metrics=metrics
+    )

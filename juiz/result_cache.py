@@ -1,0 +1,86 @@
+"""The result cache's rules: what a cached result is keyed on, what it keeps, when a result may be reused, and how a
+hit becomes this batch's result. Redis holds the entries (`juiz.store.cache`); the worker consults both.
+
+Keyed per tenant (shared across tenants only with `shared_result_cache`), on the question, answer, context, every
+requested metric's prompt and sampling, and the model; a reused result keeps every metric and is marked
+`cached: true`; the batch's label mapping and calibration are applied afresh.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from juiz.judgements import item_fields
+from juiz.labels import label_for
+from juiz.plan import ItemPlan
+from juiz.uncertainty import annotate
+from prompts.neutralise import VERSION as NEUTRALISER
+from schemas import BatchOptions, Judgement, JudgementStatus, Triple
+from schemas.judgement import CheckStatus, MetricStatus
+
+# What a cached result leaves out: the item's own fields (taken from the new item) and what the batch's label mapping
+# and calibration make of the grade (recomputed on reuse). Everything else — every metric, samples, provenance — is
+# kept, so a cached result is the same result.
+NOT_CACHED = frozenset(
+    {
+        "id",
+        "question",
+        "answer",
+        "context",
+        "manual_label",
+        "automated_label",
+        "calibrated",
+        "uncertain",
+        "uncertainty",
+        "cached",
+    }
+)
+
+
+def cache_key(triple: Triple, options: BatchOptions, plan: ItemPlan, model_id: str, tenant: str | None) -> str:
+    """sha256 of everything a grade depends on: the question, the answer, the context, the prompt (id and file hash),
+    the model and the sampling settings; and the tenant, so one tenant's cache never answers (or reveals) another's
+    request unless `shared_result_cache` is set (tenant=None). Ids and labels do not change the grade. `plan` is the
+    item's `plan_item`: the judge grades by the same one."""
+    # Every requested metric, in order, with its own prompt and sampling: a result graded for [answer_relevance]
+    # never answers a request for [answer_relevance, groundedness].
+    judges = [[metric, p.template.id, p.template.sha256, p.request.describe()] for metric, p in plan.items()]
+    context = (
+        [segment.model_dump(mode="json") for segment in triple.context]
+        if isinstance(triple.context, list)
+        else triple.context
+    )
+    payload = [triple.question, triple.answer, context, judges, model_id, options.mode, tenant, NEUTRALISER]
+    return hashlib.sha256(json.dumps(payload, ensure_ascii=False, sort_keys=True).encode()).hexdigest()
+
+
+def reusable(judgement: Judgement) -> bool:
+    """Whether a result may answer the same triple later: only a clean grade. A parse error may come from the engine
+    dropping a request (an empty reply with finish_reason=error), and a check that failed (aborted when its batch
+    was cancelled, timed out) leaves its metric graded from the other checks; a later call would repeat neither, and
+    a cached result missing a check's probability can't be calibrated."""
+    if judgement.status is not JudgementStatus.OK:
+        return False
+    for metric in (judgement.metrics or {}).values():
+        if metric.status is not MetricStatus.OK and metric.status is not MetricStatus.SKIPPED:
+            return False
+        if any(check.status is CheckStatus.FAILED for check in metric.checks or []):
+            return False
+    return True
+
+
+def cacheable(judgement: Judgement) -> dict[str, Any]:
+    """What the cache keeps of a result: the grade (every metric, samples, provenance), not the item's own fields
+    nor what the batch's label mapping and calibration make of it (recomputed on reuse)."""
+    value = judgement.model_dump(mode="json", exclude=set(NOT_CACHED))
+    return {k: v for k, v in value.items() if k in Judgement.model_fields}  # the user's passthrough is the item's
+
+
+def from_cache(cached: dict[str, Any], triple: Triple, options: BatchOptions) -> Judgement:
+    """A hit as this item's result: its own fields, the cached grade, this batch's label and calibration (or none),
+    never the cached batch's."""
+    judgement = Judgement.model_validate({**item_fields(triple), **cached, "cached": True})
+    judgement.automated_label = label_for(judgement, options.label_mapping)
+    return annotate(judgement, options)

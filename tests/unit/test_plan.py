@@ -1,0 +1,72 @@
+"""One plan per item: the prompt and sampling of each metric, chosen once; the judge grades by it, the result cache
+keys on it, and a failed result records it."""
+
+from __future__ import annotations
+
+import prompts
+from juiz.checks import CHECK_REQUEST
+from juiz.fake_engine import FakeEngine
+from juiz.judge import Judge
+from juiz.judgements import failed_judgement
+from juiz.plan import MetricPlan, plan_item, request_for_options, select_prompt
+from juiz.result_cache import cache_key
+from schemas import BatchOptions, JudgementStatus, Triple
+
+ALL = ["answer_relevance", "groundedness", "context_relevance"]
+ITEM = Triple(question="Qual é a capital de Portugal?", answer="Lisboa.", context="Lisboa é a capital de Portugal.")
+
+
+def test_a_plan_is_what_select_prompt_and_request_for_options_choose_metric_by_metric() -> None:
+    for options in (
+        BatchOptions(metrics=ALL),
+        BatchOptions(metrics=ALL, prompt="answer_relevance@juiz-1.en", mode="fast"),
+        BatchOptions(metrics=["answer_relevance"], prompt="answer_relevance@trulens-1", samples=3, temperature=0.7),
+    ):
+        plan = plan_item(options, ITEM.question)
+        assert list(plan) == options.metrics  # in the batch's order: the cache key depends on it
+        for metric, chosen in plan.items():
+            assert chosen.template == select_prompt(options, ITEM.question, metric)
+            assert chosen.request == request_for_options(options, metric)
+
+
+def test_the_item_language_is_read_for_every_metric_and_a_pinned_one_wins() -> None:
+    plan = plan_item(BatchOptions(metrics=ALL, prompt="answer_relevance@juiz-1.en"), ITEM.question)
+    assert {m: p.template.lang for m, p in plan.items()} == {
+        "answer_relevance": "en",
+        "groundedness": "pt",
+        "context_relevance": "pt",
+    }
+
+
+def test_the_judge_grades_by_the_plan_it_is_given() -> None:
+    """A worker plans once for its cache keys; the judge must not choose again (and differently)."""
+    options = BatchOptions(metrics=["answer_relevance"], prompt="answer_relevance@juiz-1")
+    given = {"answer_relevance": MetricPlan(prompts.load("answer_relevance", "juiz-2", "en"), CHECK_REQUEST)}
+    engine = FakeEngine(lambda c: "Criteria: c\nSupporting Evidence: e\nScore: 2")
+    planned, own = Judge(engine).grade_many([(ITEM, options), (ITEM, options)], plans=[given, None])
+    assert planned.provenance.prompt == "answer_relevance@juiz-2.en"
+    assert own.provenance.prompt == "answer_relevance@juiz-1.pt"
+
+
+def test_the_cache_key_follows_the_plan() -> None:
+    options = BatchOptions(metrics=["answer_relevance"])
+    plan = plan_item(options, ITEM.question)
+    other = {"answer_relevance": MetricPlan(prompts.load("answer_relevance", "juiz-1", "pt"), CHECK_REQUEST)}
+    assert cache_key(ITEM, options, plan, "m", "t") == cache_key(
+        ITEM, options, plan_item(options, ITEM.question), "m", "t"
+    )
+    assert cache_key(ITEM, options, plan, "m", "t") != cache_key(ITEM, options, other, "m", "t")
+    assert cache_key(ITEM, options, plan, "m", "t") != cache_key(ITEM, options, plan, "m", "other-tenant")
+
+
+def test_a_failed_result_records_the_plan_and_survives_a_prompt_that_is_gone() -> None:
+    """A prompt version removed between intake and grading fails the item with the reason; it used to raise
+    PromptError from inside the worker's own failure path."""
+    options = BatchOptions(metrics=["answer_relevance", "groundedness"], prompt="answer_relevance@nope-9")
+    result = failed_judgement(ITEM, options, "m", "engine gone")
+    assert result.status is JudgementStatus.FAILED and result.error == "engine gone"
+    assert result.provenance.prompt == "answer_relevance" and result.provenance.prompt_sha256 == ""
+    assert result.metrics is not None and result.metrics["groundedness"].provenance is not None
+    assert result.metrics["groundedness"].provenance.prompt.startswith("groundedness@")
+    planned = failed_judgement(ITEM, BatchOptions(), "m", "r", plan_item(BatchOptions(), ITEM.question))
+    assert planned.provenance.prompt == plan_item(BatchOptions(), ITEM.question)["answer_relevance"].template.id
