@@ -42,7 +42,7 @@ def select_prompt(
     for prompt_id in options.prompt_ids():
         try:
             prompt_metric, prompt_version, prompt_lang = prompts.parse_prompt_id(prompt_id)
-        except prompts.PromptNotFound as exc:
+        except (prompts.PromptNotFound, prompts.PromptSchemaError) as exc:
             raise PromptError(str(exc)) from exc
         if prompt_metric not in options.metrics:
             raise PromptError(
@@ -53,7 +53,7 @@ def select_prompt(
             version, lang = prompt_version, prompt_lang or item_lang  # an id without a language: the item's
     try:
         return prompts.load(metric, version, lang)
-    except prompts.PromptNotFound as exc:
+    except (prompts.PromptNotFound, prompts.PromptSchemaError) as exc:
         raise PromptError(str(exc)) from exc
 
 
@@ -90,7 +90,7 @@ def request_for_options(options: BatchOptions, metric: str) -> GenerationRequest
     request = score_sampling(options, metric)
     try:
         checks = prompts.kind(metric, prompt_version(options, metric)) == "checks"
-    except prompts.PromptNotFound as exc:
+    except (prompts.PromptNotFound, prompts.PromptSchemaError) as exc:
         raise PromptError(str(exc)) from exc
     return CHECK_REQUEST if checks else request
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import re
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import cache
 from importlib import resources
 from typing import Literal
@@ -28,6 +28,10 @@ LANGUAGES = ("en", "pt")
 
 class PromptNotFound(LookupError):
     """No prompt file for this metric, version and language."""
+
+
+class PromptSchemaError(ValueError):
+    """A prompt file whose contents are not a prompt: the message names the file and the key."""
 
 
 CheckAsk = Literal["once", "per_sentence", "with_reference", "per_point"]
@@ -211,7 +215,7 @@ def load(metric: str, version: str, lang: str) -> PromptTemplate:
         reply_fast="",
         kind="checks",
         reply_check=data["reply_check"],
-        checks=tuple(_check_spec(check) for check in data["checks"]),
+        checks=tuple(_check_spec(c, f"{metric}/{file.name}: checks[{n}]") for n, c in enumerate(data["checks"])),
         rule=CheckRule(
             version=rule["version"],
             veto_below=float(rule["veto_below"]),
@@ -227,9 +231,14 @@ def load(metric: str, version: str, lang: str) -> PromptTemplate:
     )
 
 
-def _check_spec(raw: dict[str, object]) -> CheckSpec:
+def _check_spec(raw: dict[str, object], where: str) -> CheckSpec:
+    """A check's table as a CheckSpec; PromptSchemaError naming the key when it is not one."""
     examples = raw.pop("examples", [])
-    assert isinstance(examples, list)
+    if not isinstance(examples, list) or not all(isinstance(e, dict) and "reply" in e for e in examples):
+        raise PromptSchemaError(f"{where}.examples must be a list of tables, each with a reply")
+    unknown = sorted(set(raw) - {f.name for f in fields(CheckSpec)})
+    if unknown:
+        raise PromptSchemaError(f"{where}: unknown key(s) {', '.join(unknown)}")
     return CheckSpec(
         **raw,  # type: ignore[arg-type]
         examples=tuple(

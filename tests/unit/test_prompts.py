@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 import prompts
@@ -141,3 +143,25 @@ def test_prompt_selection_auto_language_and_explicit_id() -> None:
 def test_unknown_prompt_ids_are_refused_before_any_work(bad: str) -> None:
     with pytest.raises(PromptError):
         validate_options(BatchOptions(prompt=bad))
+
+
+@pytest.mark.parametrize(
+    ("check", "named"),
+    [
+        ({"name": "x", "question": "Q?", "examples": "Yes"}, "checks[0].examples"),
+        ({"name": "x", "question": "Q?", "examples": [{"sentence": "S."}]}, "checks[0].examples"),
+        ({"name": "x", "question": "Q?", "pasages": 2}, "pasages"),
+    ],
+)
+def test_a_malformed_check_table_is_a_schema_error_naming_the_key(check: dict[str, object], named: str) -> None:
+    with pytest.raises(prompts.PromptSchemaError, match=re.escape(named)):
+        prompts._check_spec(dict(check), "groundedness/x.en.toml: checks[0]")
+
+
+def test_a_prompt_schema_error_reaches_the_caller_as_a_prompt_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(metric: str, version: str, lang: str) -> prompts.PromptTemplate:
+        raise prompts.PromptSchemaError(f"{metric}/{version}.{lang}.toml: checks[0]: unknown key(s) pasages")
+
+    monkeypatch.setattr(prompts, "load", broken)
+    with pytest.raises(PromptError, match="unknown key"):
+        select_prompt(BatchOptions(), "What?")
