@@ -24,7 +24,7 @@ from juiz.calibration import CalibrationUnavailable
 from juiz.errors import InputError
 from juiz.options import OPTIONS
 from juiz.report import render_report
-from juiz.store import TERMINAL, BatchRecord, Store, batch_from_hash
+from juiz.store import TERMINAL, Store, batch_from_hash
 from juiz.store.results import UNCERTAIN_PAGE, uncertain_page_keys
 from schemas import (
     MAX_NAME_CHARS,
@@ -47,6 +47,7 @@ from service.intake import (
     read_jsonl_submission,
 )
 from service.openapi import BATCH_ID_PATTERN, CURSOR_PATTERN, SECURITY, responses
+from service.ownership import owned_batch
 from service.views import batch_view
 
 MAX_PAGE = 1000
@@ -151,14 +152,6 @@ def _query_parameters() -> list[OpenAPIParameter]:
         )
     )
     return parameters
-
-
-def owned_batch(store: Store, tenant: str, batch_id: str) -> BatchRecord:
-    """The tenant's batch, or 404 — also for another tenant's batch, whose existence is not revealed."""
-    record = store.get_batch(batch_id)
-    if record is None or record.tenant != tenant:
-        raise NotFoundException(detail=f"no batch {batch_id}", extra={"field": "batch_id"})
-    return record
 
 
 def _offset(cursor: str | None) -> int:

@@ -12,8 +12,9 @@ from juiz.store import Store
 from schemas import Judgement
 from schemas.compare import CompareReport
 from service.agreement import capped_resamples
-from service.controllers.batches import Resamples, owned_batch
+from service.controllers.batches import Resamples
 from service.openapi import BATCH_ID_PATTERN, responses
+from service.ownership import owned_batch
 
 _LIMITER = anyio.CapacityLimiter(1)  # a compare is two bootstraps: one at a time per process
 

@@ -14,10 +14,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from juiz.store import Store
 from schemas.triple import Label
-from service.controllers.batches import BatchId, owned_batch
+from service.controllers.batches import BatchId
+from service.labelling import set_manual_label
 from service.openapi import responses
-from service.ui.labels import set_manual_label
-from service.ui.rows import row_cache
+from service.ownership import owned_batch
+from service.rows import row_cache
 
 
 class LabelChange(BaseModel):

@@ -18,13 +18,13 @@ from litestar.response import Redirect
 from juiz.calibration import CalibrationUnavailable
 from juiz.store import PREFIX, Store
 from service.agreement import fitted_calibration
-from service.controllers.batches import owned_batch
+from service.labelling import manual_class_name, save_label, saved_calibration_key
+from service.ownership import owned_batch
+from service.rows import agreement_of, row_cache
 from service.ui import queue as label_queue
 from service.ui import session
-from service.ui.labels import manual_class_name, save_label, saved_calibration_key
 from service.ui.params import int_param, table_query
 from service.ui.render import batch_base, html, stamp
-from service.ui.rows import agreement_of, row_cache
 from service.ui.session import Posted
 
 MAX_QUEUE = 500

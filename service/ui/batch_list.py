@@ -21,12 +21,12 @@ from juiz.readers import JSONL_SUFFIXES, REPORT_SUFFIXES, read_triples
 from juiz.store import BatchRecord, Store
 from schemas import MAX_NAME_CHARS
 from schemas.judgement import METRICS
-from service.controllers.batches import owned_batch
 from service.errors import LimitExceeded
 from service.intake import read_name, read_submission
+from service.labelling import saved_calibration
+from service.ownership import owned_batch
 from service.ui import session
 from service.ui.batch_page import pace
-from service.ui.labels import saved_calibration
 from service.ui.render import batch_base, html, stamp
 from service.ui.session import Posted
 from service.views import batch_view

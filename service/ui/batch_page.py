@@ -14,11 +14,8 @@ from litestar.params import FromPath
 from juiz.errors import InputError
 from juiz.store import BatchRecord, Store
 from schemas import AgreementReport
-from service.controllers.batches import owned_batch
-from service.ui import charts, session
-from service.ui.params import int_param, table_query
-from service.ui.render import fragment, html, stamp
-from service.ui.rows import (
+from service.ownership import owned_batch
+from service.rows import (
     SORT_KEYS,
     BatchIndex,
     agreement_of,
@@ -29,6 +26,9 @@ from service.ui.rows import (
     row_cache,
     score_counts,
 )
+from service.ui import charts, session
+from service.ui.params import int_param, table_query
+from service.ui.render import fragment, html, stamp
 from service.views import batch_view
 
 PER_PAGE = 50

@@ -16,10 +16,10 @@ from juiz.compare import compare_runs
 from juiz.store import Store
 from schemas.compare import CompareReport
 from service.agreement import capped_resamples
-from service.controllers.batches import owned_batch
+from service.ownership import owned_batch
+from service.rows import _BOOTSTRAPS, PAGE_RESAMPLES, indexed_rows, row_cache
 from service.ui import charts, session
 from service.ui.render import html
-from service.ui.rows import _BOOTSTRAPS, PAGE_RESAMPLES, indexed_rows, row_cache
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from juiz.report import render_report
 from juiz.store import BatchRecord, Store
 from schemas import Judgement
 from schemas.judgement import METRICS
-from service.controllers.batches import owned_batch
+from service.ownership import owned_batch
 from service.ui import session
 from service.ui.params import float_param
 

@@ -16,14 +16,14 @@ from litestar.response import Redirect
 
 from juiz.store import Store
 from schemas import Judgement
-from service.controllers.batches import owned_batch
-from service.ui import session
-from service.ui.labels import manual_class_name, save_label
-from service.ui.render import batch_base, html
-from service.ui.rows import (
+from service.labelling import manual_class_name, save_label
+from service.ownership import owned_batch
+from service.rows import (
     INTERNAL_FIELDS,
     row_cache,
 )
+from service.ui import session
+from service.ui.render import batch_base, html
 from service.ui.session import Posted
 
 

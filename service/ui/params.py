@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from schemas.judgement import METRICS
-from service.ui.rows import SORT_KEYS, Query
+from service.rows import SORT_KEYS, Query
 
 
 def int_param(value: str | None) -> int | None:

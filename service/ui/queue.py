@@ -18,7 +18,7 @@ from typing import Any
 from juiz.store import PREFIX, Store
 from schemas.labels import LabelMapping
 from schemas.triple import Label
-from service.ui.rows import BatchIndex, Query, default_metric, page_of, view_rows
+from service.rows import BatchIndex, Query, default_metric, page_of, view_rows
 
 QUEUE_TTL_S = 8 * 3600
 DEFAULT_SIZE = 40

@@ -10,7 +10,7 @@ from litestar import Litestar
 from litestar.testing import TestClient
 
 from juiz.settings import Settings
-from service.ui.rows import _BOOTSTRAPS
+from service.rows import _BOOTSTRAPS
 from tests.integration.helpers import triples
 from tests.integration.test_ui import submit
 

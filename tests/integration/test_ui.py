@@ -13,7 +13,7 @@ from litestar.testing import TestClient
 from redis import Redis
 
 from juiz.settings import Settings
-from service.ui.rows import _BOOTSTRAPS
+from service.rows import _BOOTSTRAPS
 from tests.integration.helpers import make_settings, triples
 
 MakeClient = Callable[[Settings], TestClient[Litestar]]

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from schemas.labels import LabelClass, LabelMapping
+from service.rows import BatchIndex, MetricCell, Query, Row, expected_bins, page_of, score_counts
 from service.ui import charts
-from service.ui.rows import BatchIndex, MetricCell, Query, Row, expected_bins, page_of, score_counts
 
 
 def row(index: int, score: int, manual: str | None, judge: str, expected: float, status: str = "ok") -> Row:
@@ -120,7 +120,7 @@ def test_chart_text_is_escaped() -> None:
 def test_calibrated_labels_get_their_own_agreement_beside_the_raw_one() -> None:
     from dataclasses import replace
 
-    from service.ui.rows import agreement_of
+    from service.rows import agreement_of
 
     # Raw: 2 of 4 right. Calibrated: all 4 right.
     rows = [
@@ -147,7 +147,7 @@ def test_the_results_own_uncertainty_wins_over_the_expected_score_distance() -> 
 
 
 def test_intervals_come_from_a_background_bootstrap_once_the_batch_is_over() -> None:
-    from service.ui.rows import _BOOTSTRAPS, agreement_of
+    from service.rows import _BOOTSTRAPS, agreement_of
 
     index = index_of(ROWS)
     points, complete = agreement_of(index, 10_000, final=True)
@@ -161,7 +161,7 @@ def test_intervals_come_from_a_background_bootstrap_once_the_batch_is_over() -> 
 def test_items_filter_by_an_extra_field() -> None:
     from dataclasses import replace
 
-    from service.ui.rows import field_names
+    from service.rows import field_names
 
     rows = [
         replace(row(0, 3, "C", "C", 1.0), fields={"course": "ML-101", "week": "3"}),

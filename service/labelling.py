@@ -16,8 +16,8 @@ from schemas import Judgement
 from schemas.calibration import CalibrationSpec
 from schemas.labels import LabelMapping
 from schemas.triple import Label
-from service.controllers.batches import owned_batch
-from service.ui.rows import RowCache, row_cache
+from service.ownership import owned_batch
+from service.rows import RowCache, row_cache
 
 
 class LabelRejected(JuizError, ValueError):
