@@ -289,6 +289,24 @@ class Heartbeat(threading.Thread):
         self.join(timeout=5)
 
 
+def enqueue_due_retries(settings: Settings, redis: Redis) -> None:
+    """Burst mode: move the retries already due back to their queues once, as RQ's own burst start does.
+
+    Not RQ's `with_scheduler` in burst mode: its maintenance step forks a scheduler process during a long job, and
+    its stop joins that process with no limit; a SIGTERM that reaches the fork before it installs its own handler runs
+    the worker's inherited one, which only sets a flag, and the worker hangs on the join (seen in the outage tests)."""
+    scheduler = RQScheduler(settings.queues, connection=redis, interval=1, serializer=JSONSerializer)
+    scheduler.acquire_locks()
+    if not scheduler.acquired_locks:  # another worker's scheduler holds them: it moves the due retries
+        return
+    try:
+        scheduler.register_birth()
+        scheduler.enqueue_scheduled_jobs()
+    finally:
+        scheduler.release_locks()
+        scheduler.register_death()
+
+
 class SchedulerThread(threading.Thread):
     """RQ's scheduler loop (acquire lock → heartbeat → enqueue due jobs), in a thread rather than a forked process."""
 
@@ -357,8 +375,9 @@ def run(settings: Settings, engine: JudgeEngine, *, burst: bool = False, name: s
     try:
         while True:
             try:
-                # In burst mode RQ runs the scheduler once, in-process: due retries are queued before the queues drain.
-                worked = worker.work(burst=burst, with_scheduler=burst, logging_level=settings.log_level) or worked
+                if burst:  # due retries queued before the queues drain
+                    enqueue_due_retries(settings, redis)
+                worked = worker.work(burst=burst, logging_level=settings.log_level) or worked
             except REDIS_ERRORS:
                 log.exception("worker %s: Redis away while starting or stopping its work loop", worker.name)
             dead = jobs.bound().engine_dead

@@ -21,7 +21,7 @@ from service.app import create_app
 from tests.integration.fake_worker import CountingFakeEngine
 from tests.integration.helpers import free_port, make_settings
 from workers import jobs
-from workers.worker import build_worker
+from workers.worker import build_worker, enqueue_due_retries
 
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
 
@@ -126,7 +126,8 @@ def run_worker(redis: Redis, engine: CountingFakeEngine) -> Iterator[WorkerRunne
     def run(settings: Settings, *, max_jobs: int | None = None, worker_engine: Any = None) -> bool:
         worker = build_worker(settings, redis, worker_engine or engine)
         try:
-            return worker.work(burst=True, max_jobs=max_jobs, with_scheduler=True, logging_level="WARNING")
+            enqueue_due_retries(settings, redis)  # as workers.worker.run's burst mode does; never RQ's forked scheduler
+            return worker.work(burst=True, max_jobs=max_jobs, logging_level="WARNING")
         finally:
             jobs.unbind()
             signal.signal(signal.SIGINT, handlers[0])

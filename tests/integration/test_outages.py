@@ -30,7 +30,7 @@ from tests.integration.helpers import make_settings, triples
 from tests.integration.test_recovery import Workers, graded_counts, wait_until
 from tests.integration.test_redis_faults import AofRedis
 from workers import jobs
-from workers.worker import build_worker
+from workers.worker import build_worker, enqueue_due_retries
 
 OUTAGE_S = 3.0  # how long Redis stays away: the fault injected, not a wait for an event
 RESTARTS = 6
@@ -84,11 +84,16 @@ def as_triples(items: list[dict[str, Any]]) -> list[Triple]:
 
 
 def run_burst_worker(settings: Settings, redis: Redis, engine: Any) -> None:
+    handlers = (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM))
     worker = build_worker(settings, redis, engine)
     try:
-        worker.work(burst=True, with_scheduler=True, logging_level="WARNING")
+        enqueue_due_retries(settings, redis)  # as workers.worker.run's burst mode does; never RQ's forked scheduler
+        worker.work(burst=True, logging_level="WARNING")
     finally:
         jobs.unbind()
+        # RQ's worker installs its own SIGINT/SIGTERM handlers: later tests in this process expect Python's
+        signal.signal(signal.SIGINT, handlers[0])
+        signal.signal(signal.SIGTERM, handlers[1])
 
 
 def outage_settings(url: str, **overrides: Any) -> Settings:

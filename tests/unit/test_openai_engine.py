@@ -8,6 +8,7 @@ import asyncio
 import dataclasses
 import json
 import math
+import signal
 import threading
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -338,8 +339,14 @@ class Hanging(httpx.AsyncBaseTransport):
 def test_a_call_interrupted_from_outside_leaves_no_request_running_for_the_next_call() -> None:
     transport = Hanging()
     engine = OpenAIEngine("http://judge.example:8000/v1", "judge", transport=transport)
-    with pytest.raises(KeyboardInterrupt):
-        engine.generate([conv("hangs")], COT_REQUEST)
+    # Python's own SIGINT handler (KeyboardInterrupt), whatever an earlier test in this process left installed (an RQ
+    # worker's raises StopRequested instead).
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            engine.generate([conv("hangs")], COT_REQUEST)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     assert transport.cancelled == 1
     [completion] = engine.generate([conv("next")], COT_REQUEST)
     assert completion.error is None and completion.text == REPLY
