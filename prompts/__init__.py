@@ -19,10 +19,11 @@ from prompts.neutralise import neutralise
 Mode = Literal["cot", "fast"]
 
 # The version a metric uses when a request names none: check-based prompts where there are (yes/no checks read from
-# token probabilities, see juiz.checks; answer relevance's checks-5 scales checks-4's checks by how many key points of
-# the judge's own answer from the context the answer states), else the chain-of-thought juiz-1. Chosen on the test
-# split's agreement with the labels (README, "Judge quality").
-DEFAULT_VERSIONS = {"answer_relevance": "checks-5", "groundedness": "checks-3", "context_relevance": "juiz-1"}
+# token probabilities, see juiz.checks; answer relevance's checks-6 scales checks-4's checks by how many key points of
+# the judge's own answer from the context the answer states; groundedness's checks-4 asks each sentence of the answer
+# beside the context segments it is about), else the chain-of-thought juiz-1. Chosen on the test split's agreement
+# with the labels (README, "Judge quality").
+DEFAULT_VERSIONS = {"answer_relevance": "checks-6", "groundedness": "checks-4", "context_relevance": "juiz-1"}
 LANGUAGES = ("en", "pt")
 
 
