@@ -267,7 +267,8 @@ def test_restarts_during_a_batch_lose_nothing_and_keep_the_workers(server: AofRe
 
     wait_until(lambda: (b := store.get_batch(batch.id)) is not None and b.terminal, "the batch, after the restarts")
     record = store.get_batch(batch.id)
-    assert record is not None and record.status.value == "done" and record.counts.ok == 400
+    errors = {j.error for j in store.results_in_input_order(batch.id) if j.status.value != "ok"}
+    assert record is not None and record.status.value == "done" and record.counts.ok == 400, errors
     ids = [j.id for j in store.results_in_input_order(batch.id)]
     assert sorted(ids) == sorted(f"t{i}" for i in range(400))  # every item stored once
     assert all(worker.poll() is None for worker in pool)  # both still serving
