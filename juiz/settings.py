@@ -216,6 +216,16 @@ class Settings(BaseSettings):
         SecretStr(""),
         description="Bearer key for /metrics and /ready from a non-loopback client; empty: loopback clients only.",
     )
+    csrf_secret: SecretStr = Field(
+        SecretStr(""),
+        description="Secret signing the web page's CSRF tokens; empty: one is created once in Redis and shared by "
+        "every API replica.",
+    )
+    secure_cookies: bool = Field(
+        False,
+        description="Mark the web page's cookies Secure (sent over https only): set it when the page is served over "
+        "https, directly or behind a proxy.",
+    )
     trusted_proxies: str = Field(
         "",
         description="Addresses (comma-separated IPs or CIDRs) whose X-Forwarded-For is believed; empty: none, the "

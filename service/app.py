@@ -36,6 +36,7 @@ from service.openapi import assets_router, document_limits, forbid_extra_fields,
 from service.ratelimit import enforce_rate_limit
 from service.ui import ui_router
 from service.ui.router import http_exception
+from service.ui.session import SESSION_STORE, session_store
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +62,8 @@ def create_app(settings: Settings | None = None, redis: Redis | None = None) -> 
         app.state.store = store
         # The hot read paths (result pages, rate limits) talk to Redis on the event loop instead of a worker thread.
         app.state.async_redis = async_redis_client(settings)
+        # The web page's sessions: Litestar's RedisStore on that client (service.ui.session).
+        app.stores.register(SESSION_STORE, session_store(app.state.async_redis), allow_override=True)
         app.state.metrics_registry = registry_for(store)
         if not app.state.tenants_by_key:
             log.warning("no API keys configured (JUIZ_API_KEYS): the API is open to anyone who can reach it")
@@ -79,7 +82,7 @@ def create_app(settings: Settings | None = None, redis: Redis | None = None) -> 
             ItemController,  # manual labels (issue 11)
             CompareController,  # two runs side by side (issue 18)
             assets_router(),
-            ui_router(),  # the web page under /ui (issue 11)
+            ui_router(settings),  # the web page under /ui (issue 11)
         ],
         dependencies={
             "store": Provide(provide_store, sync_to_thread=False),

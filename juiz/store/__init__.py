@@ -14,19 +14,7 @@
 `Store` is the facade the API and the workers hold: it builds the nouns on one connection, and keeps the names its
 callers used before the split (`store.create_batch(...)` is `store.batches.create(...)`). New code may call either.
 
-Redis Cluster. Every key of a batch carries the batch's hash tag and every key of a queue's scheduling the queue's
-(`keys`), so each script over one batch or one queue stays in one slot: storing results, cancelling, marking a batch
-running, setting a label, and the steps of giving chunks back (`release`) and of finishing a job (`finish`), which
-are split into single-slot steps, each safe to repeat. `tests/integration/test_key_slots.py` checks the keys of every
-script call against a real Redis. What is NOT cluster-safe yet:
-
-  - `claim` (CROSS_SLOT_SCRIPTS): the scheduler decides in one atomic step across the queue's `pending` and fairness
-    index, the candidate batches' hashes and chunk owners, RQ's worker registry and the workers' busy markers. Made
-    single-slot, it would keep in the queue's slot what it reads (chunk owners, each batch's size and tenant, busy
-    markers) and be given RQ's registry as an argument.
-  - the MULTI transactions that create a batch and requeue chunks: they write the batch's, the queue's and RQ's keys
-    together so that a crash leaves all or none.
-  - RQ itself, whose own pipelines span several slots (rq/rq#1942): a cluster needs another queue beneath juiz.
+Redis Cluster: which scripts stay in one slot and what does not yet is in `keys`, beside the layout.
 """
 
 from __future__ import annotations
@@ -52,12 +40,8 @@ from juiz.store.results import Results
 from schemas import BatchOptions, Judgement, Triple
 from schemas.triple import Label
 
-# The scripts whose calls name keys of more than one slot, and why: see above.
-CROSS_SLOT_SCRIPTS = frozenset({"claim"})
-
 __all__ = [
     "COUNT_FIELDS",
-    "CROSS_SLOT_SCRIPTS",
     "ENGINE_CALL_BUCKETS",
     "ITEM_BUCKETS",
     "PREFIX",

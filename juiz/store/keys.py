@@ -29,6 +29,20 @@ node. Every key of a batch carries `{batch id}`; every key of a queue's scheduli
 
 The layout changed with the hash tags (juiz is pre-1.0): keys written by an earlier version are not read.
 
+Redis Cluster. With those hash tags each script over one batch or one queue stays in one slot: storing results,
+cancelling, marking a batch running, setting a label, and the steps of giving chunks back (`release`) and of
+finishing a job (`finish`), which are split into single-slot steps, each safe to repeat.
+`tests/integration/test_key_slots.py` checks the keys of every script call against a real Redis.
+What is NOT cluster-safe yet:
+
+  - `claim` (CROSS_SLOT_SCRIPTS): the scheduler decides in one atomic step across the queue's `pending` and fairness
+    index, the candidate batches' hashes and chunk owners, RQ's worker registry and the workers' busy markers. Made
+    single-slot, it would keep in the queue's slot what it reads (chunk owners, each batch's size and tenant, busy
+    markers) and be given RQ's registry as an argument.
+  - the MULTI transactions that create a batch and requeue chunks: they write the batch's, the queue's and RQ's keys
+    together so that a crash leaves all or none.
+  - RQ itself, whose own pipelines span several slots (rq/rq#1942): a cluster needs another queue beneath juiz.
+
 RQ needs a connection that does not decode responses; this package decodes what it reads itself (`text`).
 """
 
@@ -37,6 +51,8 @@ from __future__ import annotations
 from typing import Any
 
 PREFIX = "juiz"
+# The scripts whose calls name keys of more than one slot, and why: see above.
+CROSS_SLOT_SCRIPTS = frozenset({"claim"})
 METRICS_KEY = f"{PREFIX}:metrics"
 
 

@@ -63,7 +63,7 @@ class AnnotationController(Controller):
             return label_queue.start(store, current.id, batch_id, items)
 
         queue = await anyio.to_thread.run_sync(make)
-        return session.with_cookie(request, Redirect(f"{batch_base(batch_id)}/queue/{queue.id}", status_code=303))
+        return Redirect(f"{batch_base(batch_id)}/queue/{queue.id}", status_code=303)
 
     @get("/queue/{queue_id:str}", sync_to_thread=True)
     def page(
@@ -74,14 +74,14 @@ class AnnotationController(Controller):
         batch_id: FromPath[str],
         queue_id: FromPath[str],
     ) -> Response[Any]:
-        current = session.require(store, request)
+        current = session.require(request)
         record = owned_batch(store, current.tenant, batch_id)
         queue = label_queue.load(store, current.id, batch_id, queue_id)
         if queue is None:
             raise NotFoundException(detail="this label queue is over or belongs to another session: start a new one")
         index = row_cache(state, store).index(record)
         mapping = record.options.label_mapping
-        flash = session.pop_flash(store, current) or {}
+        flash = session.pop_flash(request) or {}
         context: dict[str, Any] = {
             "session": current,
             "signed_in": not session.open_api(request),
@@ -111,7 +111,7 @@ class AnnotationController(Controller):
                 segments=judgement.context if isinstance(judgement.context, list) else [],
                 context_text=judgement.context if isinstance(judgement.context, str) else "",
             )
-        return session.with_cookie(request, html("queue.html", **context))
+        return html("queue.html", **context)
 
     @post("/queue/{queue_id:str}", status_code=303)
     async def step(
@@ -142,7 +142,7 @@ class AnnotationController(Controller):
                     state, store, current.tenant, batch_id, item_index, label, str(form.get("seen") or "")
                 )
                 if conflict:
-                    session.put_flash(store, current, {"conflict": conflict})
+                    session.put_flash(request, {"conflict": conflict})
                 queue.steps.append(label_queue.Step(item_index, "label", previous))
                 queue.at += 1
             elif action == "skip" and item_index is not None:
@@ -156,7 +156,7 @@ class AnnotationController(Controller):
             label_queue.save(store, current.id, queue)
 
         await anyio.to_thread.run_sync(run)
-        return session.with_cookie(request, Redirect(f"{batch_base(batch_id)}/queue/{queue_id}#item", status_code=303))
+        return Redirect(f"{batch_base(batch_id)}/queue/{queue_id}#item", status_code=303)
 
     @post("/calibration", status_code=200)
     async def fit(
@@ -199,4 +199,4 @@ class AnnotationController(Controller):
         if raw is None:
             raise NotFoundException(detail="no fitted calibration to save: fit it again")
         await anyio.to_thread.run_sync(store.redis.set, key, raw)
-        return session.with_cookie(request, Redirect("/ui/batches?calibration=saved#new-title", status_code=303))
+        return Redirect("/ui/batches?calibration=saved#new-title", status_code=303)

@@ -53,14 +53,12 @@ class BatchListController(Controller):
         store: NamedDependency[Store],
         page: Annotated[int, QueryParameter(ge=1)] = 1,
     ) -> Response[Any]:
-        current = session.require(store, request)
-        flash = session.pop_flash(store, current)
+        current = session.require(request)
+        flash = session.pop_flash(request)
         # A refused upload, redirected here: its error and the form as it was sent.
         if flash is not None and "error" in flash:
-            response = self._batches_page(request, store, current, page, flash["error"], flash["form"], 422)
-        else:
-            response = self._batches_page(request, store, current, page)
-        return session.with_cookie(request, response)
+            return self._batches_page(request, store, current, page, flash["error"], flash["form"], 422)
+        return self._batches_page(request, store, current, page)
 
     def _batches_page(
         self,
@@ -134,9 +132,9 @@ class BatchListController(Controller):
             )
         except (InputError, PromptError, LimitExceeded) as exc:
             # Post/redirect/get: the error page is a GET, so reloading it doesn't send the upload again.
-            await anyio.to_thread.run_sync(session.put_flash, store, current, {"error": str(exc), "form": values})
-            return session.with_cookie(request, Redirect("/ui/batches#new-title", status_code=303))
-        return session.with_cookie(request, Redirect(batch_base(record.id), status_code=303))
+            session.put_flash(request, {"error": str(exc), "form": values})
+            return Redirect("/ui/batches#new-title", status_code=303)
+        return Redirect(batch_base(record.id), status_code=303)
 
     @staticmethod
     def _create(
@@ -178,7 +176,7 @@ class BatchListController(Controller):
         self, request: Request[Any, Any, Any], store: NamedDependency[Store], batch_id: FromPath[str]
     ) -> dict[str, Any]:
         """What the page's script polls while a batch runs."""
-        current = session.require(store, request)
+        current = session.require(request)
         view = batch_view(owned_batch(store, current.tenant, batch_id))
         return {
             "status": view.status.value,

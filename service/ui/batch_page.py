@@ -63,9 +63,9 @@ class BatchPageController(Controller):
         store: NamedDependency[Store],
         batch_id: FromPath[str],
     ) -> Response[Any]:
-        current = session.require(store, request)
+        current = session.require(request)
         context = _batch_context(request, state, store, current, batch_id)
-        return session.with_cookie(request, html("batch.html", **context))
+        return html("batch.html", **context)
 
     @get("/batches/{batch_id:str}/live", sync_to_thread=True)
     def live(
@@ -77,7 +77,7 @@ class BatchPageController(Controller):
     ) -> dict[str, Any]:
         """The parts of the batch page that move while it runs (scores, agreement, the items table under the page's
         own filters), rendered as the page renders them: its script swaps them in place, with no reload."""
-        current = session.require(store, request)
+        current = session.require(request)
         context = _batch_context(request, state, store, current, batch_id)
         record = context["record"]
         return {
@@ -101,7 +101,7 @@ class BatchPageController(Controller):
     ) -> Response[Any]:
         """The agreement section alone: 202 while its bootstrap intervals are being computed, 200 once they are in
         (the page's script swaps it in then)."""
-        current = session.require(store, request)
+        current = session.require(request)
         record = owned_batch(store, current.tenant, batch_id)
         index = row_cache(state, store).index(record)
         report, complete, error = _agreement(index, store, record)

@@ -101,7 +101,7 @@ class CompareController(Controller):
     @get("/", sync_to_thread=True)
     def compare(self, request: Request[Any, Any, Any], state: State, store: NamedDependency[Store]) -> Response[Any]:
         """Pick two batches; with both, their agreement side by side, the score deltas and the changed items."""
-        current = session.require(store, request)
+        current = session.require(request)
         params = request.query_params
         a, b = params.get("a", ""), params.get("b", "")
         records, _ = store.list_batches(current.tenant, 0, PICKABLE)
@@ -121,31 +121,28 @@ class CompareController(Controller):
             deltas = charts.bar_chart(
                 bars, f"shared items per score delta (b − a): {report.shared} items", highlight=["missing"]
             )
-        return session.with_cookie(
-            request,
-            html(
-                "compare.html",
-                session=current,
-                signed_in=not session.open_api(request),
-                records=records,
-                a=a,
-                b=b,
-                report=report,
-                complete=complete,
-                changed=changed,
-                deltas=deltas,
-                stats=STATS,
-                sort=sort,
-                descending=descending,
-                sorts=list(SORTS),
-            ),
+        return html(
+            "compare.html",
+            session=current,
+            signed_in=not session.open_api(request),
+            records=records,
+            a=a,
+            b=b,
+            report=report,
+            complete=complete,
+            changed=changed,
+            deltas=deltas,
+            stats=STATS,
+            sort=sort,
+            descending=descending,
+            sorts=list(SORTS),
         )
 
     @get("/stats", sync_to_thread=True)
     def stats(self, request: Request[Any, Any, Any], state: State, store: NamedDependency[Store]) -> Response[Any]:
         """The side-by-side agreement alone: 202 while its intervals are computed, 200 once they are in (the page's
         script swaps it in then)."""
-        current = session.require(store, request)
+        current = session.require(request)
         a, b = request.query_params.get("a", ""), request.query_params.get("b", "")
         report, complete = report_for(state, store, current.tenant, a, b)
         return html(

@@ -125,4 +125,4 @@ def _csv(store: Store, batch_id: str) -> Iterator[str]:
 
 def _signed_in_batch(store: Store, request: Request[Any, Any, Any], batch_id: str) -> BatchRecord:
     """The signed-in tenant's batch, or the sign-in redirect / 404 the page answers otherwise."""
-    return owned_batch(store, session.require(store, request).tenant, batch_id)
+    return owned_batch(store, session.require(request).tenant, batch_id)

@@ -42,10 +42,10 @@ class ItemPageController(Controller):
         batch_id: FromPath[str],
         item_index: FromPath[int],
     ) -> Response[Any]:
-        current = session.require(store, request)
+        current = session.require(request)
         record = owned_batch(store, current.tenant, batch_id)
         index = row_cache(state, store).index(record)
-        flash = session.pop_flash(store, current) or {}
+        flash = session.pop_flash(request) or {}
         row = index.by_index.get(item_index)
         judgement: Judgement | None = None
         if row is not None:
@@ -73,28 +73,25 @@ class ItemPageController(Controller):
             for name, value in extra.items()
             if name not in INTERNAL_FIELDS  # juiz's own, shown in the labels section
         ]
-        return session.with_cookie(
-            request,
-            html(
-                "item.html",
-                session=current,
-                signed_in=not session.open_api(request),
-                record=record,
-                item_index=item_index,
-                judgement=judgement,
-                item=source,
-                segments=segments,
-                segment_grades=segment_grades,
-                metric_results=metric_results,
-                classes=[c.name for c in mapping.classes],
-                manual_class=manual_class_name(source.manual_label, mapping),
-                label_by=extra.get("manual_label_by"),
-                label_at=extra.get("manual_label_at"),
-                back=request.query_params.get("back", ""),
-                message=request.query_params.get("saved"),
-                conflict=flash.get("conflict"),
-                metadata=metadata,
-            ),
+        return html(
+            "item.html",
+            session=current,
+            signed_in=not session.open_api(request),
+            record=record,
+            item_index=item_index,
+            judgement=judgement,
+            item=source,
+            segments=segments,
+            segment_grades=segment_grades,
+            metric_results=metric_results,
+            classes=[c.name for c in mapping.classes],
+            manual_class=manual_class_name(source.manual_label, mapping),
+            label_by=extra.get("manual_label_by"),
+            label_at=extra.get("manual_label_at"),
+            back=request.query_params.get("back", ""),
+            message=request.query_params.get("saved"),
+            conflict=flash.get("conflict"),
+            metadata=metadata,
         )
 
     @post("/batches/{batch_id:str}/items/{item_index:int}/label", status_code=303)
@@ -115,6 +112,6 @@ class ItemPageController(Controller):
             save_label, state, store, current.tenant, batch_id, item_index, label, seen
         )
         if conflict:
-            await anyio.to_thread.run_sync(session.put_flash, store, current, {"conflict": conflict})
+            session.put_flash(request, {"conflict": conflict})
         target = f"{batch_base(batch_id)}/items/{item_index}?saved=1"
-        return session.with_cookie(request, Redirect(target + "#labels", status_code=303))
+        return Redirect(target + "#labels", status_code=303)

@@ -14,11 +14,12 @@ from urllib.parse import urlencode
 from litestar import Request, Response, Router
 from litestar.datastructures import CacheControlHeader, ResponseHeader
 from litestar.di import Provide
-from litestar.exceptions import HTTPException, NotFoundException, ValidationException
+from litestar.exceptions import HTTPException, NotFoundException, PermissionDeniedException, ValidationException
 from litestar.response import Redirect
 from litestar.static_files import create_static_files_router
 
 from juiz.errors import InputError
+from juiz.settings import Settings
 from service.errors import http_exception as api_http_exception
 from service.ui.annotate import AnnotationController
 from service.ui.batch_list import BatchListController
@@ -27,7 +28,15 @@ from service.ui.compare import CompareController
 from service.ui.exports import ExportController
 from service.ui.item_page import ItemPageController
 from service.ui.render import html
-from service.ui.session import UI_PATH, CsrfRejected, SignInRequired, posted_form, safe_next
+from service.ui.session import (
+    UI_PATH,
+    CsrfRejected,
+    SignInRequired,
+    csrf_middleware,
+    posted_form,
+    safe_next,
+    session_middleware,
+)
 from service.ui.signin import SignInController
 
 log = logging.getLogger(__name__)
@@ -69,7 +78,7 @@ def _error_page(status_code: int, title: str, detail: str) -> Response[Any]:
     return response
 
 
-def _csrf(_: Request[Any, Any, Any], exc: CsrfRejected) -> Response[Any]:
+def _csrf(_: Request[Any, Any, Any], exc: CsrfRejected | PermissionDeniedException) -> Response[Any]:
     log.warning("web page request refused: %s", exc)
     return _error_page(403, "Refused", "The form was stale or came from elsewhere: reload the page and try again.")
 
@@ -99,7 +108,7 @@ def http_exception(request: Request[Any, Any, Any], exc: HTTPException) -> Respo
     return api_http_exception(request, exc)
 
 
-def ui_router() -> Router:
+def ui_router(settings: Settings) -> Router:
     static = create_static_files_router(
         path="/static", directories=[STATIC], name="ui-static", cache_control=CacheControlHeader(max_age=3600)
     )
@@ -115,12 +124,15 @@ def ui_router() -> Router:
             CompareController,
             static,
         ],
-        dependencies={"posted": Provide(posted_form)},  # the signed-in session's form, its CSRF token checked
+        dependencies={"posted": Provide(posted_form)},  # the signed-in session's form
+        # Litestar's session (outside) and CSRF middleware, the latter with our Origin check (service.ui.session)
+        middleware=[session_middleware(settings), csrf_middleware(settings)],
         after_request=no_store,
         response_headers=[ResponseHeader(name=name, value=value) for name, value in SECURITY_HEADERS.items()],
         exception_handlers={
             SignInRequired: _sign_in,
             CsrfRejected: _csrf,
+            PermissionDeniedException: _csrf,  # Litestar's CSRF middleware: a missing or wrong token
             InputError: _input,
             ValidationException: _invalid,
             HTTPException: _http,

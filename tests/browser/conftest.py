@@ -1,6 +1,6 @@
 """Browser tests: headless Chromium (Debian's `chromium` + `chromium-driver`, driven by Selenium) against a real
 stack — a private redis-server, the API under uvicorn on a free port (`juiz serve`) and the FAKE worker
-(tests/integration/fake_worker.py) — each started as a child process and stopped at the end of the session.
+(bench/fake_worker.py) — each started as a child process and stopped at the end of the session.
 
 They skip, saying why, only when Chromium or its driver is not installed (`make system-deps` installs both).
 Screenshots go to $JUIZ_SCREENSHOTS_DIR when set (docs/screenshots is what README shows), else to a temp folder.
@@ -68,12 +68,12 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             "JUIZ_MODEL": "fake-engine",
             "JUIZ_CHUNK_SIZE": "4",
             "JUIZ_COALESCE_MAX_ITEMS": "4",
-            "JUIZ_FAKE_ENGINE_DELAY_S": FAKE_DELAY_S,
+            "JUIZ_FAKE_CALL_S": FAKE_DELAY_S,
             "JUIZ_LOG_LEVEL": "WARNING",
             "PYTHONPATH": str(REPO),
         }
         api_cmd = [sys.executable, "-m", "juiz_cli", "serve", "--port", str(port)]
-        worker_cmd = [sys.executable, "-m", "tests.integration.fake_worker"]
+        worker_cmd = [sys.executable, "-m", "bench.fake_worker"]
         with (
             child("API", api_cmd, env, workdir / "api.log") as api,
             child("FAKE worker", worker_cmd, env, workdir / "worker.log") as worker,

@@ -16,9 +16,9 @@ from litestar import Litestar
 from litestar.testing import TestClient
 from redis import Redis
 
+from bench.fake_worker import FakeWorkerEngine
 from juiz.settings import Settings
 from service.app import create_app
-from tests.integration.fake_worker import CountingFakeEngine
 from tests.integration.helpers import free_port, make_settings
 from workers import jobs
 from workers.worker import build_worker, enqueue_due_retries
@@ -90,9 +90,9 @@ def settings(redis_url: str) -> Settings:
 
 
 @pytest.fixture
-def engine(redis: Redis) -> CountingFakeEngine:
+def engine(redis: Redis) -> FakeWorkerEngine:
     """The FAKE engine, counting completed gradings per `[item-N]` in Redis."""
-    return CountingFakeEngine(redis)
+    return FakeWorkerEngine(redis)
 
 
 @pytest.fixture
@@ -119,7 +119,7 @@ WorkerRunner = Callable[..., bool]
 
 
 @pytest.fixture
-def run_worker(redis: Redis, engine: CountingFakeEngine) -> Iterator[WorkerRunner]:
+def run_worker(redis: Redis, engine: FakeWorkerEngine) -> Iterator[WorkerRunner]:
     """Run a real RQ worker (JuizWorker) in this process, in burst mode, as rq's own tests do."""
     handlers = (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM))
 

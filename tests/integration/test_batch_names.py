@@ -97,7 +97,7 @@ def test_the_upload_form_names_the_batch_as_sent_or_after_its_file(make_client: 
     body = json.dumps({"question": "q?", "answer": "a"}).encode()
 
     def upload(name: str | None) -> Any:
-        data = {"csrf": csrf} if name is None else {"csrf": csrf, "name": name}
+        data = {"_csrf_token": csrf} if name is None else {"_csrf_token": csrf, "name": name}
         files = {"file": ("lectures-week3.jsonl", body, "application/x-ndjson")}
         return client.post("/ui/batches", data=data, files=files, follow_redirects=False)
 
@@ -114,7 +114,7 @@ def test_the_upload_form_names_the_batch_as_sent_or_after_its_file(make_client: 
     assert page.status_code == 422 and "field &#39;name&#39;: a name holds no control characters" in page.text
     assert 'value="bad\tname"' in page.text  # the form comes back as it was sent
     # Renaming on the batch's page follows the same rules.
-    renamed = client.post(f"/ui/batches/{batch_id}/name", data={"csrf": csrf, "name": "x" * 201})
+    renamed = client.post(f"/ui/batches/{batch_id}/name", data={"_csrf_token": csrf, "name": "x" * 201})
     assert renamed.status_code == 422 and "field &#39;name&#39;" in renamed.text and "200 characters" in renamed.text
     assert client.get(f"/v1/batches/{batch_id}", headers=alice).json()["name"] == "lectures-week3"
 

@@ -10,9 +10,9 @@ from litestar import Litestar
 from litestar.testing import TestClient
 from redis import Redis
 
+from bench.fake_worker import GRADED_KEY, FakeWorkerEngine
 from juiz.fake_engine import FakeEngine
 from juiz.settings import Settings
-from tests.integration.fake_worker import GRADED_KEY, CountingFakeEngine
 from tests.integration.helpers import METRICS_HEADERS, juiz_keys, make_settings, queued_jobs, triples
 
 # Tests counting engine calls pin the CoT prompt: one conversation per item in one call. The default (check-based) asks
@@ -252,7 +252,7 @@ def test_cursor_paging_walks_every_result_once(
 
 
 def test_small_batches_share_one_engine_call(
-    make_client: MakeClient, redis_url: str, run_worker: Any, engine: CountingFakeEngine
+    make_client: MakeClient, redis_url: str, run_worker: Any, engine: FakeWorkerEngine
 ) -> None:
     settings = make_settings(redis_url, coalesce_max_items=16)
     client = make_client(settings)
@@ -263,7 +263,7 @@ def test_small_batches_share_one_engine_call(
 
 
 def test_identical_triples_reuse_the_cached_result(
-    make_client: MakeClient, redis_url: str, redis: Redis, run_worker: Any, engine: CountingFakeEngine
+    make_client: MakeClient, redis_url: str, redis: Redis, run_worker: Any, engine: FakeWorkerEngine
 ) -> None:
     settings = make_settings(redis_url)
     client = make_client(settings)

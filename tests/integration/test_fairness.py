@@ -7,9 +7,9 @@ from typing import Any
 
 from redis import Redis
 
+from bench.fake_worker import FakeWorkerEngine
 from juiz.store import Store
 from schemas import BatchOptions, Triple
-from tests.integration.fake_worker import CountingFakeEngine
 from tests.integration.helpers import make_settings, triples
 
 
@@ -23,7 +23,7 @@ def test_a_small_batch_is_not_stuck_behind_a_deep_backlog(redis: Redis, redis_ur
         for n in range(40)
     ]
     small, _ = store.create_batch("b", cot, [Triple.model_validate(t) for t in triples(8, start=90_000)])
-    engine = CountingFakeEngine(redis)
+    engine = FakeWorkerEngine(redis)
 
     run_worker(settings, max_jobs=1, worker_engine=engine)  # one engine call
 

@@ -1,7 +1,7 @@
 """Redis Cluster safety of the key layout (issue 16 item 2): every call of every Lua script of juiz.store names keys
-of ONE hash slot, except the scripts juiz.store lists in CROSS_SLOT_SCRIPTS. Checked on the keys of real calls against
-a real Redis (a batch submitted, graded by a real worker, labelled, a chunk given back, a batch cancelled), not by
-reading the scripts' source."""
+of ONE hash slot, except the scripts juiz.store.keys lists in CROSS_SLOT_SCRIPTS. Checked on the keys of real calls
+against a real Redis (a batch submitted, graded by a real worker, labelled, a chunk given back, a batch cancelled),
+not by reading the scripts' source."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from redis.commands.core import Script
 from redis.crc import key_slot
 
 from juiz.settings import Settings
-from juiz.store import CROSS_SLOT_SCRIPTS, ChunkRef, Store, keys
+from juiz.store import ChunkRef, Store, keys
+from juiz.store.keys import CROSS_SLOT_SCRIPTS
 from schemas import BatchOptions, Triple
 from tests.integration.helpers import make_settings, triples
 

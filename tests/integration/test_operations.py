@@ -13,10 +13,10 @@ from litestar import Litestar
 from litestar.testing import TestClient
 from redis import Redis
 
+from bench.fake_worker import FakeWorkerEngine
 from juiz.client import ApiError, JuizClient
 from juiz.settings import Settings
 from schemas import BatchView
-from tests.integration.fake_worker import CountingFakeEngine
 from tests.integration.helpers import METRICS_HEADERS, make_settings, triples
 from workers.worker import build_worker
 
@@ -72,7 +72,7 @@ def test_grade_names_the_bad_field(client: TestClient[Litestar]) -> None:
 
 
 def test_ready_needs_redis_and_a_live_worker(
-    client: TestClient[Litestar], settings: Settings, redis: Redis, engine: CountingFakeEngine
+    client: TestClient[Litestar], settings: Settings, redis: Redis, engine: FakeWorkerEngine
 ) -> None:
     assert client.get("/health").json()["status"] == "ok"
     not_ready = client.get("/ready", headers=METRICS_HEADERS)
@@ -92,7 +92,7 @@ def test_ready_needs_redis_and_a_live_worker(
 
 
 def test_metrics_report_queues_items_latency_and_workers(
-    client: TestClient[Litestar], settings: Settings, redis: Redis, run_worker: Any, engine: CountingFakeEngine
+    client: TestClient[Litestar], settings: Settings, redis: Redis, run_worker: Any, engine: FakeWorkerEngine
 ) -> None:
     client.post("/v1/batches", json={"items": triples(5)})
     before = client.get("/metrics", headers=METRICS_HEADERS)

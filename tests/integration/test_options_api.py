@@ -74,10 +74,15 @@ def test_the_upload_form_reads_every_option(make_client: MakeClient, redis_url: 
     client = make_client(make_settings(redis_url))
     csrf = _csrf(client.get("/ui/batches").text)
     files = {"file": ("t.jsonl", _jsonl(), "application/x-ndjson")}
-    bad = client.post("/ui/batches", data={"csrf": csrf, "label_mapping": json.dumps({"metrc": "x"})}, files=files)
+    bad = client.post(
+        "/ui/batches", data={"_csrf_token": csrf, "label_mapping": json.dumps({"metrc": "x"})}, files=files
+    )
     assert bad.status_code == 422 and "metrc" in bad.text
     sampled = client.post(
-        "/ui/batches", data={"csrf": csrf, "samples": "2", "temperature": "0.4"}, files=files, follow_redirects=False
+        "/ui/batches",
+        data={"_csrf_token": csrf, "samples": "2", "temperature": "0.4"},
+        files=files,
+        follow_redirects=False,
     )
     assert sampled.status_code == 303, sampled.text
     batch_id = sampled.headers["location"].rstrip("/").split("/")[-1]
@@ -87,6 +92,6 @@ def test_the_upload_form_reads_every_option(make_client: MakeClient, redis_url: 
 def _csrf(html: str) -> str:
     import re
 
-    match = re.search(r'name="csrf" value="([^"]+)"', html)
+    match = re.search(r'name="_csrf_token" value="([^"]+)"', html)
     assert match
     return match.group(1)

@@ -2,7 +2,7 @@
 
 A private redis-server with its append-only file on is stopped and started again: the outage itself (its length, a
 few seconds, longer than redis-py's own reconnect retries) is the fault under test. Everything else waits on state
-with a deadline. Real RQ workers (in process, or `tests.integration.fake_worker` subprocesses) on the FAKE engine.
+with a deadline. Real RQ workers (in process, or `bench.fake_worker` subprocesses) on the FAKE engine.
 """
 
 from __future__ import annotations
@@ -19,13 +19,13 @@ import pytest
 from redis import Redis
 from rq.worker import Worker
 
+from bench.fake_worker import FakeWorkerEngine
 from juiz.engine import CallControl, Completion, Conversation, GenerationRequest
 from juiz.errors import TransientEngineError
 from juiz.settings import Settings
 from juiz.store import Store
 from schemas import BatchOptions, Triple
 from tests.integration.conftest import REDIS_SERVER
-from tests.integration.fake_worker import CountingFakeEngine
 from tests.integration.helpers import make_settings, triples
 from tests.integration.test_recovery import Workers, graded_counts, wait_until
 from tests.integration.test_redis_faults import AofRedis
@@ -117,7 +117,7 @@ def test_an_outage_between_claim_and_load_loses_no_chunk(server: AofRedis, monke
         return result
 
     monkeypatch.setattr(Store, "claim", claim_then_outage)
-    run_burst_worker(settings, redis, CountingFakeEngine(redis))
+    run_burst_worker(settings, redis, FakeWorkerEngine(redis))
     outage.join()
 
     done = store.get_batch(batch.id)
@@ -126,7 +126,7 @@ def test_an_outage_between_claim_and_load_loses_no_chunk(server: AofRedis, monke
     redis.close()
 
 
-class FailingInOutage(CountingFakeEngine):
+class FailingInOutage(FakeWorkerEngine):
     """FAKE engine whose first call starts an outage and then fails with a transient error (its server went too)."""
 
     def __init__(self, redis: Redis, outage: Outage) -> None:
@@ -173,7 +173,7 @@ def test_a_worker_outlives_an_outage_longer_than_its_retries(
     events = tmp_path / "events"
     events.mkdir()
     (events / "hold").touch()
-    worker = workers.start(settings, JUIZ_FAKE_ENGINE_EVENTS=str(events))
+    worker = workers.start(settings, JUIZ_FAKE_EVENTS_DIR=str(events))
     batch, _ = store.create_batch("t", BatchOptions(), as_triples(triples(4)))
 
     wait_until(lambda: (events / "call-1-returned").exists(), "the first engine call to return")
@@ -194,7 +194,7 @@ def test_a_worker_outlives_an_outage_longer_than_its_retries(
     redis.close()
 
 
-class WritesToRedis(CountingFakeEngine):
+class WritesToRedis(FakeWorkerEngine):
     """FAKE engine that writes to Redis as its call starts, without retrying: its first call meets an outage (a
     real redis ConnectionError), its second an OSError; the third grades."""
 
@@ -209,7 +209,8 @@ class WritesToRedis(CountingFakeEngine):
         self.attempts += 1
         if self.attempts == 1:
             self.outage.begin()
-            self._redis.incr("fake-engine:own-write")  # raises: Redis is away
+            assert self.counts is not None
+            self.counts.incr("fake-engine:own-write")  # raises: Redis is away
         if self.attempts == 2:
             raise OSError("connection reset by peer")
         return super().generate(conversations, request, control)
@@ -249,7 +250,7 @@ def test_restarts_during_a_batch_lose_nothing_and_keep_the_workers(server: AofRe
     redis = Redis.from_url(server.url)
     store = Store(redis, settings)
     batch, _ = store.create_batch("t", BatchOptions(), as_triples(triples(400)))
-    pool = [workers.start(settings, JUIZ_FAKE_ENGINE_DELAY_S="0.3") for _ in range(2)]
+    pool = [workers.start(settings, JUIZ_FAKE_CALL_S="0.3") for _ in range(2)]
     rng = random.Random(17)
 
     def done() -> int:

@@ -21,12 +21,12 @@ from rq.job import Job
 from rq.serializers import JSONSerializer
 from rq.worker_registration import get_keys
 
+from bench.fake_worker import ABORTED_KEY, GRADED_KEY, RUNNING_KEY, STARTED_KEY, FakeWorkerEngine
 from juiz.engine import CallControl, Completion, Conversation, GenerationRequest
 from juiz.errors import EngineError, TransientEngineError
 from juiz.settings import ENV_PREFIX, Settings
 from juiz.store import ChunkRef, Store, text
 from schemas import BatchOptions, Triple
-from tests.integration.fake_worker import ABORTED_KEY, GRADED_KEY, RUNNING_KEY, STARTED_KEY, CountingFakeEngine
 from tests.integration.helpers import make_settings, queued_jobs, triples
 from workers import jobs
 from workers.jobs import MAX_ABANDONED, on_chunk_failure
@@ -60,16 +60,16 @@ def graded_counts(redis: Redis) -> dict[str, int]:
 
 
 class Workers:
-    """Worker subprocesses (`python -m tests.integration.fake_worker`), stopped at the end of the test."""
+    """Worker subprocesses (`python -m bench.fake_worker`), stopped at the end of the test."""
 
     def __init__(self) -> None:
         self.procs: list[subprocess.Popen[bytes]] = []
 
     def start(self, settings: Settings, **env: str) -> subprocess.Popen[bytes]:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.integration.fake_worker"],
+            [sys.executable, "-m", "bench.fake_worker"],
             cwd=REPO,
-            env={**os.environ, **settings_env(settings), **env},
+            env={**os.environ, **settings_env(settings), "JUIZ_FAKE_COUNT": "1", **env},
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )
@@ -115,9 +115,9 @@ def test_a_worker_killed_mid_call_is_taken_over_and_every_item_is_stored_once(
     client = make_client(settings)
     batch = client.post("/v1/batches", json={"items": triples(8)}).json()
 
-    doomed = workers.start(settings, JUIZ_FAKE_ENGINE_DELAY_S="60")
+    doomed = workers.start(settings, JUIZ_FAKE_CALL_S="60")
     wait_until(lambda: redis.llen(RUNNING_KEY) == 1, "the doomed worker's engine call")
-    survivor = workers.start(settings, JUIZ_FAKE_ENGINE_DELAY_S="0.1")
+    survivor = workers.start(settings, JUIZ_FAKE_CALL_S="0.1")
     wait_until(lambda: graded_counts(redis) != {}, "the survivor to grade what was not taken")
     held = redis.lindex(RUNNING_KEY, 0)
     assert held is not None and redis.llen(RUNNING_KEY) == 1  # the doomed call still holds its chunks
@@ -139,7 +139,7 @@ def test_one_large_batch_is_shared_by_the_idle_workers(
     settings = make_settings(redis_url, chunk_size=4, coalesce_max_items=16, gather_s=0)
     client = make_client(settings)
     for _ in range(2):
-        workers.start(settings, JUIZ_FAKE_ENGINE_DELAY_S="5")
+        workers.start(settings, JUIZ_FAKE_CALL_S="5")
     wait_until(lambda: len(get_keys(connection=redis)) == 2, "both workers to register")
     batch = client.post("/v1/batches", json={"items": triples(16)}).json()
 
@@ -160,7 +160,7 @@ def test_a_dead_engine_stops_its_worker_and_another_one_does_the_work(
     client = make_client(settings)
     batch = client.post("/v1/batches", json={"items": triples(6)}).json()
 
-    dead = workers.start(settings, JUIZ_FAKE_ENGINE_DEAD="1")
+    dead = workers.start(settings, JUIZ_FAKE_DEAD="1")
     assert dead.wait(timeout=WAIT_S) == 3  # ENGINE_DEAD_EXIT
     assert int(redis.get(STARTED_KEY) or 0) == 1 and graded_counts(redis) == {}
     assert get_keys(connection=redis) == set()  # deregistered: /ready no longer counts it
@@ -184,7 +184,7 @@ def test_a_batch_cancelled_mid_call_is_aborted_in_the_engine_and_the_other_tenan
         "/v1/batches", json={"items": triples(4, start=4), "options": COT}, headers={"Authorization": "Bearer key-b"}
     ).json()
 
-    workers.start(settings, JUIZ_FAKE_ENGINE_DELAY_S="5")
+    workers.start(settings, JUIZ_FAKE_CALL_S="5")
     wait_until(lambda: redis.llen(RUNNING_KEY) == 1, "the shared engine call")
     call = text(redis.lindex(RUNNING_KEY, 0) or b"").split(",")
     assert sorted(call) == [str(i) for i in range(8)]  # both tenants' items in one call
@@ -198,7 +198,7 @@ def test_a_batch_cancelled_mid_call_is_aborted_in_the_engine_and_the_other_tenan
     assert view["status"] == "cancelled" and view["counts"]["done"] == 0
 
 
-class FlakyEngine(CountingFakeEngine):
+class FlakyEngine(FakeWorkerEngine):
     """FAKE engine failing its first `failures` calls with the given error."""
 
     def __init__(self, redis: Redis, error: Exception, failures: int) -> None:
@@ -256,7 +256,7 @@ def test_a_permanent_fault_fails_the_items_without_retrying(
 
 
 def test_a_chunk_whose_workers_keep_dying_is_failed_after_a_few_tries(
-    redis: Redis, settings: Settings, engine: CountingFakeEngine
+    redis: Redis, settings: Settings, engine: FakeWorkerEngine
 ) -> None:
     store = Store(redis, settings)
     batch, _ = store.create_batch("t", BatchOptions(), [Triple.model_validate(t) for t in triples(2)])

@@ -15,13 +15,13 @@ from litestar.testing import TestClient
 from redis import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
+from bench.fake_worker import GRADED_KEY, RUNNING_KEY
 from juiz.settings import Settings
 from juiz.store import IdempotencyConflict, Store
 from juiz.store.batches import Batches
 from schemas import BatchOptions, Triple
 from service.app import create_app
 from tests.integration.conftest import REDIS_SERVER
-from tests.integration.fake_worker import GRADED_KEY, RUNNING_KEY
 from tests.integration.helpers import free_port, juiz_keys, make_settings, queued_jobs, triples
 from tests.integration.test_recovery import Workers, graded_counts, wait_until
 
@@ -97,7 +97,7 @@ def test_a_busy_worker_rides_out_a_redis_restart_and_stores_each_item_once(
     batch, _ = store.create_batch("t", BatchOptions(), as_triples(triples(8)))
     events = tmp_path / "events"
     events.mkdir()
-    worker = workers.start(settings, JUIZ_FAKE_ENGINE_DELAY_S="2", JUIZ_FAKE_ENGINE_EVENTS=str(events))
+    worker = workers.start(settings, JUIZ_FAKE_CALL_S="2", JUIZ_FAKE_EVENTS_DIR=str(events))
 
     wait_until(lambda: redis.llen(RUNNING_KEY) == 1, "the worker's first engine call")
     aof_redis.shutdown()

@@ -27,7 +27,7 @@ def keyed(redis_url: str) -> Settings:
 
 
 def csrf_of(html: str) -> str:
-    match = re.search(r'name="csrf" value="([^"]+)"', html)
+    match = re.search(r'name="_csrf_token" value="([^"]+)"', html)
     assert match, "no CSRF field on the page"
     return match.group(1)
 
@@ -74,8 +74,8 @@ def test_pages_need_a_session_and_a_tenant_sees_only_its_batches(
     assert listing.headers["cache-control"] == "no-store"
 
     csrf = csrf_of(listing.text)
-    assert client.post("/ui/signout", data={"csrf": "forged"}).status_code == 403
-    out = client.post("/ui/signout", data={"csrf": csrf}, follow_redirects=False)
+    assert client.post("/ui/signout", data={"_csrf_token": "forged"}).status_code == 403
+    out = client.post("/ui/signout", data={"_csrf_token": csrf}, follow_redirects=False)
     assert out.status_code == 303
     assert client.get("/ui/batches", follow_redirects=False).status_code == 303
 
@@ -88,17 +88,19 @@ def test_upload_browse_label_and_export(make_client: MakeClient, keyed: Settings
     body = "\n".join(__import__("json").dumps(i) for i in items).encode()
 
     refused = client.post(
-        "/ui/batches", data={"csrf": "forged"}, files={"file": ("t.jsonl", body, "application/x-ndjson")}
+        "/ui/batches", data={"_csrf_token": "forged"}, files={"file": ("t.jsonl", body, "application/x-ndjson")}
     )
     assert refused.status_code == 403
     bad = client.post(
-        "/ui/batches", data={"csrf": csrf, "mode": "slow"}, files={"file": ("t.jsonl", body, "application/x-ndjson")}
+        "/ui/batches",
+        data={"_csrf_token": csrf, "mode": "slow"},
+        files={"file": ("t.jsonl", body, "application/x-ndjson")},
     )
     assert bad.status_code == 422 and "options.mode" in bad.text  # redirected (post/redirect/get) to the form
 
     created = client.post(
         "/ui/batches",
-        data={"csrf": csrf, "metrics": "answer_relevance", "mode": "cot"},
+        data={"_csrf_token": csrf, "metrics": "answer_relevance", "mode": "cot"},
         files={"file": ("t.jsonl", body, "application/x-ndjson")},
         follow_redirects=False,
     )
@@ -134,7 +136,7 @@ def test_upload_browse_label_and_export(make_client: MakeClient, keyed: Settings
 
     item_csrf = csrf_of(item.text)
     saved = client.post(
-        f"{batch_url}/items/0/label", data={"csrf": item_csrf, "manual_label": "I"}, follow_redirects=False
+        f"{batch_url}/items/0/label", data={"_csrf_token": item_csrf, "manual_label": "I"}, follow_redirects=False
     )
     assert saved.status_code == 303
     item0 = client.get(f"{batch_url}/items/0")
@@ -199,7 +201,7 @@ def test_open_api_needs_no_sign_in(client: TestClient[Litestar], settings: Setti
     assert "HttpOnly" in page.headers["set-cookie"]  # an anonymous session, for the forms' CSRF token
     assert client.get("/ui/signin", follow_redirects=False).status_code in (302, 303, 307)
     csrf = csrf_of(page.text)
-    label = client.post(f"/ui/batches/{batch_id}/items/1/label", data={"csrf": csrf, "manual_label": "P"})
+    label = client.post(f"/ui/batches/{batch_id}/items/1/label", data={"_csrf_token": csrf, "manual_label": "P"})
     assert label.status_code == 200 and "Manual label saved" in label.text
 
 
@@ -207,7 +209,7 @@ def test_cross_origin_posts_are_refused(client: TestClient[Litestar]) -> None:
     page = client.get("/ui/batches")
     csrf = csrf_of(page.text)
     response = client.post(
-        "/ui/batches", data={"csrf": csrf}, headers={"Origin": "https://evil.example"}, follow_redirects=False
+        "/ui/batches", data={"_csrf_token": csrf}, headers={"Origin": "https://evil.example"}, follow_redirects=False
     )
     assert response.status_code == 403
 
@@ -237,5 +239,7 @@ def test_an_upload_over_max_body_bytes_is_refused(make_client: MakeClient, redis
     client = make_client(make_settings(redis_url, max_body_bytes=4096))
     csrf = csrf_of(client.get("/ui/batches").text)
     big = b'{"question": "q", "answer": "' + b"a" * 8000 + b'"}\n'
-    response = client.post("/ui/batches", data={"csrf": csrf}, files={"file": ("t.jsonl", big, "application/x-ndjson")})
+    response = client.post(
+        "/ui/batches", data={"_csrf_token": csrf}, files={"file": ("t.jsonl", big, "application/x-ndjson")}
+    )
     assert response.status_code == 413

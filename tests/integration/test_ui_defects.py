@@ -52,7 +52,7 @@ def test_numeric_segment_offsets_are_accepted(make_client: MakeClient, keyed: Se
     assert "character offsets" in client.get("/ui/batches").text  # the hint says what start/end may be
     upload = client.post(
         "/ui/batches",
-        data={"csrf": csrf},
+        data={"_csrf_token": csrf},
         files={"file": ("t.jsonl", json.dumps(item).encode(), "application/x-ndjson")},
         follow_redirects=False,
     )
@@ -97,7 +97,7 @@ def test_a_refused_upload_redirects_so_a_reload_does_not_post_again(client: Test
     csrf = csrf_of(client.get("/ui/batches").text)
     refused = client.post(
         "/ui/batches",
-        data={"csrf": csrf, "mode": "slow", "prompt": "p@1"},
+        data={"_csrf_token": csrf, "mode": "slow", "prompt": "p@1"},
         files={"file": ("t.jsonl", b'{"question": "q", "answer": "a"}\n', "application/x-ndjson")},
         follow_redirects=False,
     )
@@ -148,12 +148,16 @@ def test_an_overwrite_of_a_label_set_meanwhile_is_visible(
     url = f"/ui/batches/{batch_id}/items/0"
     seen_by_second = second.get(url).text
     csrf_first = csrf_of(first.get(url).text)
-    assert first.post(f"{url}/label", data={"csrf": csrf_first, "manual_label": "P", "seen": ""}).status_code == 200
+    assert (
+        first.post(f"{url}/label", data={"_csrf_token": csrf_first, "manual_label": "P", "seen": ""}).status_code == 200
+    )
     seen = re.search(r'name="seen" value="([^"]*)"', seen_by_second).group(1)  # type: ignore[union-attr]
-    saved = second.post(f"{url}/label", data={"csrf": csrf_of(seen_by_second), "manual_label": "C", "seen": seen}).text
+    saved = second.post(
+        f"{url}/label", data={"_csrf_token": csrf_of(seen_by_second), "manual_label": "C", "seen": seen}
+    ).text
     assert 'data-testid="conflict"' in saved and "replaced the label P that alice set" in saved
     assert 'data-testid="manual-label">C' in saved
-    again = first.post(f"{url}/label", data={"csrf": csrf_first, "manual_label": "C", "seen": ""}).text
+    again = first.post(f"{url}/label", data={"_csrf_token": csrf_first, "manual_label": "C", "seen": ""}).text
     assert 'data-testid="conflict"' not in again  # the same label again is no conflict
 
 
@@ -165,7 +169,7 @@ def test_batch_names_from_the_file_editable_on_the_page_and_over_the_api(
     body = json.dumps({"question": "q?", "answer": "a", "course": "ML-101", "tags": ["week 3", "<b>"]}).encode()
     created = client.post(
         "/ui/batches",
-        data={"csrf": csrf},
+        data={"_csrf_token": csrf},
         files={"file": ("lectures-week3.jsonl", body, "application/x-ndjson")},
         follow_redirects=False,
     )
@@ -176,7 +180,7 @@ def test_batch_names_from_the_file_editable_on_the_page_and_over_the_api(
     alice = {"Authorization": f"Bearer {KEYS['alice']}"}
     assert client.get(f"/v1/batches/{batch_id}", headers=alice).json()["name"] == "lectures-week3"
 
-    renamed = client.post(f"{batch_url}/name", data={"csrf": csrf, "name": "week 3, prompt juiz-2"})
+    renamed = client.post(f"{batch_url}/name", data={"_csrf_token": csrf, "name": "week 3, prompt juiz-2"})
     assert '<span data-testid="batch-name">week 3, prompt juiz-2</span>' in renamed.text
     api = client.patch(f"/v1/batches/{batch_id}", json={"name": "from the API"}, headers=alice)
     assert api.status_code == 200 and api.json()["name"] == "from the API"
