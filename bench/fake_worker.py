@@ -104,15 +104,15 @@ def _parts(prompt_id: str) -> tuple[str, str, str]:
 
 
 @cache
-def _metric_of_check() -> dict[str, tuple[str, str]]:
-    """The last line of each default check prompt's questions (any language) → its metric and role: a check
-    conversation ends with its question, then the reply instruction."""
-    out: dict[str, tuple[str, str]] = {}
+def _metric_of_check() -> dict[str, tuple[str, str, str]]:
+    """The last line of each default check prompt's questions (any language) → its metric, role and what a yes means:
+    a check conversation ends with its question, then the reply instruction."""
+    out: dict[str, tuple[str, str, str]] = {}
     for prompt_id in prompts.available():
         metric, version, lang = _parts(prompt_id)
         template = prompts.load(metric, version, lang)
         if template.kind == "checks" and version == prompts.DEFAULT_VERSIONS[metric]:
-            out.update({c.question.strip().splitlines()[-1]: (metric, c.role) for c in template.checks})
+            out.update({c.question.strip().splitlines()[-1]: (metric, c.role, c.yes_means) for c in template.checks})
     return out
 
 
@@ -158,13 +158,15 @@ def fake_reply(conversation: Conversation) -> str:
     user = conversation[-1]["content"]
     score = _score(user)
     if _asks_yes_no(user):
-        metric, role = next((m for q, m in _metric_of_check().items() if q in user), ("answer_relevance", "core"))
+        metric, role, yes_means = next(
+            (m for q, m in _metric_of_check().items() if q in user), ("answer_relevance", "core", "good")
+        )
         if role == "scale":  # the answer states every point of the reference: the core checks alone set the score
             return "p=1.0"
-        p_yes = CHECK_P_YES[metric][score]
+        value = CHECK_P_YES[metric][score]
         if role == "veto" and score > 0:
-            p_yes = max(p_yes, VETO_FLOOR[metric])
-        return f"p={p_yes}"
+            value = max(value, VETO_FLOOR[metric])
+        return f"p={value if yes_means == 'good' else round(1.0 - value, 4)}"
     return f"Criteria: relevance\nSupporting Evidence: fake evidence, no model ran\nScore: {score}"
 
 

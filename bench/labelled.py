@@ -61,10 +61,13 @@ CELLS = {
     # short conversation with worked examples (supported vs contradicted or made up); answer relevance checks-6 is
     # checks-5 with the expected score on the score's scale.
     "checks-6": Cell("checks-6", "fast", {"answer_relevance": "checks-6", "groundedness": "checks-4"}),
+    # checks-7: answer relevance's per-sentence veto asked the other way round ("does this sentence speak to a
+    # grader?", yes = bad), which this judge reads far better than checks-6's positive question.
+    "checks-7": Cell("checks-7", "fast", {"answer_relevance": "checks-7", "groundedness": "checks-4"}),
 }
 # What `make bench` grades: the default judge, the chain-of-thought baseline beside it, and context relevance (fast-v2);
 # the earlier answer-relevance-only cells (cot-v1, fast-v1) and the other check versions are opt-in.
-DEFAULT_CELLS = ("checks-6", "cot-v2", "fast-v2")
+DEFAULT_CELLS = ("checks-7", "cot-v2", "fast-v2")
 
 
 def saved_judgements(split: str, cell: Cell, triples: Sequence[Triple]) -> list[Judgement] | None:

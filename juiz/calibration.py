@@ -288,10 +288,11 @@ CHECK_FEATURE = "check"
 
 
 def check_feature(result: MetricResult, name: str) -> float | None:
-    """A check's P(yes) as a feature: the lowest over its results (a check asked per sentence has one per sentence,
-    and one unsupported sentence is what matters), but the mean for a check asked per point of the judge's own
-    reference (how much of it the answer states, as the rule reads it); None when it was never read."""
-    read = [c.p_yes for c in result.checks or [] if c.name == name and c.status is CheckStatus.OK]
+    """A check's value (P(yes), or P(no) where yes means bad) as a feature: the lowest over its results (a check
+    asked per sentence has one per sentence, and one unsupported sentence is what matters), but the mean for a check
+    asked per point of the judge's own reference (how much of it the answer states, as the rule reads it); None when
+    it was never read."""
+    read = [c.value for c in result.checks or [] if c.name == name and c.status is CheckStatus.OK]
     values = [p for p in read if p is not None]
     if not values:
         return None

@@ -1,7 +1,9 @@
 """How a check-based prompt's yes/no checks become a grade in the seeds' form (the prompt file's `[rule]`).
 
-Every check is phrased so that yes means good; its value is P(yes) / (P(yes) + P(no)). A check asked per sentence of
-the answer enters as the minimum (or mean, as the rule says) over the sentences; one asked per point of the judge's own
+A check's value says how good the answer is by it: P(yes) / (P(yes) + P(no)) for a check phrased so that yes means good
+(most of them), P(no) for one phrased the other way round (`yes_means = "bad"`: e.g. "does this sentence speak to a
+grader?", which this judge reads far better than its positive twin). A check asked per sentence of the answer enters
+as the minimum (or mean, as the rule says) over the sentences; one asked per point of the judge's own
 reference, as the mean (or minimum) over the points. Then, in order:
 
 1. **Vetoes first.** `veto` checks are the minority flags that must be able to sink an answer on their own (refuses,
@@ -53,11 +55,12 @@ class RuleOutcome:
 
 
 def check_values(template: prompts.PromptTemplate, results: Sequence[CheckResult]) -> dict[str, float]:
-    """Each check's value (P(yes); per-sentence checks aggregated by the rule): only checks that were read."""
+    """Each check's value (P(yes), or P(no) where yes means bad; per-sentence checks aggregated by the rule): only
+    checks that were read."""
     assert template.rule is not None
     values: dict[str, float] = {}
     for spec in template.checks:
-        read = [r.p_yes for r in results if r.name == spec.name and r.status is CheckStatus.OK and r.p_yes is not None]
+        read = [r.value for r in results if r.name == spec.name and r.status is CheckStatus.OK and r.value is not None]
         if not read:
             continue
         if spec.ask in ("per_sentence", "per_point"):
@@ -68,7 +71,10 @@ def check_values(template: prompts.PromptTemplate, results: Sequence[CheckResult
     return values
 
 
-def _word(value: float) -> str:
+def _word(value: float, yes_means: str = "good") -> str:
+    """The judge's answer and its probability; for a check where yes means bad, P(yes) of the flag it raises."""
+    if yes_means == "bad":
+        return f"{'no' if value >= 0.5 else 'yes'} {1.0 - value:.2f}"
     return f"{'yes' if value >= 0.5 else 'no'} {value:.2f}"
 
 
@@ -76,6 +82,14 @@ def _shown(template: prompts.PromptTemplate, results: Sequence[CheckResult], nam
     """A check as the evidence shows it; a per-sentence (per-point) check with each sentence's (point's) P(yes)."""
     each_target = [r.p_yes for r in results if r.name == name and r.status is CheckStatus.OK and r.target]
     spec = next(c for c in template.checks if c.name == name)
+    if spec.yes_means == "bad":
+        # The judge's own P(yes) of the flag; the weakest sentence is the one it is surest about.
+        how = {"min": "max", "mean": "mean"}[template.rule.sentence_aggregate if template.rule else "min"]
+        shown = f"{name} (yes = bad) {_word(value, 'bad')}"
+        if spec.ask == "per_sentence" and len(each_target) >= 2:
+            each = ", ".join(f"{p:.2f}" for p in each_target if p is not None)
+            shown += f" ({how} of {len(each_target)} sentences: {each})"
+        return shown
     if spec.ask not in ("per_sentence", "per_point") or len(each_target) < 2:
         return f"{name} {_word(value)}"
     assert template.rule is not None
@@ -115,7 +129,10 @@ def apply_rule(template: prompts.PromptTemplate, results: Sequence[CheckResult])
     core = [c.name for c in template.checks if c.role == "core"]
     scale = [c.name for c in template.checks if c.role == "scale"]
     unread = sorted({r.name for r in results if r.status is not CheckStatus.OK} - set(values))
-    criteria = f"yes/no checks, yes = good ({rule.version}): " + ", ".join(c.name for c in template.checks)
+    marked = any(c.yes_means == "bad" for c in template.checks)  # earlier versions' text stays as it was
+    criteria = f"yes/no checks, yes = good{' unless marked' if marked else ''} ({rule.version}): " + ", ".join(
+        c.name + (" (yes = bad)" if c.yes_means == "bad" else "") for c in template.checks
+    )
     core_values = [values[name] for name in core if name in values]
     if not core_values:
         return _ungraded(

@@ -149,7 +149,8 @@ class CheckJob:
 
 
 def _result(check: prompts.CheckSpec, target: str | None, **values: object) -> CheckResult:
-    return CheckResult(name=check.name, question=check.question, role=check.role, target=target, **values)  # type: ignore[arg-type]
+    fields = {"name": check.name, "question": check.question, "role": check.role, "yes_means": check.yes_means}
+    return CheckResult.model_validate({**fields, "target": target, **values})
 
 
 def read_check(ask: Ask, completion: Completion) -> CheckResult:

@@ -19,11 +19,11 @@ from prompts.neutralise import neutralise
 Mode = Literal["cot", "fast"]
 
 # The version a metric uses when a request names none: check-based prompts where there are (yes/no checks read from
-# token probabilities, see juiz.checks; answer relevance's checks-6 scales checks-4's checks by how many key points of
-# the judge's own answer from the context the answer states; groundedness's checks-4 asks each sentence of the answer
-# beside the context segments it is about), else the chain-of-thought juiz-1. Chosen on the test split's agreement
-# with the labels (README, "Judge quality").
-DEFAULT_VERSIONS = {"answer_relevance": "checks-6", "groundedness": "checks-4", "context_relevance": "juiz-1"}
+# token probabilities, see juiz.checks; answer relevance's checks-7 scales its item checks by how many key points of
+# the judge's own answer from the context the answer states, and vetoes an answer with any sentence that speaks to a
+# grader; groundedness's checks-4 asks each sentence of the answer beside the context segments it is about), else the
+# chain-of-thought juiz-1. Chosen on the test split's agreement with the labels (README, "Judge quality").
+DEFAULT_VERSIONS = {"answer_relevance": "checks-7", "groundedness": "checks-4", "context_relevance": "juiz-1"}
 LANGUAGES = ("en", "pt")
 
 
@@ -37,11 +37,12 @@ class PromptSchemaError(ValueError):
 
 CheckAsk = Literal["once", "per_sentence", "with_reference", "per_point"]
 CheckRole = Literal["veto", "core", "scale", "info"]
+YesMeans = Literal["good", "bad"]
 
 
 @dataclass(frozen=True)
 class CheckSpec:
-    """One yes/no question of a check-based prompt; yes always means good.
+    """One yes/no question of a check-based prompt.
 
     `ask`: once per item, once per sentence of the answer (`{sentence}` in the question), with the judge's own
     reference answer (`{reference}`), or once per point of that reference (`{point}`: its lines, juiz.checks).
@@ -53,7 +54,9 @@ class CheckSpec:
     better placed when it has seen both answers given once; they share one prefix across every item, so the engine
     computes them once. `min_words`: the shortest sentence a per-sentence check asks about (juiz.sentences.MIN_WORDS
     when unset). `passages`: a per-sentence check that shows, as `{passage}`, only this many context segments, those
-    that share the sentence's words (juiz.passages), instead of the whole context."""
+    that share the sentence's words (juiz.passages), instead of the whole context. `yes_means`: what a yes says of
+    the answer; most checks ask so that yes means good, a few are clearer to this judge the other way round (e.g.
+    "does this sentence speak to a grader?"), and their value is P(no) (juiz.check_rule)."""
 
     name: str
     question: str
@@ -64,6 +67,7 @@ class CheckSpec:
     examples: tuple[CheckExample, ...] = ()
     min_words: int | None = None
     passages: int | None = None
+    yes_means: YesMeans = "good"
 
     @property
     def shares_item_prefix(self) -> bool:
@@ -240,6 +244,8 @@ def _check_spec(raw: dict[str, object], where: str) -> CheckSpec:
     unknown = sorted(set(raw) - {f.name for f in fields(CheckSpec)})
     if unknown:
         raise PromptSchemaError(f"{where}: unknown key(s) {', '.join(unknown)}")
+    if raw.get("yes_means", "good") not in ("good", "bad"):
+        raise PromptSchemaError(f'{where}.yes_means must be "good" or "bad", not {raw["yes_means"]!r}')
     return CheckSpec(
         **raw,  # type: ignore[arg-type]
         examples=tuple(

@@ -79,9 +79,10 @@ class CheckStatus(StrEnum):
 class CheckResult(BaseModel):
     """One yes/no check of a check-based prompt (e.g. answer_relevance@checks-1), read from token probabilities.
 
-    Yes always means good. `p_yes` is P(yes) / (P(yes) + P(no)) at the reply's first token, over the single-token
-    spellings of yes and no in English and Portuguese; `mass` is P(yes) + P(no), how much of the judge's probability
-    the two answers held."""
+    `p_yes` is P(yes) / (P(yes) + P(no)) at the reply's first token, over the single-token spellings of yes and no in
+    English and Portuguese; `mass` is P(yes) + P(no), how much of the judge's probability the two answers held. Most
+    checks are asked so that yes means good; `yes_means` "bad" marks one asked the other way round, whose `value` (how
+    good the answer is by this check) is then 1 − p_yes."""
 
     name: str = Field(description="The check's name in its prompt file, e.g. attempts_answer.")
     question: str = Field(description="The question asked, as the prompt file words it (before filling in).")
@@ -90,11 +91,19 @@ class CheckResult(BaseModel):
     )
     p_yes: float | None = Field(default=None, ge=0, le=1)
     mass: float | None = Field(default=None, ge=0, le=1)
+    yes_means: Literal["good", "bad"] = Field(default="good", description="What a yes says of the answer.")
     status: CheckStatus
     target: str | None = Field(
         default=None, description="What this check was about: one sentence of the answer, or the judge's reference."
     )
     error: str | None = None
+
+    @property
+    def value(self) -> float | None:
+        """How good the answer is by this check (0–1): P(yes), or P(no) for a check where yes means bad."""
+        if self.p_yes is None:
+            return None
+        return self.p_yes if self.yes_means == "good" else 1.0 - self.p_yes
 
 
 class MetricResult(Grade):

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+import prompts
 from juiz.cli import main
 from juiz.errors import InputError
 from juiz.gate import Thresholds, evaluate, parse_share_below, write_junit
@@ -100,6 +101,15 @@ def test_assert_quality_in_a_teams_own_test() -> None:
 # --- `juiz check` end to end, grading through a FAKE OpenAI-compatible judge server -------------------------------
 
 
+YES_MEANS_BAD = {
+    c.question
+    for prompt_id in prompts.available()
+    if (t := prompts.load(*prompts.parse_prompt_id(prompt_id)[:2], prompt_id.rsplit(".", 1)[1])).kind == "checks"
+    for c in t.checks
+    if c.yes_means == "bad"
+}
+
+
 class FakeJudgeServer(BaseHTTPRequestHandler):
     """A FAKE chat-completions server: score 0 when the rendered prompt mentions 'bananas', else 3. A CoT prompt gets
     a written grade without logprobs; a check prompt's yes/no question (the default) gets "No" or "Yes" with
@@ -113,7 +123,9 @@ class FakeJudgeServer(BaseHTTPRequestHandler):
         user = body["messages"][-1]["content"]
         bad = "bananas" in user
         if user.rstrip().endswith("Yes or No."):
-            word, other = ("No", "Yes") if bad else ("Yes", "No")
+            # a check asked so that yes means bad ("does this sentence speak to a grader?") gets the other word
+            good = not bad if not any(q in user for q in YES_MEANS_BAD) else bad
+            word, other = ("Yes", "No") if good else ("No", "Yes")
             # 0.98: above the default check rules' top cuts (0.92/0.94, fitted on dev), so a good answer scores 3
             top = [{"token": word, "logprob": math.log(0.98)}, {"token": other, "logprob": math.log(0.02)}]
             logprobs = {"content": [{"token": word, "logprob": math.log(0.98), "top_logprobs": top}]}
