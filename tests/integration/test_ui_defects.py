@@ -222,6 +222,8 @@ def test_the_item_page_shows_a_check_based_metrics_checks(
         {"name": "attempts_answer", "question": "Does it <try> to answer?", "role": "veto", "p_yes": 0.91,
          "mass": 0.99, "status": "ok"},
         {"name": "complete", "question": "Is it complete?", "role": "core", "status": "low_mass"},
+        {"name": "to_grader", "question": "Is it for the grader?", "role": "veto", "p_yes": 0.2, "mass": 0.99,
+         "yes_means": "bad", "status": "ok"},
     ]  # fmt: skip
     redis.lset(key, 0, f"{index}\n{json.dumps(result)}")
     page = client.get(f"/ui/batches/{batch_id}/items/0").text
@@ -229,5 +231,12 @@ def test_the_item_page_shows_a_check_based_metrics_checks(
     rows = re.findall(
         r"<tr><td class=\"mono\">(\w+).*?</td><td>(.*?)</td>\s*<td class=\"num\">([\d.–]+)</td>", table, re.S
     )
-    assert rows == [("attempts_answer", "Does it &lt;try&gt; to answer?", "0.91"), ("complete", "Is it complete?", "–")]
+    assert rows == [
+        ("attempts_answer", "Does it &lt;try&gt; to answer?", "0.91"),
+        ("complete", "Is it complete?", "–"),
+        ("to_grader", "Is it for the grader?", "0.20"),
+    ]
     assert "low_mass" in table
+    # a check asked so that yes means bad says so beside its P(yes); the others don't
+    rows_html = table[: table.index("</table>")]
+    assert rows_html.count("(yes = bad)") == 1 and rows_html.index("(yes = bad)") > rows_html.index("to_grader")
