@@ -213,7 +213,7 @@ def load(metric: str, version: str, lang: str) -> PromptTemplate:
     }
     if data.get("kind", "score") == "score":
         return PromptTemplate(**common, reply_cot=data["reply_cot"], reply_fast=data["reply_fast"])
-    rule = data["rule"]
+    rule = data.get("rule")
     return PromptTemplate(
         **common,
         reply_cot="",
@@ -221,18 +221,42 @@ def load(metric: str, version: str, lang: str) -> PromptTemplate:
         kind="checks",
         reply_check=data["reply_check"],
         checks=tuple(_check_spec(c, f"{metric}/{file.name}: checks[{n}]") for n, c in enumerate(data["checks"])),
-        rule=CheckRule(
-            version=rule["version"],
-            veto_below=float(rule["veto_below"]),
-            cuts=(float(rule["cuts"][0]), float(rule["cuts"][1]), float(rule["cuts"][2])),
-            sentence_aggregate=rule["sentence_aggregate"],
-            point_aggregate=rule.get("point_aggregate", "mean"),
-            expected=rule.get("expected", "strength"),
-        ),
+        rule=_check_rule(rule, f"{metric}/{file.name}: rule"),
         reference=data.get("reference", ""),
         user_reference=data.get("user_reference", ""),
         system_reference=data.get("system_reference", ""),
         reference_max_tokens=int(data.get("reference_max_tokens", 96)),
+    )
+
+
+_RULE_CHOICES = {
+    "sentence_aggregate": ("min", "mean"),
+    "point_aggregate": ("min", "mean"),
+    "expected": ("strength", "banded"),
+}
+
+
+def _check_rule(raw: object, where: str) -> CheckRule:
+    """The `[rule]` table as a CheckRule; PromptSchemaError naming the key when it is not one."""
+    if not isinstance(raw, dict):
+        raise PromptSchemaError(f"{where}: a check-based prompt needs a [rule] table")
+    if unknown := sorted(set(raw) - {f.name for f in fields(CheckRule)}):
+        raise PromptSchemaError(f"{where}: unknown key(s) {', '.join(unknown)}")
+    if missing := [k for k in ("version", "veto_below", "cuts", "sentence_aggregate") if k not in raw]:
+        raise PromptSchemaError(f"{where}: missing key(s) {', '.join(missing)}")
+    for key, choices in _RULE_CHOICES.items():
+        if key in raw and raw[key] not in choices:
+            raise PromptSchemaError(f"{where}.{key} must be one of {', '.join(choices)}, not {raw[key]!r}")
+    cuts = raw["cuts"]
+    if not (isinstance(cuts, list) and len(cuts) == 3 and all(isinstance(c, int | float) for c in cuts)):
+        raise PromptSchemaError(f"{where}.cuts must be three numbers, not {cuts!r}")
+    return CheckRule(
+        version=str(raw["version"]),
+        veto_below=float(raw["veto_below"]),
+        cuts=(float(cuts[0]), float(cuts[1]), float(cuts[2])),
+        sentence_aggregate=raw["sentence_aggregate"],
+        point_aggregate=raw.get("point_aggregate", "mean"),
+        expected=raw.get("expected", "strength"),
     )
 
 

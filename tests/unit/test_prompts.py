@@ -158,6 +158,21 @@ def test_a_malformed_check_table_is_a_schema_error_naming_the_key(check: dict[st
         prompts._check_spec(dict(check), "groundedness/x.en.toml: checks[0]")
 
 
+@pytest.mark.parametrize(
+    ("rule", "named"),
+    [
+        (None, "needs a [rule] table"),
+        ({"version": "r", "veto_below": 0.5, "cuts": [0.1, 0.2, 0.3]}, "missing key(s) sentence_aggregate"),
+        ({"version": "r", "veto_below": 0.5, "cuts": [0.1, 0.2], "sentence_aggregate": "min"}, "rule.cuts"),
+        ({"version": "r", "veto_below": 0.5, "cuts": [0.1, 0.2, 0.3], "sentence_aggregate": "max"}, "sentence_agg"),
+        ({"version": "r", "veto_below": 0.5, "cuts": [0, 0, 1], "sentence_aggregate": "min", "cut": 1}, "cut"),
+    ],
+)
+def test_a_malformed_rule_table_is_a_schema_error_naming_the_key(rule: object, named: str) -> None:
+    with pytest.raises(prompts.PromptSchemaError, match=re.escape(named)):
+        prompts._check_rule(rule, "answer_relevance/x.en.toml: rule")
+
+
 def test_a_prompt_schema_error_reaches_the_caller_as_a_prompt_error(monkeypatch: pytest.MonkeyPatch) -> None:
     def broken(metric: str, version: str, lang: str) -> prompts.PromptTemplate:
         raise prompts.PromptSchemaError(f"{metric}/{version}.{lang}.toml: checks[0]: unknown key(s) pasages")
