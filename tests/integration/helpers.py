@@ -6,6 +6,7 @@ import socket
 from typing import Any
 
 from redis import Redis
+from rq import Queue
 
 from juiz.settings import Settings
 
@@ -63,4 +64,5 @@ def juiz_keys(redis: Redis) -> list[str]:
 
 
 def queued_jobs(redis: Redis, settings: Settings) -> int:
-    return sum(int(redis.llen(f"rq:queue:{name}")) for name in settings.queues)
+    """Jobs waiting in the service's RQ queues, read through RQ's public API (its key layout is RQ's own)."""
+    return sum(Queue(name, connection=redis).count for name in settings.queues)

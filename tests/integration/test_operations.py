@@ -12,6 +12,7 @@ import pytest
 from litestar import Litestar
 from litestar.testing import TestClient
 from redis import Redis
+from rq import Queue
 
 from bench.fake_worker import FakeWorkerEngine
 from juiz.client import ApiError, JuizClient
@@ -25,7 +26,7 @@ MakeClient = Callable[[Settings], TestClient[Litestar]]
 
 def wait_for_job(redis: Redis, queue: str, timeout_s: float = 10) -> None:
     deadline = time.monotonic() + timeout_s
-    while not redis.llen(f"rq:queue:{queue}"):
+    while not Queue(queue, connection=redis).count:
         assert time.monotonic() < deadline, f"nothing was queued on {queue}"
         time.sleep(0.01)
 
@@ -50,7 +51,7 @@ def test_grade_answers_synchronously_when_a_worker_is_there(
     assert response.status_code == 200, response.text
     judgement = response.json()
     assert judgement["id"] == "t7" and judgement["status"] == "ok" and judgement["score"] == 3
-    assert redis.llen(f"rq:queue:{settings.queue}") == 1  # the batch's job is still waiting
+    assert Queue(settings.queue, connection=redis).count == 1  # the batch's job is still waiting
 
 
 def test_grade_times_out_into_a_batch(make_client: MakeClient, redis_url: str, run_worker: Any) -> None:

@@ -16,6 +16,7 @@ import pytest
 from litestar import Litestar
 from litestar.testing import TestClient
 from redis import Redis
+from rq import Queue
 from rq.exceptions import AbandonedJobError
 from rq.job import Job
 from rq.serializers import JSONSerializer
@@ -264,7 +265,9 @@ def test_a_chunk_whose_workers_keep_dying_is_failed_after_a_few_tries(
     try:
         for death in range(MAX_ABANDONED + 1):
             # A worker dequeues the chunk's job, claims the chunk, and dies; maintenance reports the job abandoned.
-            job_id = text(redis.lpop(f"rq:queue:{settings.queue}") or b"")
+            queue = Queue(settings.queue, connection=redis, serializer=JSONSerializer)
+            [job_id] = queue.job_ids
+            queue.remove(job_id)
             job = Job.fetch(job_id, connection=redis, serializer=JSONSerializer)
             assert store.claim(settings.queue, job_id, "rq:worker:doomed", own=ChunkRef(batch.id, 0)) is not None
             on_chunk_failure(job, redis, AbandonedJobError, AbandonedJobError(), None)

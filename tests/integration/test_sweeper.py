@@ -7,6 +7,7 @@ from typing import Any
 
 from prometheus_client import generate_latest
 from redis import Redis
+from rq import Queue
 from rq.registry import ScheduledJobRegistry
 
 from juiz.errors import TransientEngineError
@@ -62,7 +63,7 @@ def test_the_sweeper_leaves_queued_and_running_chunks_alone(redis: Redis, redis_
     store.create_batch("t", BatchOptions(), [Triple.model_validate(t) for t in triples(12)])
     report = sweep(store, "test", force=True)
     assert report is not None and report.batches_checked == 1 and report.swept == []
-    assert redis.llen(f"rq:queue:{settings.queue}") == 3  # nothing queued twice
+    assert Queue(settings.queue, connection=redis).count == 3  # nothing queued twice
 
 
 def test_one_sweeper_at_a_time(redis: Redis, redis_url: str) -> None:
