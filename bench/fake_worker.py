@@ -149,7 +149,7 @@ def _asks_yes_no(user: str) -> bool:
 
 def _score(user: str) -> int:
     marker = ITEM_MARKER.search(user) or TAG.search(user)
-    return int(marker.group(marker.lastindex or 1)) % 4 if marker else 2
+    return int(marker.groups()[-1]) % 4 if marker else 2  # the tag's number: its last group, in either pattern
 
 
 def fake_reply(conversation: Conversation) -> str:
