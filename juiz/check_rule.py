@@ -79,24 +79,21 @@ def _word(value: float, yes_means: str = "good") -> str:
 
 
 def _shown(template: prompts.PromptTemplate, results: Sequence[CheckResult], name: str, value: float) -> str:
-    """A check as the evidence shows it; a per-sentence (per-point) check with each sentence's (point's) P(yes)."""
+    """A check as the evidence shows it; a per-sentence (per-point) check with each sentence's (point's) P(yes). A
+    check where yes means bad shows the judge's P(yes) of the flag, so the rule's min over values is its max."""
     each_target = [r.p_yes for r in results if r.name == name and r.status is CheckStatus.OK and r.target]
     spec = next(c for c in template.checks if c.name == name)
-    if spec.yes_means == "bad":
-        # The judge's own P(yes) of the flag; the weakest sentence is the one it is surest about.
-        how = {"min": "max", "mean": "mean"}[template.rule.sentence_aggregate if template.rule else "min"]
-        shown = f"{name} (yes = bad) {_word(value, 'bad')}"
-        if spec.ask == "per_sentence" and len(each_target) >= 2:
-            each = ", ".join(f"{p:.2f}" for p in each_target if p is not None)
-            shown += f" ({how} of {len(each_target)} sentences: {each})"
-        return shown
+    shown = f"{name} (yes = bad) {_word(value, 'bad')}" if spec.yes_means == "bad" else f"{name} {_word(value)}"
     if spec.ask not in ("per_sentence", "per_point") or len(each_target) < 2:
-        return f"{name} {_word(value)}"
+        return shown
     assert template.rule is not None
     each = ", ".join(f"{p:.2f}" for p in each_target if p is not None)
-    if spec.ask == "per_point":
-        return f"{name} {_word(value)} ({template.rule.point_aggregate} of {len(each_target)} reference points: {each})"
-    return f"{name} {_word(value)} ({template.rule.sentence_aggregate} of {len(each_target)} sentences: {each})"
+    per_point = spec.ask == "per_point"
+    how: str = template.rule.point_aggregate if per_point else template.rule.sentence_aggregate
+    what = "reference points" if per_point else "sentences"
+    if spec.yes_means == "bad":
+        how = {"min": "max", "mean": "mean"}[how]
+    return f"{shown} ({how} of {len(each_target)} {what}: {each})"
 
 
 def banded(strength: float, cuts: Sequence[float], veto_below: float | None = None) -> float:

@@ -101,12 +101,12 @@ def test_assert_quality_in_a_teams_own_test() -> None:
 # --- `juiz check` end to end, grading through a FAKE OpenAI-compatible judge server -------------------------------
 
 
+# every check question asked so that yes means bad, in any prompt and language
 YES_MEANS_BAD = {
-    c.question
-    for prompt_id in prompts.available()
-    if (t := prompts.load(*prompts.parse_prompt_id(prompt_id)[:2], prompt_id.rsplit(".", 1)[1])).kind == "checks"
-    for c in t.checks
-    if c.yes_means == "bad"
+    check.question
+    for metric, version, lang in map(prompts.parse_prompt_id, prompts.available())
+    for check in prompts.load(metric, version, lang or "en").checks
+    if check.yes_means == "bad"
 }
 
 
