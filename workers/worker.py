@@ -21,6 +21,8 @@ Faults the worker rides out or stops on:
   Redis instead of quitting, however long it is away; and should RQ's `work` loop end on a Redis fault anyway (it
   quits on any exception it does not expect), `run` starts it again once Redis answers. The worker never exits for a
   `ConnectionError`; what a fault left half-done (a job lost between queue and registry) is requeued by the sweeper.
+  Should its worker key expire meanwhile (no heartbeat reached Redis within its TTL) and RQ's maintenance drop it from
+  the registry, its next heartbeat (idle, or the job's heartbeat thread) notices and registers it again.
 - A dead engine (`EngineDeadError`): the job gives its chunks back and the worker stops, deregistered (so /ready
   drops it), and the process exits non-zero (`ENGINE_DEAD_EXIT`) for a supervisor to restart it.
 
@@ -58,6 +60,7 @@ from rq.queue import Queue
 from rq.scheduler import RQScheduler
 from rq.serializers import JSONSerializer
 from rq.worker import SimpleWorker, WorkerStatus
+from rq.worker_registration import WORKERS_BY_QUEUE_KEY
 from tenacity import (
     RetryCallState,
     Retrying,
@@ -114,9 +117,46 @@ class JuizWorker(SimpleWorker):
         # Short: renewed every heartbeat_interval_s while the job runs, so silence means a dead worker.
         return self.settings.heartbeat_ttl_s
 
+    @functools.cached_property
+    def registration_lock(self) -> threading.RLock:
+        """One registration at a time: the main loop and a job's heartbeat thread may both find it lost."""
+        return threading.RLock()
+
     def register_birth(self) -> None:
-        super().register_birth()
-        self.connection.hset(self.key, MODEL_FIELD, self.model_id)
+        with self.registration_lock:
+            super().register_birth()
+            self.connection.hset(self.key, MODEL_FIELD, self.model_id)
+
+    def is_registered(self) -> bool:
+        """This worker's hash is whole (the model field is written last) and in RQ's registry sets: the queues' (read
+        by claim's fair share) and the global one (Worker.all: /ready, /metrics)."""
+        sets = [self.redis_workers_keys, *(WORKERS_BY_QUEUE_KEY % name for name in self.queue_names())]
+        with self.connection.pipeline(transaction=False) as pipe:
+            pipe.hexists(self.key, MODEL_FIELD)
+            for key in sets:
+                pipe.sismember(key, self.key)
+            return all(pipe.execute())
+
+    def keep_registered(self) -> None:
+        """Register again if Redis lost this worker's registration while the worker lives on.
+
+        The worker's key expires when no heartbeat reaches Redis within its TTL (Redis away or restarting for that
+        long; a key whose TTL passed while Redis was down is gone when it loads its AOF), and then whichever worker
+        runs RQ's maintenance next takes it out of the registry sets (`clean_worker_registry`). RQ's next heartbeat
+        recreates the hash, but nothing puts the worker back in the sets: it would go on grading unseen by /ready and
+        by claim's fair share. RQ's public steps: register_death (register_birth refuses a key without a death date),
+        register_birth, then the state the worker is in."""
+        if self.stop_asked or self.is_registered():
+            return
+        with self.registration_lock:
+            if self.stop_asked or self.is_registered():
+                return
+            self.log.warning(
+                "worker %s: its registration was lost (key expired while Redis was away); registering again", self.name
+            )
+            self.register_death()
+            self.register_birth()
+            self.set_state(self.get_state())
 
     def perform_job(self, job: Job, queue: Queue, execution: Execution) -> bool:
         beat = Heartbeat(self, job, execution)
@@ -149,6 +189,8 @@ class JuizWorker(SimpleWorker):
     def heartbeat(self, timeout: int | None = None, pipeline: Any = None) -> None:
         try:
             super().heartbeat(timeout, pipeline)
+            if pipeline is None:  # not one of RQ's beats queued in its own pipeline (a job starting)
+                self.keep_registered()
         except REDIS_ERRORS:
             self.log.warning("heartbeat failed: Redis away")
 
@@ -275,6 +317,8 @@ class Heartbeat(threading.Thread):
         while not self.stopping.wait(settings.heartbeat_interval_s):
             try:
                 worker.maintain_heartbeats(self.job, self.execution)
+                if not self.stopping.is_set():  # the job is over: the main loop beats (and re-registers) from here
+                    worker.keep_registered()
                 store.still_grading(worker.key, settings.heartbeat_ttl_s)
                 if worker.should_run_maintenance_tasks:
                     worker.clean_registries()
