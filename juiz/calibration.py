@@ -2,7 +2,8 @@
 
 The judge's signals for an item (the expected score of each metric graded, or the discrete score where there is no
 expected score) form a feature vector; the manual labels are ordinal classes (worst first, as in a `LabelMapping`).
-A multinomial logistic regression (scikit-learn) maps features to class probabilities. Small judges are
+A multinomial logistic regression (scikit-learn) maps features to class probabilities, its class weighting
+(balanced or none) chosen by the labels themselves, out of fold. Small judges are
 overconfident in their discrete score, while the probability they put on each digit ranks items well: this is how
 juiz turns that ranking into labels that match the people who label the same items.
 
@@ -26,6 +27,7 @@ from typing import Any
 
 import numpy as np
 from sklearn.linear_model import LogisticRegression
+from sklearn.metrics import cohen_kappa_score
 from sklearn.model_selection import StratifiedKFold
 from sklearn.pipeline import Pipeline, make_pipeline
 from sklearn.preprocessing import StandardScaler
@@ -106,15 +108,21 @@ def _check_fittable(labels: np.ndarray, n_classes: int, folds: int) -> int:
     return int(min(folds, present.min()))
 
 
-def _model(seed: int) -> Pipeline:
+# Class weights tried, the first winning ties. Balanced: labelled sets are skewed (most answers of a RAG pipeline are
+# fine, or most of a test set are failures), and where the signals are weak an unweighted model predicts the majority
+# class for nearly everything (dev split, checks-2 judge: cross-fitted quadratic κ 0.18 balanced → 0.43; ordinal
+# Frank-Hall 0.20; bench.check_report). Where they are strong, balancing pushes items of the big class into the small
+# ones (dev split, checks-7 judge, 5 folds by topic: 0.68 balanced, 0.77 unweighted). So the labels decide, out of
+# fold: `fit_calibration` keeps the weighting whose cross-fitted quadratic κ is higher.
+CLASS_WEIGHTS: tuple[str | None, ...] = ("balanced", None)
+
+
+def _model(seed: int, class_weight: str | None = "balanced") -> Pipeline:
     # Standardised features, then mild L2 regularisation (C=1): expected scores of different classes often sit a
     # few tenths apart on 0–1, and C=1 on the raw scale would shrink those slopes until P was never predicted;
     # on the standardised scale it only keeps a few hundred labels from overfitting and probabilities from 0 and 1.
-    # Balanced class weights: labelled sets are skewed (most answers of a RAG pipeline are fine, or most of a test
-    # set are failures), and unweighted the model predicts the majority class for nearly everything. On the dev split
-    # with the check-based judge, cross-fitted quadratic κ 0.18 → 0.43 (ordinal Frank-Hall: 0.20; bench.check_report).
     return make_pipeline(
-        StandardScaler(), LogisticRegression(C=1.0, max_iter=1000, random_state=seed, class_weight="balanced")
+        StandardScaler(), LogisticRegression(C=1.0, max_iter=1000, random_state=seed, class_weight=class_weight)
     )
 
 
@@ -137,14 +145,20 @@ def _proba_all_classes(model: Any, features: np.ndarray, n_classes: int) -> np.n
 
 
 def cross_fitted_probabilities(
-    features: np.ndarray, labels: np.ndarray, n_classes: int, *, folds: int = DEFAULT_FOLDS, seed: int = 0
+    features: np.ndarray,
+    labels: np.ndarray,
+    n_classes: int,
+    *,
+    folds: int = DEFAULT_FOLDS,
+    seed: int = 0,
+    class_weight: str | None = "balanced",
 ) -> np.ndarray:
     """Each item's class probabilities from a model fit on the other folds only (never on its own label)."""
     k = _check_fittable(labels, n_classes, folds)
     out = np.zeros((len(labels), n_classes))
     splitter = StratifiedKFold(n_splits=k, shuffle=True, random_state=seed)
     for train, held_out in splitter.split(features, labels):
-        model = _model(seed).fit(features[train], labels[train])
+        model = _model(seed, class_weight).fit(features[train], labels[train])
         out[held_out] = _proba_all_classes(model, features[held_out], n_classes)
     return out
 
@@ -223,6 +237,20 @@ class Calibration:
         return CalibrationSpec.model_validate(self.to_json())
 
 
+def cross_fit_weighting(
+    features: np.ndarray, labels: np.ndarray, n_classes: int, *, folds: int = DEFAULT_FOLDS, seed: int = 0
+) -> tuple[np.ndarray, str | None, dict[str | None, float]]:
+    """The cross-fitted probabilities of the class weighting (CLASS_WEIGHTS) whose held-out quadratic κ is highest;
+    that weighting; every weighting's κ."""
+    tried = {
+        weight: cross_fitted_probabilities(features, labels, n_classes, folds=folds, seed=seed, class_weight=weight)
+        for weight in CLASS_WEIGHTS
+    }
+    kappas = {weight: _quadratic_kappa(labels, held_out.argmax(axis=1)) for weight, held_out in tried.items()}
+    chosen = max(CLASS_WEIGHTS, key=lambda weight: kappas[weight])  # max keeps the first of equals
+    return tried[chosen], chosen, kappas
+
+
 def fit_calibration(
     features: np.ndarray,
     labels: Sequence[int] | np.ndarray,
@@ -235,8 +263,8 @@ def fit_calibration(
     """Cross-fit for honest figures, then fit once on everything. CalibrationUnavailable when it can't."""
     x = np.asarray(features, dtype=float)
     y = np.asarray(labels, dtype=int)
-    held_out = cross_fitted_probabilities(x, y, len(classes), folds=folds, seed=seed)
-    model = _model(seed).fit(x, y)
+    held_out, class_weight, kappas = cross_fit_weighting(x, y, len(classes), folds=folds, seed=seed)
+    model = _model(seed, class_weight).fit(x, y)
     coef, intercept = _raw_scale_coefficients(model)
     return Calibration(
         classes=list(classes),
@@ -252,8 +280,16 @@ def fit_calibration(
             "ece": round(expected_calibration_error(held_out, y), 6),
             "reliability": reliability_table(held_out, y),
             "predicted": held_out.argmax(axis=1).tolist(),
+            "class_weight": class_weight or "none",
+            "kappa_quadratic_by_class_weight": {weight or "none": round(k, 6) for weight, k in kappas.items()},
         },
     )
+
+
+def _quadratic_kappa(labels: np.ndarray, predicted: np.ndarray) -> float:
+    """Quadratic-weighted Cohen's κ; −1 where it is undefined (one class everywhere on both sides)."""
+    kappa = cohen_kappa_score(labels, predicted, weights="quadratic")
+    return float(kappa) if np.isfinite(kappa) else -1.0
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -430,7 +466,7 @@ def compute_calibrated_agreement(
         )
     try:
         k = _check_fittable(data.labels, len(mapping.classes), folds)
-        held_out = cross_fitted_probabilities(data.features, data.labels, len(mapping.classes), folds=folds, seed=seed)
+        held_out, _, _ = cross_fit_weighting(data.features, data.labels, len(mapping.classes), folds=folds, seed=seed)
     except CalibrationUnavailable as why:
         return CalibratedAgreement(**common, seed=seed, unavailable=str(why), raw=raw)
 

@@ -71,7 +71,7 @@ def test_cross_fitting_never_fits_on_the_rows_it_predicts(monkeypatch: pytest.Mo
             predicted_rows.append({tuple(r) for r in x})
             return super().predict_proba(x)
 
-    monkeypatch.setattr(calibration, "_model", lambda seed: Spy(max_iter=1000))
+    monkeypatch.setattr(calibration, "_model", lambda seed, class_weight=None: Spy(max_iter=1000))
     probabilities = cross_fitted_probabilities(features, labels, 3, folds=5)
     assert len(fitted_rows) == len(predicted_rows) == 5
     for trained, predicted in zip(fitted_rows, predicted_rows, strict=True):
@@ -279,3 +279,21 @@ def test_judge_applies_the_batchs_calibration_to_every_result() -> None:
     assert judgement.provenance.calibration is not None
     assert judgement.provenance.calibration.sha256 == fitted.sha256
     assert judgement.uncertainty is not None and judgement.uncertainty.calibrated_doubt is not None
+
+
+def test_the_class_weighting_with_the_higher_held_out_kappa_is_the_one_fitted() -> None:
+    """Skewed labels (24 of one class, 6 and 6 of the others) whose signal is strong: the labels decide whether
+    balancing the classes helps, out of fold, and the saved model is the one fit with the winner."""
+    rng = np.random.default_rng(3)
+    labels = np.array([0] * 24 + [1] * 6 + [2] * 6)
+    features = (labels / 2 + rng.normal(0, 0.18, len(labels))).reshape(-1, 1)
+    fitted = fit_calibration(features, labels, ["I", "P", "C"], ["expected_score"])
+    kappas = fitted.cross_fitted["kappa_quadratic_by_class_weight"]
+    assert set(kappas) == {"balanced", "none"}
+    chosen = fitted.cross_fitted["class_weight"]
+    assert kappas[chosen] == max(kappas.values())
+    weight = None if chosen == "none" else "balanced"
+    reference = make_pipeline(
+        StandardScaler(), LogisticRegression(C=1.0, max_iter=1000, random_state=0, class_weight=weight)
+    ).fit(features, labels)
+    np.testing.assert_allclose(fitted.predict_proba(features), reference.predict_proba(features), atol=1e-6)
