@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from bench.common import WORK, close_engine, load_engine, save, setup_logging, table
-from bench.labelled import CELLS, labelled_set, saved_judgements
+from bench.labelled import CELLS, labelled_set, save_judgements, saved_judgements
 from juiz.agreement import compute_agreement, metric_signal, verdict_signal
 from juiz.calibration import (
     CalibrationUnavailable,
@@ -431,8 +431,14 @@ def main(argv: list[str] | None = None) -> int:
         judge = Judge(engine)
         judge.warm_up()
         try:
-            dev_results = dev_results or judge.grade(dev, options)
-            test_results = test_results or judge.grade(test, options)
+            if dev_results is None:
+                dev_results = judge.grade(dev, options)
+                if not args.quick:  # the tiny model's grades must never stand in for the judge's
+                    save_judgements("dev", cell, dev_results)
+            if test_results is None:
+                test_results = judge.grade(test, options)
+                if not args.quick:
+                    save_judgements("test", cell, test_results)
             subset = labelled_set("test", samples_limit)
             samples = samples_section(judge, lambda n: with_samples(options, n), subset, ns) if ns else []
         finally:

@@ -30,7 +30,7 @@ from scipy.stats import spearmanr
 from sklearn.metrics import roc_auc_score
 
 from bench.common import GOLDEN, WORK, close_engine, load_engine, save, setup_logging, table
-from bench.labelled import CELLS, DATA, DEFAULT_CELLS, Cell, labelled_set
+from bench.labelled import CELLS, DATA, DEFAULT_CELLS, Cell, labelled_set, save_judgements
 from juiz.agreement import Signal, compute_agreement, metric_signal, verdict_signal
 from juiz.engine import CallControl, Completion, Conversation, GenerationRequest, JudgeEngine
 from juiz.judge import Judge
@@ -202,11 +202,14 @@ def verdict_continuous(j: Judgement) -> float | None:
 
 class CountingEngine:
     """The engine, counting what each cell costs: conversations, prompt tokens (and how many came from the prefix
-    cache), reply tokens."""
+    cache), reply tokens; and where the cost goes: each engine call's size and seconds, and the prompt tokens the
+    cache did not serve by kind of conversation (its sampling and the opening words of its system message)."""
 
     def __init__(self, engine: JudgeEngine) -> None:
         self.engine = engine
         self.counts: dict[str, int] = defaultdict(int)
+        self.uncached_by_kind: dict[str, int] = defaultdict(int)
+        self.calls: list[dict[str, Any]] = []
 
     @property
     def model_id(self) -> str:
@@ -219,18 +222,35 @@ class CountingEngine:
     def generate(
         self, conversations: Sequence[Conversation], request: GenerationRequest, control: CallControl | None = None
     ) -> list[Completion]:
+        started = time.perf_counter()
         completions = self.engine.generate(conversations, request, control)
+        self.calls.append(
+            {
+                "conversations": len(conversations),
+                "max_tokens": request.max_tokens,
+                "s": round(time.perf_counter() - started, 1),
+            }
+        )
         self.counts["calls"] += 1
-        for c in completions:
+        for conversation, c in zip(conversations, completions, strict=True):
             self.counts["conversations"] += 1
             self.counts["prompt_tokens"] += c.prompt_tokens
             self.counts["cached_prompt_tokens"] += c.cached_prompt_tokens
             self.counts["reply_tokens"] += len(c.tokens)
+            self.uncached_by_kind[_kind(conversation, request)] += c.prompt_tokens - c.cached_prompt_tokens
         return completions
 
-    def take(self) -> dict[str, int]:
-        counts, self.counts = dict(self.counts), defaultdict(int)
+    def take(self) -> dict[str, Any]:
+        counts: dict[str, Any] = dict(self.counts)
+        counts["uncached_by_kind"], counts["calls_s"] = dict(self.uncached_by_kind), self.calls
+        self.counts, self.uncached_by_kind, self.calls = defaultdict(int), defaultdict(int), []
         return counts
+
+
+def _kind(conversation: Conversation, request: GenerationRequest) -> str:
+    system = next((m["content"] for m in conversation if m["role"] == "system"), "")
+    reply = "one token" if request.max_tokens == 1 else f"up to {request.max_tokens} tokens"
+    return f"{reply}: {' '.join(system.split()[:6])}"
 
 
 def reset_prefix_cache(engine: object) -> bool:
@@ -245,9 +265,10 @@ def grade_cell(judge: Judge, cell: Cell, triples: Sequence[Triple]) -> tuple[lis
     return results, time.perf_counter() - started
 
 
-def cost_row(counts: dict[str, int], seconds: float, items: int) -> dict[str, Any]:
-    """What a cell cost per item, and the share of prompt tokens the prefix cache served."""
+def cost_row(counts: dict[str, Any], seconds: float, items: int) -> dict[str, Any]:
+    """What a cell cost per item, the share of prompt tokens the prefix cache served, and where the rest went."""
     prompt = counts.get("prompt_tokens", 0)
+    by_kind = sorted(counts.get("uncached_by_kind", {}).items(), key=lambda kv: -kv[1])
     return {
         "s_per_item": round(seconds / max(1, items), 3),
         "conversations_per_item": round(counts.get("conversations", 0) / max(1, items), 2),
@@ -255,6 +276,8 @@ def cost_row(counts: dict[str, int], seconds: float, items: int) -> dict[str, An
         "reply_tokens_per_item": round(counts.get("reply_tokens", 0) / max(1, items), 1),
         "prefix_cache_hit_rate": round(counts.get("cached_prompt_tokens", 0) / prompt, 3) if prompt else None,
         "engine_calls": counts.get("calls", 0),
+        "uncached_prompt_tokens_per_item_by_kind": {kind: round(n / max(1, items), 1) for kind, n in by_kind},
+        "engine_calls_s": counts.get("calls_s", []),
     }
 
 
@@ -478,10 +501,7 @@ def main(argv: list[str] | None = None) -> int:
                 row.update(cost)
             rows += cell_rows
             if args.save_judgements:
-                folder = WORK / "judgements"
-                folder.mkdir(parents=True, exist_ok=True)
-                with open(folder / f"{args.split}_{cell.name}.jsonl", "w", encoding="utf-8") as out:
-                    out.writelines(r.model_dump_json() + "\n" for r in results)
+                save_judgements(args.split, cell, results)
             replies[cell.name] = [
                 {"id": r.id, "category": _category(t), "label": t.manual_label, "verdict_inputs": _brief(r)}
                 for t, r in zip(triples, results, strict=True)

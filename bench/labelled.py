@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from bench.common import REPO, WORK
 from juiz.readers import read_triples
@@ -70,10 +71,23 @@ CELLS = {
 DEFAULT_CELLS = ("checks-7", "cot-v2", "fast-v2")
 
 
+def _judgements_path(split: str, cell: Cell) -> Path:
+    return WORK / "judgements" / f"{split}_{cell.name}.jsonl"
+
+
+def save_judgements(split: str, cell: Cell, results: Sequence[Judgement]) -> Path:
+    """Keep a cell's results on a split (bench/work, not committed) for `saved_judgements`."""
+    path = _judgements_path(split, cell)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8") as out:
+        out.writelines(r.model_dump_json() + "\n" for r in results)
+    return path
+
+
 def saved_judgements(split: str, cell: Cell, triples: Sequence[Triple]) -> list[Judgement] | None:
-    """The results `--save-judgements` kept for this split and cell, if they grade exactly these items with the
+    """The results `save_judgements` kept for this split and cell, if they grade exactly these items with the
     cell's prompt versions (the calibration's dev grading is then not repeated)."""
-    path = WORK / "judgements" / f"{split}_{cell.name}.jsonl"
+    path = _judgements_path(split, cell)
     if not path.exists():
         return None
     results = [Judgement.model_validate_json(line) for line in path.read_text(encoding="utf-8").splitlines()]

@@ -30,6 +30,9 @@ def test_judge_quality_runs_on_the_fake_engine(tmp_path: Path, monkeypatch: pyte
     # a judge that says 3 to everything: every correct answer C, no refusal or injected answer I
     assert verdict["correct_as_C"] == 1.0 and verdict["refusal_injected_as_I"] == 0.0
     assert rows[("fast-v2", "context_relevance", "score")]["per_segment"]["segments"] > 0
+    # where the cost goes: each engine call, and the uncached prompt tokens by kind of conversation
+    assert verdict["engine_calls_s"] and all(call["conversations"] > 0 for call in verdict["engine_calls_s"])
+    assert any(kind.startswith("up to ") for kind in verdict["uncached_prompt_tokens_per_item_by_kind"])
     if jq.GOLDEN.exists():  # TruLens's golden set lives in ../shared, beside the clone, not in the repo
         assert result["golden"] and result["golden"][0]["n"] == 17
     else:
