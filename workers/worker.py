@@ -57,10 +57,19 @@ from rq.exceptions import DequeueTimeout, StopRequested
 from rq.executions import Execution
 from rq.job import Job, JobStatus
 from rq.queue import Queue
+from rq.registry import (
+    DeferredJobRegistry,
+    FailedJobRegistry,
+    FinishedJobRegistry,
+    ReadyJobRegistry,
+    StartedJobRegistry,
+)
 from rq.scheduler import RQScheduler
 from rq.serializers import JSONSerializer
+from rq.timeouts import JobTimeoutException, TimerDeathPenalty
+from rq.utils import now as rq_now
 from rq.worker import SimpleWorker, WorkerStatus
-from rq.worker_registration import WORKERS_BY_QUEUE_KEY
+from rq.worker_registration import WORKERS_BY_QUEUE_KEY, clean_worker_registry
 from tenacity import (
     RetryCallState,
     Retrying,
@@ -194,6 +203,35 @@ class JuizWorker(SimpleWorker):
         except REDIS_ERRORS:
             self.log.warning("heartbeat failed: Redis away")
 
+    def clean_registries(self) -> None:
+        """RQ's registry maintenance, also run by a job's heartbeat thread (`Heartbeat`).
+
+        RQ's StartedJobRegistry cleanup runs each abandoned job's failure callback (`on_chunk_failure`: its chunks
+        back to `pending`) under the signal-based death penalty, which only works in the main thread; from the
+        heartbeat thread it raised "ValueError: signal only works in main thread" and the chunks waited for RQ's retry
+        or the sweeper. RQ's `clean_registries` takes no death penalty class, so off the main thread its steps (RQ
+        3.0's, under its per-queue lock) run here, the StartedJobRegistry's with `ThreadDeathPenalty`."""
+        if threading.current_thread() is threading.main_thread():
+            super().clean_registries()
+            return
+        for queue in self.queues:
+            if not queue.acquire_maintenance_lock():  # another worker cleans this queue now
+                continue
+            try:
+                StartedJobRegistry(
+                    queue=queue,
+                    job_class=self.job_class,
+                    serializer=self.serializer,
+                    death_penalty_class=ThreadDeathPenalty,
+                ).cleanup(exception_handlers=self._exc_handlers)
+                for registry in (FinishedJobRegistry, FailedJobRegistry, DeferredJobRegistry, ReadyJobRegistry):
+                    registry(queue=queue, job_class=self.job_class, serializer=self.serializer).cleanup()
+                clean_worker_registry(queue)
+                queue.intermediate_queue.cleanup(self, queue)
+            finally:
+                queue.release_maintenance_lock()
+        self.last_cleaned_at = rq_now()  # type: ignore[assignment]  # RQ declares it with its first value, None
+
     def run_maintenance_tasks(self) -> None:
         try:
             super().run_maintenance_tasks()
@@ -300,6 +338,16 @@ class JuizWorker(SimpleWorker):
 def _log_once_per_outage(state: RetryCallState) -> None:
     if state.attempt_number == 1:
         log.warning("Redis away; waiting for it: %s", state.outcome.exception() if state.outcome else "")
+
+
+class ThreadDeathPenalty(TimerDeathPenalty):
+    """RQ's timer-based death penalty, which works in any thread, for failure callbacks run off the main thread.
+
+    RQ's sets a message on the exception class it is given, for good: every later JobTimeoutException (a job's own
+    timeout too) would name this callback's timeout. It gets a subclass of its own instead."""
+
+    def __init__(self, timeout: int, exception: type[BaseException] = JobTimeoutException, **kwargs: Any) -> None:
+        super().__init__(timeout, type(exception.__name__, (exception,), {}), **kwargs)
 
 
 class Heartbeat(threading.Thread):
