@@ -57,19 +57,13 @@ from rq.exceptions import DequeueTimeout, StopRequested
 from rq.executions import Execution
 from rq.job import Job, JobStatus
 from rq.queue import Queue
-from rq.registry import (
-    DeferredJobRegistry,
-    FailedJobRegistry,
-    FinishedJobRegistry,
-    ReadyJobRegistry,
-    StartedJobRegistry,
-)
+from rq.registry import StartedJobRegistry
 from rq.scheduler import RQScheduler
 from rq.serializers import JSONSerializer
 from rq.timeouts import JobTimeoutException, TimerDeathPenalty
 from rq.utils import now as rq_now
 from rq.worker import SimpleWorker, WorkerStatus
-from rq.worker_registration import WORKERS_BY_QUEUE_KEY, clean_worker_registry
+from rq.worker_registration import WORKERS_BY_QUEUE_KEY
 from tenacity import (
     RetryCallState,
     Retrying,
@@ -203,17 +197,15 @@ class JuizWorker(SimpleWorker):
         except REDIS_ERRORS:
             self.log.warning("heartbeat failed: Redis away")
 
-    def clean_registries(self) -> None:
-        """RQ's registry maintenance, also run by a job's heartbeat thread (`Heartbeat`).
+    def clean_abandoned_jobs(self) -> None:
+        """RQ's StartedJobRegistry cleanup for this worker's queues, as a job's heartbeat thread runs it (`Heartbeat`):
+        an abandoned job's failure callback (`on_chunk_failure`: its chunks back to `pending`) runs at once.
 
-        RQ's StartedJobRegistry cleanup runs each abandoned job's failure callback (`on_chunk_failure`: its chunks
-        back to `pending`) under the signal-based death penalty, which only works in the main thread; from the
-        heartbeat thread it raised "ValueError: signal only works in main thread" and the chunks waited for RQ's retry
-        or the sweeper. RQ's `clean_registries` takes no death penalty class, so off the main thread its steps (RQ
-        3.0's, under its per-queue lock) run here, the StartedJobRegistry's with `ThreadDeathPenalty`."""
-        if threading.current_thread() is threading.main_thread():
-            super().clean_registries()
-            return
+        RQ's `clean_registries` runs those callbacks under the signal-based death penalty, which only works in the
+        main thread: from the heartbeat thread it raised "ValueError: signal only works in main thread" and the chunks
+        waited for RQ's retry or the sweeper. The registry takes a death penalty class of its own (RQ's public
+        API): `ThreadDeathPenalty`. The rest of RQ's maintenance (finished, failed, deferred registries) waits for
+        the main loop: nothing waits on it."""
         for queue in self.queues:
             if not queue.acquire_maintenance_lock():  # another worker cleans this queue now
                 continue
@@ -223,13 +215,10 @@ class JuizWorker(SimpleWorker):
                     job_class=self.job_class,
                     serializer=self.serializer,
                     death_penalty_class=ThreadDeathPenalty,
-                ).cleanup(exception_handlers=self._exc_handlers)
-                for registry in (FinishedJobRegistry, FailedJobRegistry, DeferredJobRegistry, ReadyJobRegistry):
-                    registry(queue=queue, job_class=self.job_class, serializer=self.serializer).cleanup()
-                clean_worker_registry(queue)
-                queue.intermediate_queue.cleanup(self, queue)
+                ).cleanup()
             finally:
                 queue.release_maintenance_lock()
+        # Due again in one maintenance interval, as after RQ's own cleaning (the heartbeat keeps that pace).
         self.last_cleaned_at = rq_now()  # type: ignore[assignment]  # RQ declares it with its first value, None
 
     def run_maintenance_tasks(self) -> None:
@@ -369,7 +358,7 @@ class Heartbeat(threading.Thread):
                     worker.keep_registered()
                 store.still_grading(worker.key, settings.heartbeat_ttl_s)
                 if worker.should_run_maintenance_tasks:
-                    worker.clean_registries()
+                    worker.clean_abandoned_jobs()
                     worker.sweep()
             except REDIS_ERRORS:
                 log.warning("heartbeat failed: Redis away")
