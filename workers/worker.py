@@ -57,8 +57,11 @@ from rq.exceptions import DequeueTimeout, StopRequested
 from rq.executions import Execution
 from rq.job import Job, JobStatus
 from rq.queue import Queue
+from rq.registry import StartedJobRegistry
 from rq.scheduler import RQScheduler
 from rq.serializers import JSONSerializer
+from rq.timeouts import JobTimeoutException, TimerDeathPenalty
+from rq.utils import now as rq_now
 from rq.worker import SimpleWorker, WorkerStatus
 from rq.worker_registration import WORKERS_BY_QUEUE_KEY
 from tenacity import (
@@ -194,6 +197,30 @@ class JuizWorker(SimpleWorker):
         except REDIS_ERRORS:
             self.log.warning("heartbeat failed: Redis away")
 
+    def clean_abandoned_jobs(self) -> None:
+        """RQ's StartedJobRegistry cleanup for this worker's queues, as a job's heartbeat thread runs it (`Heartbeat`):
+        an abandoned job's failure callback (`on_chunk_failure`: its chunks back to `pending`) runs at once.
+
+        RQ's `clean_registries` runs those callbacks under the signal-based death penalty, which only works in the
+        main thread: from the heartbeat thread it raised "ValueError: signal only works in main thread" and the chunks
+        waited for RQ's retry or the sweeper. The registry takes a death penalty class of its own (RQ's public
+        API): `ThreadDeathPenalty`. The rest of RQ's maintenance (finished, failed, deferred registries) waits for
+        the main loop: nothing waits on it."""
+        for queue in self.queues:
+            if not queue.acquire_maintenance_lock():  # another worker cleans this queue now
+                continue
+            try:
+                StartedJobRegistry(
+                    queue=queue,
+                    job_class=self.job_class,
+                    serializer=self.serializer,
+                    death_penalty_class=ThreadDeathPenalty,
+                ).cleanup()
+            finally:
+                queue.release_maintenance_lock()
+        # Due again in one maintenance interval, as after RQ's own cleaning (the heartbeat keeps that pace).
+        self.last_cleaned_at = rq_now()  # type: ignore[assignment]  # RQ declares it with its first value, None
+
     def run_maintenance_tasks(self) -> None:
         try:
             super().run_maintenance_tasks()
@@ -302,6 +329,16 @@ def _log_once_per_outage(state: RetryCallState) -> None:
         log.warning("Redis away; waiting for it: %s", state.outcome.exception() if state.outcome else "")
 
 
+class ThreadDeathPenalty(TimerDeathPenalty):
+    """RQ's timer-based death penalty, which works in any thread, for failure callbacks run off the main thread.
+
+    RQ's sets a message on the exception class it is given, for good: every later JobTimeoutException (a job's own
+    timeout too) would name this callback's timeout. It gets a subclass of its own instead."""
+
+    def __init__(self, timeout: int, exception: type[BaseException] = JobTimeoutException, **kwargs: Any) -> None:
+        super().__init__(timeout, type(exception.__name__, (exception,), {}), **kwargs)
+
+
 class Heartbeat(threading.Thread):
     """While a job runs: RQ's heartbeats (worker, execution, StartedJobRegistry TTL), juiz's busy marker, and RQ's
     maintenance when due (the idle workers may all be busy: someone must still notice a dead one)."""
@@ -321,7 +358,7 @@ class Heartbeat(threading.Thread):
                     worker.keep_registered()
                 store.still_grading(worker.key, settings.heartbeat_ttl_s)
                 if worker.should_run_maintenance_tasks:
-                    worker.clean_registries()
+                    worker.clean_abandoned_jobs()
                     worker.sweep()
             except REDIS_ERRORS:
                 log.warning("heartbeat failed: Redis away")
