@@ -175,7 +175,8 @@ def judge_quality_sections(
             dev = None
             if split == "test":
                 dev_set = labelled_set("dev", limit)
-                dev = saved_judgements("dev", cell, dev_set) or judge.grade(dev_set, cell.options())
+                saved = saved_judgements("dev", cell, dev_set, judge.engine.model_id)
+                dev = saved or judge.grade(dev_set, cell.options())
             out["calibration"][cell.name] = calibration_section(dev, results, metrics)
     cot = next((c for c in cells if c.mode == "cot" and "answer_relevance" in c.versions), None)
     if samples and cot is not None:
@@ -423,7 +424,7 @@ def main(argv: list[str] | None = None) -> int:
     dev, test = labelled_set("dev", limit), labelled_set("test", limit)
     started = time.perf_counter()
     # Results `bench.judge_quality --save-judgements` kept for this cell are used as they are (the same grading)
-    dev_results, test_results = saved_judgements("dev", cell, dev), saved_judgements("test", cell, test)
+    dev_results, test_results = saved_judgements("dev", cell, dev, model), saved_judgements("test", cell, test, model)
     options = cell.options()
     samples: list[dict[str, Any]] = []
     if dev_results is None or test_results is None or ns:

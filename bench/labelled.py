@@ -84,14 +84,16 @@ def save_judgements(split: str, cell: Cell, results: Sequence[Judgement]) -> Pat
     return path
 
 
-def saved_judgements(split: str, cell: Cell, triples: Sequence[Triple]) -> list[Judgement] | None:
-    """The results `save_judgements` kept for this split and cell, if they grade exactly these items with the
+def saved_judgements(split: str, cell: Cell, triples: Sequence[Triple], model: str) -> list[Judgement] | None:
+    """The results `save_judgements` kept for this split and cell, if `model` graded exactly these items with the
     cell's prompt versions (the calibration's dev grading is then not repeated)."""
     path = _judgements_path(split, cell)
     if not path.exists():
         return None
     results = [Judgement.model_validate_json(line) for line in path.read_text(encoding="utf-8").splitlines()]
     if [r.id for r in results] != [t.id for t in triples]:
+        return None
+    if any(r.provenance is None or r.provenance.model != model for r in results):
         return None
     for r in results:
         for metric, version in cell.versions.items():

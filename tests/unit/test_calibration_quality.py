@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import bench.calibration_quality as cq
+import bench.labelled as labelled
 from juiz.engine import Conversation
 from juiz.fake_engine import FakeEngine
 from schemas import Judgement, JudgementStatus, Provenance, Triple
@@ -25,6 +26,7 @@ def reply(conversation: Conversation) -> str:
 
 def test_calibration_quality_runs_on_the_fake_engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("JUIZ_BENCH_RESULTS", str(tmp_path))
+    monkeypatch.setattr(labelled, "WORK", tmp_path)  # the judgements it keeps: not the real runs' folder
     monkeypatch.setattr(cq, "load_engine", lambda model: FakeEngine(reply, model_id="FAKE"))
     monkeypatch.setattr(cq, "close_engine", lambda engine: None)
     assert cq.main(["--limit", "60", "--samples", "1,3", "--samples-limit", "8"]) == 0
