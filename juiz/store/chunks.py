@@ -291,16 +291,17 @@ class Chunks:
 
     def free_workers(self, queue: str, worker_key: str) -> int:
         """The workers that could take a share of what waits in `queue`: this one (`worker_key`), and every other
-        worker RQ has alive and registered for the queue (`ChunkJobs.live_workers`) that is not grading right now
-        (no busy marker: set by its claim, renewed by its heartbeat, dropped when it finishes)."""
-        others = [w for w in self.jobs.live_workers(queue) if w != worker_key]
+        worker registered for the queue that is not grading right now (no busy marker: set by its claim, renewed by
+        its heartbeat, dropped when it finishes) and is alive. RQ's registry and records are read through RQ's API
+        (`ChunkJobs`); liveness is asked only of the workers not busy, one round trip or two each."""
+        others = [w for w in self.jobs.registered_workers(queue) if w != worker_key]
         if not others:
             return 1
         with self.redis.pipeline(transaction=False) as pipe:
             for w in others:
                 pipe.exists(grading_key(w))
             busy = pipe.execute()
-        return 1 + sum(1 for marked in busy if not marked)
+        return 1 + sum(1 for w, marked in zip(others, busy, strict=True) if not marked and self.jobs.alive(w))
 
     def chunk_events_cursor(self, queue: str) -> str:
         """The id of the queue's newest chunk event (a batch submitted, chunks given back); '0-0' if none."""
