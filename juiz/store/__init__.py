@@ -5,7 +5,7 @@
     items     the triples as submitted: a chunk's items still to grade, one item, a search by id
     chunks    `pending`, each chunk's one owner, claim (coalescing, fair shares), release, finish
     queues    RQ's side, through RQ's public API only: one job per chunk, taken off its queue when claimed by another
-              job or cancelled; the live workers of a queue (what claim's fair share is split between)
+              job or cancelled; the workers alive for a queue (what claim's fair share is split between)
     results   stored exactly once per item; read by cursor, by position, in input order
     labels    manual labels set in place, and the batch's labels_version
     cache     the result cache

@@ -9,9 +9,10 @@ finish (transient fault, dead engine, killed worker) gives the chunks it took ba
 with a fresh RQ job each; its own chunk stays its own while RQ's retry waits out its backoff.
 
 `claim` names keys it reads from other keys (the candidate batches' hashes and owners): one atomic decision across
-slots, fine on one Redis, not on Redis Cluster (see the package docstring). It touches juiz's keys only: the number of
-free workers its fair share divides by is counted before the script (`free_workers`: RQ's registry through RQ's API,
-juiz's busy markers) and passed in. `release` and `finish` are single-slot steps, each safe to repeat.
+slots, fine on one Redis, not on Redis Cluster (see the package docstring). It touches juiz's keys only: the workers
+its fair share is split between are listed before the script, through RQ's API (`ChunkJobs.live_workers`), and passed
+in; the script counts those not grading by juiz's busy markers. `release` and `finish` are single-slot steps, each
+safe to repeat.
 """
 
 from __future__ import annotations
@@ -52,15 +53,16 @@ end
 # KEYS: pending zset, this job's owned set, pending-tenants zset.
 # ARGV: own member ('' when only coalescing), job id, budget in items (-1: the fair share), coalesce_max_items,
 #       chunk_size, how many pending chunks to look at, worker key, busy-marker TTL, owned-set TTL, items the job
-#       holds already (for the fair share when gathering more), queue name, free workers (this one included; read
-#       only for the fair share).
+#       holds already (for the fair share when gathering more), queue name, then the OTHER workers alive and
+#       registered for the queue (their RQ worker keys; none unless budget is -1).
 # Returns {0} when the own chunk is not this job's to grade, else {1, share, {claimed member, ...}, {their RQ jobs}}.
-# Only juiz's keys are touched here. RQ's are not: the jobs of claimed chunks are taken off their queue by Chunks.claim
-# and the free workers are counted by Chunks.free_workers, both through RQ's API. That count is read just before the
-# script, so a worker may start or stop grading in between: the share, a heuristic for splitting what waits, is then
-# off by one worker; the claim itself (who owns which chunk) is decided here, atomically.
-# NOT single-slot: it decides, atomically, across the queue's keys and the candidate batches' hashes and owners, and
-# sets this worker's busy marker (see the package docstring for what a cluster would need).
+# Only juiz's keys are touched here. RQ's are not: the jobs of claimed chunks are taken off their queue by Chunks.claim,
+# and the workers alive and registered are listed by Chunks.claim, both through RQ's API. That list is read just
+# before the script, so a worker that starts or dies in between is counted as it was (a heuristic for splitting what
+# waits, off by one worker for a moment); whether each is grading is read here, from juiz's busy markers, in the same
+# atomic step that sets this worker's (read before, workers claiming at once each took a stale count: uneven shares).
+# NOT single-slot: it decides, atomically, across the queue's keys, the candidate batches' hashes and owners and the
+# workers' busy markers (see the package docstring for what a cluster would need).
 _CLAIM = (
     _LUA
     + """
@@ -81,7 +83,10 @@ local budget = tonumber(ARGV[3])
 local share = budget
 if budget < 0 then
   -- fair share: what is waiting, split between the workers not grading right now (this one included)
-  local free = math.max(1, tonumber(ARGV[12]))
+  local free = 1
+  for i = 12, #ARGV do
+    if redis.call('EXISTS', grading_key(ARGV[i])) == 0 then free = free + 1 end
+  end
   local have = own_items + tonumber(ARGV[10])
   local waiting = have + redis.call('ZCARD', KEYS[1]) * tonumber(ARGV[5])
   share = math.min(tonumber(ARGV[4]), math.ceil(waiting / free))
@@ -257,14 +262,15 @@ class Chunks:
         """Claim `own` (the job's own chunk) and other pending chunks of `queue` up to the fair share of items.
 
         `budget=None`: the fair share, min(coalesce_max_items, ceil(waiting items / workers not grading)), so one
-        large batch is split between the idle workers and a backlog fills every call; the workers not grading are
-        counted just before the claim (`free_workers`). Returns None when `own` is not this job's to grade (done,
-        cancelled, or given to a newer job after this one was taken as dead). `have`: items the job holds already (a
-        second claim while gathering), counted in the share.
+        large batch is split between the idle workers and a backlog fills every call. The workers: this one and those
+        RQ has alive and registered for the queue (listed just before the script), less those grading (juiz's busy
+        markers, read in the script). Returns None when `own` is not this job's to grade (done, cancelled, or given to
+        a newer job after this one was taken as dead). `have`: items the job holds already (a second claim while
+        gathering), counted in the share.
         """
         settings = self.settings
         scan = max(16, 4 * settings.coalesce_max_items // max(1, settings.chunk_size) + 16)
-        free = self.free_workers(queue, worker_key) if budget is None else 1
+        others = [w for w in self.jobs.live_workers(queue) if w != worker_key] if budget is None else []
         reply = self._claim(
             keys=[pending_key(queue), owned_key(job_id), pending_tenants_key(queue)],
             args=[
@@ -279,7 +285,7 @@ class Chunks:
                 settings.job_timeout_s + 3600,
                 have,
                 queue,
-                free,
+                *others,
             ],
         )
         if not reply or int(reply[0]) == 0:
@@ -288,20 +294,6 @@ class Chunks:
         if superseded:
             self.jobs.drop(queue, superseded)
         return Claim(share=int(reply[1]), chunks=[ChunkRef.parse(text(m)) for m in reply[2]])
-
-    def free_workers(self, queue: str, worker_key: str) -> int:
-        """The workers that could take a share of what waits in `queue`: this one (`worker_key`), and every other
-        worker registered for the queue that is not grading right now (no busy marker: set by its claim, renewed by
-        its heartbeat, dropped when it finishes) and is alive. RQ's registry and records are read through RQ's API
-        (`ChunkJobs`); liveness is asked only of the workers not busy, one round trip or two each."""
-        others = [w for w in self.jobs.registered_workers(queue) if w != worker_key]
-        if not others:
-            return 1
-        with self.redis.pipeline(transaction=False) as pipe:
-            for w in others:
-                pipe.exists(grading_key(w))
-            busy = pipe.execute()
-        return 1 + sum(1 for w, marked in zip(others, busy, strict=True) if not marked and self.jobs.alive(w))
 
     def chunk_events_cursor(self, queue: str) -> str:
         """The id of the queue's newest chunk event (a batch submitted, chunks given back); '0-0' if none."""

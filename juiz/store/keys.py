@@ -37,9 +37,9 @@ What is NOT cluster-safe yet:
 
   - `claim` (CROSS_SLOT_SCRIPTS): the scheduler decides in one atomic step across the queue's `pending` and fairness
     index and the candidate batches' hashes and chunk owners, and writes the job's owned set and the worker's busy
-    marker. It touches no RQ key: the free workers its fair share divides by (RQ's registry, read through RQ's API,
-    and the other workers' busy markers) are counted before it and passed in. Made single-slot, it would keep in the
-    queue's slot what it reads and writes (chunk owners, each batch's size and tenant, owned sets, busy markers).
+    marker; its fair share reads the other workers' busy markers. It touches no RQ key: the workers alive and
+    registered for the queue are listed before it, through RQ's API, and passed in. Made single-slot, it would keep in
+    the queue's slot what it reads and writes (chunk owners, each batch's size and tenant, owned sets, busy markers).
   - the MULTI transactions that create a batch and requeue chunks: they write the batch's, the queue's and RQ's keys
     together so that a crash leaves all or none.
   - RQ itself, whose own pipelines span several slots (rq/rq#1942): a cluster needs another queue beneath juiz.

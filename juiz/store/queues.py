@@ -45,15 +45,11 @@ class ChunkJobs:
             name, connection=self.redis, serializer=JSONSerializer, default_timeout=self.settings.job_timeout_s
         )
 
-    def registered_workers(self, queue_name: str) -> list[str]:
-        """The keys of the workers registered for the queue (RQ's registry: a dead worker stays in it until RQ's
-        maintenance cleans it; see `alive`)."""
-        return Worker.all_keys(queue=self.rq_queue(queue_name))
-
-    def alive(self, worker_key: str) -> bool:
-        """RQ still has the worker's record: it lapses when the worker's heartbeat stops. (RQ also drops a lapsed
-        worker from its global registry here, as its maintenance does.)"""
-        return Worker.find_by_key(worker_key, connection=self.redis) is not None
+    def live_workers(self, queue_name: str) -> list[str]:
+        """The keys of the workers registered for the queue whose record is alive, through RQ's API (`Worker.all`:
+        a worker's record lapses when its heartbeat stops, before RQ's maintenance cleans the registry; RQ also drops
+        a lapsed worker from its global registry there, as its maintenance does)."""
+        return [worker.key for worker in Worker.all(queue=self.rq_queue(queue_name))]
 
     def enqueue(self, queue_name: str, chunks: Sequence[tuple[str, int]], pipe: Any) -> None:
         """Queue one RQ job per chunk (in `pipe`), remembering which job is each chunk's, for `claim`."""
