@@ -40,6 +40,7 @@ from typing import Any
 import httpx
 from redis import Redis
 from redis.exceptions import RedisError
+from rq import Queue, Worker
 
 from bench.common import COT_PROMPT, WORK, build_triples, save, setup_logging, triple_dicts
 from bench.fake_worker import FAKE_MODEL_ID
@@ -225,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
         ids = Counter(j.id for j in results)
         expected = {item["id"] for item in items}
         alive = [c.name for c in stack.children if c.name.startswith("worker") and c.process.poll() is None]
-        registered = int(redis.scard(f"rq:workers:{settings.queue}"))
+        registered = Worker.count(queue=Queue(settings.queue, connection=redis))  # in RQ's registry for the queue
         counters = store.counters()
         redis.close()
         stack.check()

@@ -50,6 +50,7 @@ from typing import Any
 
 import psutil
 from redis import Redis
+from rq import Queue, Worker
 
 from bench.common import COT_PROMPT, build_triples, save, setup_logging, table
 from bench.fake_worker import CALLS_KEY, HOLD_MARKER, RELEASE_KEY
@@ -129,7 +130,8 @@ def fleet(settings: Settings, workdir: Path, call_s: float, item_s: float) -> It
 
 
 def registered(redis: Redis, queue: str) -> int:
-    return int(redis.scard(f"rq:workers:{queue}"))
+    """Workers registered for the queue, by RQ's API."""
+    return Worker.count(queue=Queue(queue, connection=redis))
 
 
 def warm_up(store: Store, fleet: Fleet) -> None:

@@ -27,6 +27,7 @@ from pathlib import Path
 import httpx
 from redis import Redis
 from redis.exceptions import RedisError
+from rq import Queue, Worker
 
 from bench.common import WORK
 from juiz.client import JuizClient
@@ -180,7 +181,7 @@ def service(
             except (httpx.HTTPError, ValueError):
                 return False
             with Redis.from_url(redis_url) as client:
-                return int(client.scard(f"rq:workers:{settings.queue}")) >= workers
+                return Worker.count(queue=Queue(settings.queue, connection=client)) >= workers
 
         wait_until(ready, ready_timeout_s, s.children, "the API and its worker")
         yield s

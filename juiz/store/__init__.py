@@ -4,7 +4,8 @@
     batches   the batch record, creation (items, chunk jobs, idempotency keys), status, cancel, the tenant's list
     items     the triples as submitted: a chunk's items still to grade, one item, a search by id
     chunks    `pending`, each chunk's one owner, claim (coalescing, fair shares), release, finish
-    queues    RQ's side: one job per chunk, taken off its queue when claimed by another job or cancelled
+    queues    RQ's side, through RQ's public API only: one job per chunk, taken off its queue when claimed by another
+              job or cancelled; the workers alive for a queue (what claim's fair share is split between)
     results   stored exactly once per item; read by cursor, by position, in input order
     labels    manual labels set in place, and the batch's labels_version
     cache     the result cache
@@ -14,6 +15,7 @@
 `Store` is the facade the API and the workers hold: it builds the nouns on one connection, and keeps the names its
 callers used before the split (`store.create_batch(...)` is `store.batches.create(...)`). New code may call either.
 
+No script reads or writes an RQ key (tests/integration/test_key_slots.py checks the keys of every call).
 Redis Cluster: which scripts stay in one slot and what does not yet is in `keys`, beside the layout.
 """
 

@@ -9,8 +9,10 @@ finish (transient fault, dead engine, killed worker) gives the chunks it took ba
 with a fresh RQ job each; its own chunk stays its own while RQ's retry waits out its backoff.
 
 `claim` names keys it reads from other keys (the candidate batches' hashes and owners): one atomic decision across
-slots, fine on one Redis, not on Redis Cluster (see the package docstring). `release` and `finish` are single-slot
-steps, each safe to repeat.
+slots, fine on one Redis, not on Redis Cluster (see the package docstring). It touches juiz's keys only: the workers
+its fair share is split between are listed before the script, through RQ's API (`ChunkJobs.live_workers`), and passed
+in; the script counts those not grading by juiz's busy markers. `release` and `finish` are single-slot steps, each
+safe to repeat.
 """
 
 from __future__ import annotations
@@ -48,14 +50,19 @@ end
 )
 
 # A job claims its own chunk and, to fill its engine call, other pending chunks whose RQ jobs are still queued.
-# KEYS: pending zset, RQ workers-of-this-queue set, this job's owned set, pending-tenants zset.
+# KEYS: pending zset, this job's owned set, pending-tenants zset.
 # ARGV: own member ('' when only coalescing), job id, budget in items (-1: the fair share), coalesce_max_items,
 #       chunk_size, how many pending chunks to look at, worker key, busy-marker TTL, owned-set TTL, items the job
-#       holds already (for the fair share when gathering more), queue name.
+#       holds already (for the fair share when gathering more), queue name, then the OTHER workers alive and
+#       registered for the queue (their RQ worker keys; none unless budget is -1).
 # Returns {0} when the own chunk is not this job's to grade, else {1, share, {claimed member, ...}, {their RQ jobs}}.
-# RQ's keys are never written here: the jobs of claimed chunks are taken off their queue by Chunks.claim (RQ's API).
-# NOT single-slot: it decides, atomically, across the queue's keys, the candidate batches' hashes and owners, RQ's
-# worker registry and the workers' busy markers (see the package docstring for what a cluster would need).
+# Only juiz's keys are touched here. RQ's are not: the jobs of claimed chunks are taken off their queue by Chunks.claim,
+# and the workers alive and registered are listed by Chunks.claim, both through RQ's API. That list is read just
+# before the script, so a worker that starts or dies in between is counted as it was (a heuristic for splitting what
+# waits, off by one worker for a moment); whether each is grading is read here, from juiz's busy markers, in the same
+# atomic step that sets this worker's (read before, workers claiming at once each took a stale count: uneven shares).
+# NOT single-slot: it decides, atomically, across the queue's keys, the candidate batches' hashes and owners and the
+# workers' busy markers (see the package docstring for what a cluster would need).
 _CLAIM = (
     _LUA
     + """
@@ -77,10 +84,8 @@ local share = budget
 if budget < 0 then
   -- fair share: what is waiting, split between the workers not grading right now (this one included)
   local free = 1
-  for _, w in ipairs(redis.call('SMEMBERS', KEYS[2])) do
-    if w ~= ARGV[7] and redis.call('EXISTS', w) == 1 and redis.call('EXISTS', grading_key(w)) == 0 then
-      free = free + 1
-    end
+  for i = 12, #ARGV do
+    if redis.call('EXISTS', grading_key(ARGV[i])) == 0 then free = free + 1 end
   end
   local have = own_items + tonumber(ARGV[10])
   local waiting = have + redis.call('ZCARD', KEYS[1]) * tonumber(ARGV[5])
@@ -111,7 +116,7 @@ if budget > 0 then
     if list == nil then list = {}; tenants[b.tenant] = list; order[#order + 1] = b.tenant end
     list[#list + 1] = {m, id, no, size(b.total, b.cs, no)}
   end
-  for _, tenant in ipairs(redis.call('ZRANGE', KEYS[4], 0, -1)) do
+  for _, tenant in ipairs(redis.call('ZRANGE', KEYS[3], 0, -1)) do
     local tb = pending_batches_key(ARGV[11], tenant)
     for _, id in ipairs(redis.call('ZRANGE', tb, 0, 3)) do
       local b = batch_of(id)
@@ -128,7 +133,7 @@ if budget > 0 then
       end
       if not found then redis.call('ZREM', tb, id) end
     end
-    if redis.call('EXISTS', tb) == 0 then redis.call('ZREM', KEYS[4], tenant) end
+    if redis.call('EXISTS', tb) == 0 then redis.call('ZREM', KEYS[3], tenant) end
   end
   for _, m in ipairs(redis.call('ZRANGE', KEYS[1], 0, scan - 1)) do
     local id, no = split(m)
@@ -149,7 +154,7 @@ if budget > 0 then
           local job = redis.call('HGET', batch_key(c[2], 'chunkjobs'), c[3])
           redis.call('ZREM', KEYS[1], c[1])
           redis.call('HSET', batch_key(c[2], 'owner'), c[3], job_id)
-          redis.call('SADD', KEYS[3], c[1])
+          redis.call('SADD', KEYS[2], c[1])
           if job then
             redis.call('HDEL', batch_key(c[2], 'chunkjobs'), c[3])
             redis.call('SREM', batch_key(c[2], 'jobs'), job)
@@ -169,10 +174,10 @@ if budget > 0 then
   -- tenants served now go to the back of the round-robin: the next call starts with those that waited longest
   local t = redis.call('TIME')
   local now = tonumber(t[1]) + tonumber(t[2]) * 1e-6
-  for _, tenant in ipairs(served) do redis.call('ZADD', KEYS[4], 'XX', now, tenant) end
+  for _, tenant in ipairs(served) do redis.call('ZADD', KEYS[3], 'XX', now, tenant) end
 end
 redis.call('SET', grading_key(ARGV[7]), job_id, 'EX', ARGV[8])
-if #claimed > 0 then redis.call('EXPIRE', KEYS[3], ARGV[9]) end
+if #claimed > 0 then redis.call('EXPIRE', KEYS[2], ARGV[9]) end
 return {1, share, claimed, superseded}
 """
 )
@@ -257,19 +262,17 @@ class Chunks:
         """Claim `own` (the job's own chunk) and other pending chunks of `queue` up to the fair share of items.
 
         `budget=None`: the fair share, min(coalesce_max_items, ceil(waiting items / workers not grading)), so one
-        large batch is split between the idle workers and a backlog fills every call. Returns None when `own` is not
-        this job's to grade (done, cancelled, or given to a newer job after this one was taken as dead). `have`: items
-        the job holds already (a second claim while gathering), counted in the share.
+        large batch is split between the idle workers and a backlog fills every call. The workers: this one and those
+        RQ has alive and registered for the queue (listed just before the script), less those grading (juiz's busy
+        markers, read in the script). Returns None when `own` is not this job's to grade (done, cancelled, or given to
+        a newer job after this one was taken as dead). `have`: items the job holds already (a second claim while
+        gathering), counted in the share.
         """
         settings = self.settings
         scan = max(16, 4 * settings.coalesce_max_items // max(1, settings.chunk_size) + 16)
+        others = [w for w in self.jobs.live_workers(queue) if w != worker_key] if budget is None else []
         reply = self._claim(
-            keys=[
-                pending_key(queue),
-                f"rq:workers:{queue}",
-                owned_key(job_id),
-                pending_tenants_key(queue),
-            ],
+            keys=[pending_key(queue), owned_key(job_id), pending_tenants_key(queue)],
             args=[
                 own.member if own is not None else "",
                 job_id,
@@ -282,6 +285,7 @@ class Chunks:
                 settings.job_timeout_s + 3600,
                 have,
                 queue,
+                *others,
             ],
         )
         if not reply or int(reply[0]) == 0:

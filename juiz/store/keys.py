@@ -36,9 +36,10 @@ finishing a job (`finish`), which are split into single-slot steps, each safe to
 What is NOT cluster-safe yet:
 
   - `claim` (CROSS_SLOT_SCRIPTS): the scheduler decides in one atomic step across the queue's `pending` and fairness
-    index, the candidate batches' hashes and chunk owners, RQ's worker registry and the workers' busy markers. Made
-    single-slot, it would keep in the queue's slot what it reads (chunk owners, each batch's size and tenant, busy
-    markers) and be given RQ's registry as an argument.
+    index and the candidate batches' hashes and chunk owners, and writes the job's owned set and the worker's busy
+    marker; its fair share reads the other workers' busy markers. It touches no RQ key: the workers alive and
+    registered for the queue are listed before it, through RQ's API, and passed in. Made single-slot, it would keep in
+    the queue's slot what it reads and writes (chunk owners, each batch's size and tenant, owned sets, busy markers).
   - the MULTI transactions that create a batch and requeue chunks: they write the batch's, the queue's and RQ's keys
     together so that a crash leaves all or none.
   - RQ itself, whose own pipelines span several slots (rq/rq#1942): a cluster needs another queue beneath juiz.

@@ -1,5 +1,6 @@
 """RQ's side of the store: one RQ job per chunk, queued with the batch, taken off its queue when its chunk is claimed by
-another job or its batch is cancelled. RQ's keys are written through RQ's API only, never by juiz's scripts."""
+another job or its batch is cancelled; and the workers RQ knows for a queue (claim's fair share). RQ's keys are read
+and written through RQ's public API only, never by juiz's scripts nor by their names."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from redis import Redis
-from rq import Callback, Queue, Retry
+from rq import Callback, Queue, Retry, Worker
 from rq.exceptions import InvalidJobOperation
 from rq.job import Job
 from rq.registry import ScheduledJobRegistry
@@ -43,6 +44,12 @@ class ChunkJobs:
         return JuizQueue(
             name, connection=self.redis, serializer=JSONSerializer, default_timeout=self.settings.job_timeout_s
         )
+
+    def live_workers(self, queue_name: str) -> list[str]:
+        """The keys of the workers registered for the queue whose record is alive, through RQ's API (`Worker.all`:
+        a worker's record lapses when its heartbeat stops, before RQ's maintenance cleans the registry; RQ also drops
+        a lapsed worker from its global registry there, as its maintenance does)."""
+        return [worker.key for worker in Worker.all(queue=self.rq_queue(queue_name))]
 
     def enqueue(self, queue_name: str, chunks: Sequence[tuple[str, int]], pipe: Any) -> None:
         """Queue one RQ job per chunk (in `pipe`), remembering which job is each chunk's, for `claim`."""

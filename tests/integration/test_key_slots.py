@@ -1,7 +1,8 @@
 """Redis Cluster safety of the key layout (issue 16 item 2): every call of every Lua script of juiz.store names keys
-of ONE hash slot, except the scripts juiz.store.keys lists in CROSS_SLOT_SCRIPTS. Checked on the keys of real calls
-against a real Redis (a batch submitted, graded by a real worker, labelled, a chunk given back, a batch cancelled),
-not by reading the scripts' source."""
+of ONE hash slot, except the scripts juiz.store.keys lists in CROSS_SLOT_SCRIPTS, and no RQ key (RQ's keys are RQ's,
+read and written through its API). Checked on the keys of real calls against a real Redis (a batch submitted, graded
+by a real worker, labelled, a chunk given back, a batch cancelled), not by reading the scripts' source. The keys a
+script builds itself are checked in tests/integration/test_fair_share.py."""
 
 from __future__ import annotations
 
@@ -73,6 +74,8 @@ def test_every_script_but_the_listed_ones_keeps_to_one_slot(
 
     by_name = {names[source]: made for source, made in calls.items() if source in names}
     assert set(by_name) == set(names.values()), f"scripts never called: {set(names.values()) - set(by_name)}"
+    named = [(name, k) for name, made in by_name.items() for keys_of_call in made for k in keys_of_call]
+    assert [(name, k) for name, k in named if k.startswith("rq:")] == []  # no script is given an RQ key
     multi_slot = {name for name, made in by_name.items() if any(len(slots(k)) > 1 for k in made)}
     assert multi_slot == CROSS_SLOT_SCRIPTS
     assert any(k[:1] == [keys.batch_key(other.id)] for made in by_name.values() for k in made)  # both batches seen
