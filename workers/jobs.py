@@ -52,6 +52,7 @@ from typing import Any
 
 from rq import get_current_job
 from rq.exceptions import AbandonedJobError
+from rq.worker import Worker
 
 from juiz.engine import CallControl
 from juiz.errors import EngineDeadError, TransientEngineError
@@ -81,7 +82,7 @@ class Binding:
 
     @property
     def worker_key(self) -> str:
-        return f"rq:worker:{self.worker_name}"
+        return Worker.redis_worker_namespace_prefix + self.worker_name  # the key RQ gives a worker of this name
 
 
 _binding: Binding | None = None

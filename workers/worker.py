@@ -62,8 +62,7 @@ from rq.scheduler import RQScheduler
 from rq.serializers import JSONSerializer
 from rq.timeouts import JobTimeoutException, TimerDeathPenalty
 from rq.utils import now as rq_now
-from rq.worker import SimpleWorker, WorkerStatus
-from rq.worker_registration import WORKERS_BY_QUEUE_KEY
+from rq.worker import SimpleWorker, Worker, WorkerStatus
 from tenacity import (
     RetryCallState,
     Retrying,
@@ -133,12 +132,10 @@ class JuizWorker(SimpleWorker):
     def is_registered(self) -> bool:
         """This worker's hash is whole (the model field is written last) and in RQ's registry sets: the queues' (read
         by claim's fair share) and the global one (Worker.all: /ready, /metrics)."""
-        sets = [self.redis_workers_keys, *(WORKERS_BY_QUEUE_KEY % name for name in self.queue_names())]
-        with self.connection.pipeline(transaction=False) as pipe:
-            pipe.hexists(self.key, MODEL_FIELD)
-            for key in sets:
-                pipe.sismember(key, self.key)
-            return all(pipe.execute())
+        if not self.connection.hexists(self.key, MODEL_FIELD):
+            return False
+        registries = [Worker.all_keys(connection=self.connection), *(Worker.all_keys(queue=q) for q in self.queues)]
+        return all(self.key in keys for keys in registries)
 
     def keep_registered(self) -> None:
         """Register again if Redis lost this worker's registration while the worker lives on.
