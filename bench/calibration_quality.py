@@ -36,6 +36,7 @@ from bench.common import WORK, close_engine, load_engine, save, setup_logging, t
 from bench.labelled import CELLS, labelled_set, save_judgements, saved_judgements
 from juiz.agreement import compute_agreement, metric_signal, verdict_signal
 from juiz.calibration import (
+    CLASS_WEIGHTS,
     CalibrationUnavailable,
     apply_calibration,
     calibrated_probabilities,
@@ -119,7 +120,13 @@ def calibration_section(
     calibrated = compute_agreement(with_label, mapping, resamples=0, signal=calibrated_signal(mapping))
     labels = _labels(with_label, mapping)
     out["dev_to_test"] = {
-        "calibration": {"id": calibration.id, "sha256": calibration.sha256, "features": calibration.features},
+        "calibration": {
+            "id": calibration.id,
+            "sha256": calibration.sha256,
+            "features": calibration.features,
+            "class_weight": calibration.cross_fitted.get("class_weight"),
+            "dev_kappa_quadratic_by_class_weight": calibration.cross_fitted.get("kappa_quadratic_by_class_weight"),
+        },
         "fit_on": calibration.cross_fitted.get("n"),
         "raw": _figures(raw),
         "calibrated": _figures(calibrated),
@@ -127,8 +134,24 @@ def calibration_section(
         if len(labels)
         else None,
         "not_calibrated": len(applied) - len(with_label),
+        # What each weighting would have given here (the fit chose on dev alone): the choice's cost or gain, shown.
+        "calibrated_by_class_weight": {
+            weight or "none": _dev_to_test(dev, test, mapping, weight) for weight in CLASS_WEIGHTS
+        },
     }
     return _with_targets(out)
+
+
+def _dev_to_test(
+    dev: Sequence[Judgement], test: Sequence[Judgement], mapping: LabelMapping, weight: str | None
+) -> dict[str, Any]:
+    """Calibrated figures on `test` of a calibration fit on `dev` with this one class weighting."""
+    spec = fit_from_results(dev, mapping, class_weights=(weight,)).spec()
+    applied = [j.model_copy(deep=True) for j in test]
+    for j in applied:
+        apply_calibration(j, spec)
+    with_label = [j for j in applied if j.calibrated is not None and j.calibrated.label is not None]
+    return _figures(compute_agreement(with_label, mapping, resamples=0, signal=calibrated_signal(mapping)))
 
 
 def _with_targets(out: dict[str, Any]) -> dict[str, Any]:

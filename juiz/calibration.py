@@ -238,16 +238,22 @@ class Calibration:
 
 
 def cross_fit_weighting(
-    features: np.ndarray, labels: np.ndarray, n_classes: int, *, folds: int = DEFAULT_FOLDS, seed: int = 0
+    features: np.ndarray,
+    labels: np.ndarray,
+    n_classes: int,
+    *,
+    folds: int = DEFAULT_FOLDS,
+    seed: int = 0,
+    class_weights: Sequence[str | None] = CLASS_WEIGHTS,
 ) -> tuple[np.ndarray, str | None, dict[str | None, float]]:
-    """The cross-fitted probabilities of the class weighting (CLASS_WEIGHTS) whose held-out quadratic κ is highest;
-    that weighting; every weighting's κ."""
+    """The cross-fitted probabilities of the class weighting whose held-out quadratic κ is highest; that weighting;
+    every weighting's κ."""
     tried = {
         weight: cross_fitted_probabilities(features, labels, n_classes, folds=folds, seed=seed, class_weight=weight)
-        for weight in CLASS_WEIGHTS
+        for weight in class_weights
     }
     kappas = {weight: _quadratic_kappa(labels, held_out.argmax(axis=1)) for weight, held_out in tried.items()}
-    chosen = max(CLASS_WEIGHTS, key=lambda weight: kappas[weight])  # max keeps the first of equals
+    chosen = max(class_weights, key=lambda weight: kappas[weight])  # max keeps the first of equals
     return tried[chosen], chosen, kappas
 
 
@@ -259,11 +265,14 @@ def fit_calibration(
     *,
     folds: int = DEFAULT_FOLDS,
     seed: int = 0,
+    class_weights: Sequence[str | None] = CLASS_WEIGHTS,
 ) -> Calibration:
     """Cross-fit for honest figures, then fit once on everything. CalibrationUnavailable when it can't."""
     x = np.asarray(features, dtype=float)
     y = np.asarray(labels, dtype=int)
-    held_out, class_weight, kappas = cross_fit_weighting(x, y, len(classes), folds=folds, seed=seed)
+    held_out, class_weight, kappas = cross_fit_weighting(
+        x, y, len(classes), folds=folds, seed=seed, class_weights=class_weights
+    )
     model = _model(seed, class_weight).fit(x, y)
     coef, intercept = _raw_scale_coefficients(model)
     return Calibration(
@@ -414,14 +423,20 @@ def _labelled(judgements: Sequence[Judgement], mapping: LabelMapping) -> _Labell
 
 
 def fit_from_results(
-    judgements: Sequence[Judgement], mapping: LabelMapping, *, folds: int = DEFAULT_FOLDS, seed: int = 0
+    judgements: Sequence[Judgement],
+    mapping: LabelMapping,
+    *,
+    folds: int = DEFAULT_FOLDS,
+    seed: int = 0,
+    class_weights: Sequence[str | None] = CLASS_WEIGHTS,
 ) -> Calibration:
     """`juiz calibrate`: fit on every labelled result that has all features. CalibrationUnavailable when it can't."""
     data = _labelled(judgements, mapping)
     if not data.names:
         raise CalibrationUnavailable("no metric graded ok in these results: nothing to calibrate from")
+    classes = [c.name for c in mapping.classes]
     calibration = fit_calibration(
-        data.features, data.labels, [c.name for c in mapping.classes], data.names, folds=folds, seed=seed
+        data.features, data.labels, classes, data.names, folds=folds, seed=seed, class_weights=class_weights
     )
     calibration.cross_fitted["n_missing_features"] = data.n_missing
     return calibration
