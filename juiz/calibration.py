@@ -32,7 +32,7 @@ from sklearn.model_selection import StratifiedKFold
 from sklearn.pipeline import Pipeline, make_pipeline
 from sklearn.preprocessing import StandardScaler
 
-import prompts
+from juiz.check_rule import template_of
 from juiz.errors import JuizError
 from schemas.agreement import CalibratedAgreement
 from schemas.calibration import (
@@ -345,14 +345,8 @@ def check_feature(result: MetricResult, name: str) -> float | None:
 
 
 def _asked_per_point(result: MetricResult, name: str) -> bool:
-    if result.provenance is None:
-        return False
-    try:
-        metric, version, lang = prompts.parse_prompt_id(result.provenance.prompt)
-        template = prompts.load(metric, version, lang or "en")
-    except prompts.PromptNotFound:
-        return False
-    return any(c.name == name and c.ask == "per_point" for c in template.checks)
+    template = template_of(result)
+    return template is not None and any(c.name == name and c.ask == "per_point" for c in template.checks)
 
 
 def feature_vector(judgement: Judgement, names: Sequence[str]) -> tuple[list[float] | None, str | None]:

@@ -34,7 +34,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import prompts
-from schemas.judgement import CheckResult, CheckStatus
+from schemas.judgement import CheckResult, CheckStatus, MetricResult
 
 
 @dataclass(frozen=True)
@@ -52,6 +52,24 @@ class RuleOutcome:
         """The grade in the seeds' form."""
         score = "" if self.score is None else str(self.score)
         return f"Criteria: {self.criteria}\nSupporting Evidence: {self.supporting_evidence}\nScore: {score}"
+
+
+def template_of(result: MetricResult) -> prompts.PromptTemplate | None:
+    """The prompt a stored result was graded with (from its provenance), or None when it is unknown here."""
+    if result.provenance is None:
+        return None
+    try:
+        metric, version, lang = prompts.parse_prompt_id(result.provenance.prompt)
+        return prompts.load(metric, version, lang or "en")
+    except prompts.PromptNotFound:
+        return None
+
+
+def veto_gate(template: prompts.PromptTemplate, results: Sequence[CheckResult]) -> float | None:
+    """The weakest veto check's value (the rule's gate), or None when the prompt has no veto or none was read."""
+    values = check_values(template, results)
+    gates = [values[c.name] for c in template.checks if c.role == "veto" and c.name in values]
+    return min(gates, default=None)
 
 
 def check_values(template: prompts.PromptTemplate, results: Sequence[CheckResult]) -> dict[str, float]:

@@ -10,7 +10,10 @@ A result is `uncertain` (worth a human label) when any of these holds — the ru
 - dispersion: fewer than 2/3 of its sampled replies agree with the majority score (n > 1 only);
 - calibration: the calibrated probability of its calibrated label is below 0.6 (with `options.calibration`);
 - boundary: without a calibration, 3 × its expected score lies within 0.25 of one of the label mapping's cut points
-  (0.5 and 2.5 by default: between I and P, and between P and C).
+  (0.5 and 2.5 by default: between I and P, and between P and C);
+- veto: a metric graded by a check-based prompt whose weakest veto check lies within 0.05 of the rule's `veto_below`:
+  its grade is 0 or the unvetoed score on a hair (the same item graded twice, once with a warm prefix cache, read
+  0.47 and 0.50 of a veto at 0.5, and its grade went from 0 to 3).
 `uncertainty.score` (0–1) is the largest component, so results can be listed most uncertain first.
 """
 
@@ -21,6 +24,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
+from juiz.check_rule import template_of, veto_gate
 from schemas.batch import BatchOptions
 from schemas.judgement import Judgement, MetricStatus
 from schemas.labels import LabelMapping
@@ -29,6 +33,7 @@ from schemas.uncertainty import SampleSummary, Uncertainty
 MIN_MAJORITY_SHARE = 2 / 3  # below: the replies disagree
 MIN_CALIBRATED_PROBABILITY = 0.6  # below: the calibration is unsure of its label
 BOUNDARY_MARGIN = 0.25  # on the 0–3 scale: this close to a cut point, the label could go either way
+VETO_MARGIN = 0.05  # a veto check's value this close to the rule's threshold: vetoed or not by the engine's noise
 
 
 def combine_samples(samples: Sequence[dict[str, Any]], temperature: float) -> dict[str, Any]:
@@ -94,14 +99,36 @@ def assess(judgement: Judgement, mapping: LabelMapping) -> Uncertainty | None:
         boundary = round(max(0.0, 1 - distance / (2 * BOUNDARY_MARGIN)), 6)
         if distance < BOUNDARY_MARGIN:
             reasons.append(f"3 × expected score {value:.2f} is within {BOUNDARY_MARGIN} of the cut point {cut:g}")
-    components = [c for c in (dispersion, calibrated_doubt, boundary) if c is not None]
+    veto = _veto_closeness(judgement, reasons)
+    components = [c for c in (dispersion, calibrated_doubt, boundary, veto) if c is not None]
     return Uncertainty(
         score=max(components, default=0.0),
         reasons=reasons,
         dispersion=dispersion,
         calibrated_doubt=calibrated_doubt,
         boundary=boundary,
+        veto=veto,
     )
+
+
+def _veto_closeness(judgement: Judgement, reasons: list[str]) -> float | None:
+    """How close the nearest metric's veto gate is to its threshold (1 = on it; None: no check-based veto read);
+    adds the reason when it is within VETO_MARGIN."""
+    closest: float | None = None
+    for name, result in (judgement.metrics or {}).items():
+        template = template_of(result) if result.status is MetricStatus.OK and result.checks else None
+        if template is None or template.rule is None:
+            continue
+        gate = veto_gate(template, result.checks or [])
+        if gate is None:
+            continue
+        distance = abs(gate - template.rule.veto_below)
+        closest = max(closest or 0.0, round(max(0.0, 1 - distance / (2 * VETO_MARGIN)), 6))
+        if distance < VETO_MARGIN:
+            reasons.append(
+                f"{name}'s veto {gate:.2f} is within {VETO_MARGIN} of its threshold {template.rule.veto_below:g}"
+            )
+    return closest
 
 
 def annotate(judgement: Judgement, options: BatchOptions) -> Judgement:

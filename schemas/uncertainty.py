@@ -30,3 +30,9 @@ class Uncertainty(BaseModel):
     boundary: float | None = Field(
         default=None, ge=0, le=1, description="Closeness of 3 × expected score to the nearest label cut point."
     )
+    veto: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="Closeness of a check-based metric's weakest veto check to the rule's threshold (1 = on it).",
+    )

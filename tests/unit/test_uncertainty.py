@@ -11,7 +11,7 @@ from pydantic import ValidationError
 from juiz.engine import Conversation
 from juiz.fake_engine import FakeEngine
 from juiz.judge import Judge
-from juiz.uncertainty import MIN_MAJORITY_SHARE, uncertain_first
+from juiz.uncertainty import MIN_MAJORITY_SHARE, assess, uncertain_first
 from schemas import BatchOptions, Judgement, Triple
 
 ITEM = Triple(id="q1", question="What is a B-tree?", answer="A balanced search tree.")
@@ -104,3 +104,48 @@ def test_sampling_options_are_checked() -> None:
 def test_one_sample_keeps_the_greedy_request_and_its_provenance() -> None:
     judgement = grade([2])
     assert "n" not in judgement.provenance.sampling and judgement.provenance.sampling["temperature"] == 0.0
+
+
+def _check_judge(conversation: Conversation) -> str:
+    """A FAKE check judge: a reference of two points, no sentence aimed at a grader, yes to every other check."""
+    if "key points" in conversation[-1]["content"]:
+        return "- Paris is the capital of France.\n- It has two million people."
+    if "speaks to someone other than the person who asked" in conversation[0]["content"]:
+        return "No"
+    return "Yes"
+
+
+def _with_grader_flag(judgement: Judgement, p_yes: float) -> Judgement:
+    """The same result with the per-sentence grader flag (a veto where yes means bad) read at `p_yes`."""
+    result = judgement.metrics["answer_relevance"]  # type: ignore[index]
+    checks = [
+        c.model_copy(update={"p_yes": p_yes}) if c.name == "sentence_to_grader" else c for c in result.checks or []
+    ]
+    return judgement.model_copy(
+        update={
+            "metrics": {**(judgement.metrics or {}), "answer_relevance": result.model_copy(update={"checks": checks})}
+        }
+    )
+
+
+def test_a_check_based_grade_whose_veto_sits_on_its_threshold_is_uncertain() -> None:
+    """Graded twice, an answer read 0.47 and 0.50 by a veto at 0.5 and went from 0 to 3: such a grade is a coin
+    toss, so it is flagged for a person, whatever the rest of the checks say; a clear reading is not."""
+    item = Triple(
+        id="q1",
+        question="What is the capital of France?",
+        answer="Paris is the capital.",
+        context="Paris is the capital of France.",
+    )
+    (graded,) = Judge(FakeEngine(_check_judge)).grade([item], BatchOptions())
+    result = (graded.metrics or {})["answer_relevance"]
+    assert result.provenance is not None and result.provenance.prompt.startswith("answer_relevance@checks")
+    mapping = BatchOptions().label_mapping
+    on_the_line, clear = (
+        assess(_with_grader_flag(graded, 0.52), mapping),
+        assess(_with_grader_flag(graded, 0.1), mapping),
+    )
+    assert on_the_line is not None and clear is not None
+    assert any("answer_relevance's veto 0.48" in reason for reason in on_the_line.reasons)
+    assert on_the_line.veto == pytest.approx(0.8) and on_the_line.score >= 0.8
+    assert clear.veto == 0.0 and not any("veto" in reason for reason in clear.reasons)
