@@ -65,11 +65,14 @@ def template_of(result: MetricResult) -> prompts.PromptTemplate | None:
         return None
 
 
+def veto_values(template: prompts.PromptTemplate, values: dict[str, float]) -> dict[str, float]:
+    """The values of the veto checks that were read (`check_values`): the weakest is the rule's gate."""
+    return {c.name: values[c.name] for c in template.checks if c.role == "veto" and c.name in values}
+
+
 def veto_gate(template: prompts.PromptTemplate, results: Sequence[CheckResult]) -> float | None:
     """The weakest veto check's value (the rule's gate), or None when the prompt has no veto or none was read."""
-    values = check_values(template, results)
-    gates = [values[c.name] for c in template.checks if c.role == "veto" and c.name in values]
-    return min(gates, default=None)
+    return min(veto_values(template, check_values(template, results)).values(), default=None)
 
 
 def check_values(template: prompts.PromptTemplate, results: Sequence[CheckResult]) -> dict[str, float]:
@@ -161,7 +164,7 @@ def apply_rule(template: prompts.PromptTemplate, results: Sequence[CheckResult])
             f"scale check not read: {', '.join(unread_scale)}",
             f"the scale check {', '.join(unread_scale)} could not be read (unread: {', '.join(unread)})",
         )
-    gate_values = {name: values[name] for name in vetoes if name in values}
+    gate_values = veto_values(template, values)
     gate = min(gate_values.values(), default=1.0)
     scaled = statistics.fmean(core_values) * statistics.fmean([values[name] for name in scale] or [1.0])
     strength = min(scaled, gate)
