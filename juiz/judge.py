@@ -24,18 +24,9 @@ import prompts
 from juiz.checks import CHECK_REQUEST, Ask, CheckJob, read_check, reference_text
 from juiz.engine import CANCELLED, CallControl, Completion, Conversation, GenerationRequest, JudgeEngine, aborted
 from juiz.errors import EngineDeadError, TransientEngineError
-from juiz.judgements import (
-    CHECKS,
-    checks_result,
-    judgement_of,
-    parsed_fields,
-    provenance_of,
-    rounded,
-    sampled_fields,
-    with_origin,
-)
+from juiz.judgements import checks_result, judgement_of, parsed_fields, rounded, sampled_fields, with_origin
 from juiz.plan import COT_REQUEST, FAST_REQUEST, SEGMENT_COT_REQUEST, ItemPlan, plan_item
-from schemas import BatchOptions, Judgement, Segment, Triple
+from schemas import BatchOptions, Judgement, Provenance, Segment, Triple
 from schemas.judgement import NEEDS_CONTEXT, CheckResult, MetricResult, MetricStatus, SegmentGrade
 
 log = logging.getLogger(__name__)
@@ -62,10 +53,11 @@ class _Task:
     item: int
     metric: str
     segment: int | None
-    template: prompts.PromptTemplate
     conversation: Conversation
     request: GenerationRequest
-    mode: str
+    # What the metric's result records (its plan's); None for a check's or a reference's conversation, whose
+    # metric's result is made from all of them (`_grade_checks`).
+    provenance: Provenance | None
 
 
 @dataclass(frozen=True)
@@ -102,9 +94,14 @@ class Judge:
         Prompts differ per item and metric, so they still share one call; only a different sampling setting (cot,
         the shorter per-segment cot, fast) needs a call of its own. `control.cancelled()` names ITEM indices.
         `plans`: each item's `plan_item`, when the caller made it already (the worker keys its result cache on it);
-        an item without one is planned here.
+        an item without one is planned here, before anything else.
         """
-        tasks, jobs, skipped = self._plan(items, plans)
+        model = self.engine.model_id
+        planned = [
+            plan if plan is not None else plan_item(options, triple.question, model)
+            for (triple, options), plan in zip(items, plans or [None] * len(items), strict=True)
+        ]
+        tasks, jobs, skipped = self._tasks(items, planned)
         replies = self._run(tasks, control)
         by_item: list[dict[str, MetricResult]] = [dict(skipped.get(i, {})) for i in range(len(items))]
         for (item, metric), result in self._grade_checks(jobs, control).items():
@@ -112,39 +109,39 @@ class Judge:
         segment_grades: dict[tuple[int, str], list[tuple[_Task, _Reply]]] = {}
         for task, reply in zip(tasks, replies, strict=True):
             if task.segment is None:
-                by_item[task.item][task.metric] = _metric_result(task, reply, self.engine.model_id)
+                by_item[task.item][task.metric] = _metric_result(task, reply)
             else:
                 segment_grades.setdefault((task.item, task.metric), []).append((task, reply))
         for (item, metric), graded in segment_grades.items():
-            by_item[item][metric] = _context_relevance(graded, self.engine.model_id)
+            by_item[item][metric] = _context_relevance(graded)
         judgements = [
             judgement_of(triple, options, {m: by_item[i][m] for m in options.metrics})
             for i, (triple, options) in enumerate(items)
         ]
         return with_origin(judgements, self.engine)
 
-    def _plan(
-        self, items: Sequence[tuple[Triple, BatchOptions]], plans: Sequence[ItemPlan | None] | None = None
-    ) -> tuple[list[_Task], list[CheckJob], dict[int, dict[str, MetricResult]]]:
+    def _tasks(
+        self, items: Sequence[tuple[Triple, BatchOptions]], plans: Sequence[ItemPlan]
+    ) -> tuple[list[_Task], list[tuple[CheckJob, Provenance]], dict[int, dict[str, MetricResult]]]:
+        """The conversations each item's plan asks for; a check-based metric's go to juiz.checks."""
         tasks: list[_Task] = []
-        jobs: list[CheckJob] = []
+        jobs: list[tuple[CheckJob, Provenance]] = []
         skipped: dict[int, dict[str, MetricResult]] = {}
-        for i, (triple, options) in enumerate(items):
+        for i, ((triple, options), plan) in enumerate(zip(items, plans, strict=True)):
             segments = context_segments(triple.context)
-            plan = plans[i] if plans is not None else None
-            for metric, chosen in (plan or plan_item(options, triple.question)).items():
+            for metric, chosen in plan.items():
                 template, request = chosen.template, chosen.request
                 if metric in NEEDS_CONTEXT and not segments:
                     skipped.setdefault(i, {})[metric] = MetricResult(
                         status=MetricStatus.SKIPPED,
                         error=f"{metric} needs a context and this item has none",
-                        provenance=provenance_of(self.engine.model_id, template, request, options.mode),
+                        provenance=chosen.provenance,
                     )
                     continue
                 if metric == "context_relevance":
                     for n, text in enumerate(segments):
                         conversation = template.render(question=triple.question, segment=text, mode=options.mode)
-                        tasks.append(_Task(i, metric, n, template, conversation, request, options.mode))
+                        tasks.append(_Task(i, metric, n, conversation, request, chosen.provenance))
                     continue
                 fields = {"question": triple.question, "answer": triple.answer}
                 if metric == "groundedness" or template.kind == "checks":
@@ -152,30 +149,25 @@ class Judge:
                     # all of an item's checks, whatever the metric.
                     fields["context"] = prompts.format_context(segments) if segments else NO_CONTEXT
                 if template.kind == "checks":
-                    jobs.append(CheckJob.plan(i, metric, template, fields, segments))
+                    jobs.append((CheckJob.plan(i, metric, template, fields, segments), chosen.provenance))
                     continue
                 conversation = template.render(mode=options.mode, **fields)
-                tasks.append(_Task(i, metric, None, template, conversation, request, options.mode))
+                tasks.append(_Task(i, metric, None, conversation, request, chosen.provenance))
         return tasks, jobs, skipped
 
-    def _grade_checks(self, jobs: list[CheckJob], control: CallControl | None) -> dict[tuple[int, str], MetricResult]:
+    def _grade_checks(
+        self, planned_jobs: list[tuple[CheckJob, Provenance]], control: CallControl | None
+    ) -> dict[tuple[int, str], MetricResult]:
         """Check-based metrics in three waves (juiz.checks): the references, each item's first check (so its prefix is
         cached), then every other check; each wave is one engine call."""
-        if not jobs:
+        if not planned_jobs:
             return {}
         started = time.perf_counter()
+        jobs = [job for job, _ in planned_jobs]
         with_reference = [job for job in jobs if job.needs_reference]
         reference_replies = self._run(
             [
-                _Task(
-                    job.item,
-                    job.metric,
-                    None,
-                    job.template,
-                    job.reference_conversation(),
-                    job.reference_request,
-                    CHECKS,
-                )
+                _Task(job.item, job.metric, None, job.reference_conversation(), job.reference_request, None)
                 for job in with_reference
             ],
             control,
@@ -211,10 +203,9 @@ class Judge:
                         planned[n][0].item,
                         planned[n][0].metric,
                         None,
-                        planned[n][0].template,
                         planned[n][1][k].conversation,
                         CHECK_REQUEST,
-                        CHECKS,
+                        None,
                     )
                     for n, k in wave
                 ],
@@ -224,11 +215,11 @@ class Judge:
                 read[(n, k)] = read_check(planned[n][1][k], reply.completion)
         latency = round(time.perf_counter() - started, 4)
         results: dict[tuple[int, str], MetricResult] = {}
-        for n, (job, asks, unasked) in enumerate(planned):
+        for n, ((job, asks, unasked), (_, provenance)) in enumerate(zip(planned, planned_jobs, strict=True)):
             checks = [read[(n, k)] for k in range(len(asks))] + unasked
             reference = references.get(id(job))
             results[(job.item, job.metric)] = checks_result(
-                job, checks, reference_text(reference) if reference is not None else None, latency, self.engine.model_id
+                job, checks, reference_text(reference) if reference is not None else None, latency, provenance
             )
         return results
 
@@ -344,15 +335,15 @@ def _shifted(control: CallControl | None, start: int, stop: int) -> CallControl 
     return replace(control, cancelled=cancelled)
 
 
-def _metric_result(task: _Task, reply: _Reply, model: str) -> MetricResult:
+def _metric_result(task: _Task, reply: _Reply) -> MetricResult:
     return MetricResult(
         **sampled_fields(reply.completion, task.request),
         latency_s=round(reply.latency_s, 4),
-        provenance=provenance_of(model, task.template, task.request, task.mode),
+        provenance=task.provenance,
     )
 
 
-def _context_relevance(graded: list[tuple[_Task, _Reply]], model: str) -> MetricResult:
+def _context_relevance(graded: list[tuple[_Task, _Reply]]) -> MetricResult:
     """Per-segment grades and their aggregate: the best segment's score (see CONTEXT_AGGREGATE).
 
     The max answers "does the context hold what the question needs", which is what makes a grounded answer possible;
@@ -367,7 +358,7 @@ def _context_relevance(graded: list[tuple[_Task, _Reply]], model: str) -> Metric
     ]
     common: dict[str, Any] = {
         "latency_s": round(max(r.latency_s for _, r in graded), 4),
-        "provenance": provenance_of(model, task.template, task.request, task.mode),
+        "provenance": task.provenance,
         "segments": segments,
         "aggregate": CONTEXT_AGGREGATE,
     }

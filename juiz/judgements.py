@@ -1,6 +1,7 @@
 """What a judgement is made of: a metric's fields from the judge's reply (or the majority of several), a check-based
-metric's result from its checks and rule, the provenance every result records, and the judgement itself (the main
-metric's grade on top, every metric under `metrics`, the batch's label and calibration applied).
+metric's result from its checks and rule, and the judgement itself (the main metric's grade on top, every metric under
+`metrics`, the batch's label and calibration applied). What each metric records as its provenance is its plan's
+(juiz.plan).
 
 `failed_judgement` is the result of an item that could not be graded at all, with the reason and the judge meant
 for it.
@@ -8,23 +9,17 @@ for it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
-import prompts
-from juiz import __version__
 from juiz.check_rule import apply_rule
-from juiz.checks import CHECK_REQUEST, CheckJob
+from juiz.checks import CheckJob
 from juiz.engine import Completion, GenerationRequest, JudgeEngine
-from juiz.errors import PromptError
 from juiz.labels import label_for
 from juiz.parsing import expected_score, parse_reply
-from juiz.plan import ItemPlan, plan_metric, score_sampling
 from juiz.uncertainty import annotate, combine_samples
 from schemas import BatchOptions, Judgement, JudgementStatus, Provenance, Triple
 from schemas.judgement import CheckResult, CheckStatus, MetricResult, MetricStatus
-
-# The mode a check-based prompt's results record: they are neither cot nor fast (one yes/no token per check).
-CHECKS = "checks"
 
 
 def parsed_fields(completion: Completion, request: GenerationRequest) -> dict[str, Any]:
@@ -66,12 +61,12 @@ def sampled_fields(completion: Completion, request: GenerationRequest) -> dict[s
 
 
 def checks_result(
-    job: CheckJob, checks: list[CheckResult], reference: str | None, latency_s: float, model: str
+    job: CheckJob, checks: list[CheckResult], reference: str | None, latency_s: float, provenance: Provenance
 ) -> MetricResult:
     """A check-based metric's result: the rule's grade (juiz.check_rule), the checks, the reference."""
     common: dict[str, Any] = {
         "latency_s": latency_s,
-        "provenance": provenance_of(model, job.template, CHECK_REQUEST, CHECKS),
+        "provenance": provenance,
         "checks": checks,
         "reference": reference,
     }
@@ -144,17 +139,6 @@ def with_origin(judgements: list[Judgement], engine: JudgeEngine) -> list[Judgem
     return judgements
 
 
-def provenance_of(model: str, template: prompts.PromptTemplate, request: GenerationRequest, mode: str) -> Provenance:
-    rule = {"rule": template.rule.version} if template.rule is not None else {}
-    return Provenance(
-        model=model,
-        prompt=template.id,
-        prompt_sha256=template.sha256,
-        sampling={**request.describe(), "mode": CHECKS if template.kind == "checks" else mode, **rule},
-        juiz_version=__version__,
-    )
-
-
 def item_fields(triple: Triple) -> dict[str, Any]:
     """What every judgement copies from its triple: the user's own fields, then the known ones.
 
@@ -173,27 +157,18 @@ def item_fields(triple: Triple) -> dict[str, Any]:
 
 
 def failed_judgement(
-    triple: Triple, options: BatchOptions, model: str, reason: str, plan: ItemPlan | None = None
+    triple: Triple, options: BatchOptions, reason: str, provenance: Mapping[str, Provenance]
 ) -> Judgement:
-    """A `failed` result for an item that could not be graded at all, with the reason and the judge meant for it
-    (`plan`, the item's `plan_item` when the caller has it; else each metric is planned here). A metric whose prompt
-    can't be served records the metric's name as its prompt and the mode's sampling."""
-    metrics: dict[str, MetricResult] = {}
-    for metric in options.metrics:
-        try:
-            chosen = plan[metric] if plan is not None else plan_metric(options, triple.question, metric)
-            provenance = provenance_of(model, chosen.template, chosen.request, options.mode)
-        except PromptError:
-            provenance = Provenance(
-                model=model,
-                prompt=metric,
-                prompt_sha256="",
-                sampling={**score_sampling(options, metric).describe(), "mode": options.mode},
-                juiz_version=__version__,
-            )
-        metrics[metric] = MetricResult(status=MetricStatus.FAILED, error=reason, provenance=provenance)
-    main = metrics[options.primary_metric]
-    assert main.provenance is not None
+    """A `failed` result for an item that could not be graded at all, with the reason and, for each metric, the
+    judge meant for it (`provenance`: juiz.plan.provenance_by_metric)."""
+    metrics: dict[str, MetricResult] = {
+        metric: MetricResult(status=MetricStatus.FAILED, error=reason, provenance=provenance[metric])
+        for metric in options.metrics
+    }
     return Judgement(
-        **item_fields(triple), status=JudgementStatus.FAILED, error=reason, provenance=main.provenance, metrics=metrics
+        **item_fields(triple),
+        status=JudgementStatus.FAILED,
+        error=reason,
+        provenance=provenance[options.primary_metric],
+        metrics=metrics,
     )

@@ -1,6 +1,7 @@
 """What each metric of an item is graded with: its prompt (the one the batch names for that metric, else the metric's
-default version, in the item's language) and its sampling (`GenerationRequest`: CoT, the shorter per-segment CoT,
-fast, or one yes/no token per check).
+default version, in the item's language), its sampling (`GenerationRequest`: CoT, the shorter per-segment CoT,
+fast, or one yes/no token per check), and the provenance every result of it records (the model, the prompt and its
+hash, the sampling). An item is planned once; later steps read the plan and choose nothing again.
 
 `validate_options` runs the same choice for every language a batch may meet, so a prompt id that can't be served
 fails at intake, before any work.
@@ -8,9 +9,11 @@ fails at intake, before any work.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 import prompts
+from juiz import __version__
 from juiz.checks import CHECK_REQUEST
 from juiz.engine import GenerationRequest
 from juiz.errors import PromptError
@@ -22,22 +25,30 @@ from juiz.parsing import (
     SEGMENT_MAX_TOKENS,
     SEGMENT_REPLY_REGEX,
 )
-from schemas import BatchOptions
+from schemas import BatchOptions, Provenance
 
 COT_REQUEST = GenerationRequest(max_tokens=COT_MAX_TOKENS, regex=COT_REPLY_REGEX, logprobs=20)
 # Fast mode: one forward pass; the reply is one digit and the expected score comes from its distribution.
 FAST_REQUEST = GenerationRequest(max_tokens=1, choice=SCORE_DIGITS, logprobs=20)
 # Context relevance in CoT mode: the same template with shorter bounds (it runs once per segment).
 SEGMENT_COT_REQUEST = GenerationRequest(max_tokens=SEGMENT_MAX_TOKENS, regex=SEGMENT_REPLY_REGEX, logprobs=20)
+# The mode a check-based prompt's results record: they are neither cot nor fast (one yes/no token per check).
+CHECKS = "checks"
 
 
-def select_prompt(
-    options: BatchOptions, question: str, metric: str | None = None, *, detected: str | None = None
-) -> prompts.PromptTemplate:
+def select_prompt(options: BatchOptions, question: str, metric: str | None = None) -> prompts.PromptTemplate:
     """The prompt for one item and metric (default: the options' main metric): the requested id for that metric,
-    or the metric's default version, in the item's language (`detected`, when the caller has read it already)."""
-    metric = metric or options.primary_metric
-    item_lang = (detected or detect_language(question)) if options.lang == "auto" else options.lang
+    or the metric's default version, in the item's language."""
+    return _prompt_in(options, metric or options.primary_metric, item_language(options, question))
+
+
+def item_language(options: BatchOptions, question: str) -> str:
+    """The language an item's prompts are in: the batch's, or the one its question is written in (`lang: auto`)."""
+    return detect_language(question) if options.lang == "auto" else options.lang
+
+
+def _prompt_in(options: BatchOptions, metric: str, item_lang: str) -> prompts.PromptTemplate:
+    """`select_prompt` for an item whose language is known; a prompt id without a language takes the item's."""
     version, lang = prompts.DEFAULT_VERSIONS[metric], item_lang
     for prompt_id in options.prompt_ids():
         try:
@@ -50,7 +61,7 @@ def select_prompt(
                 f"({', '.join(options.metrics)})"
             )
         if prompt_metric == metric:
-            version, lang = prompt_version, prompt_lang or item_lang  # an id without a language: the item's
+            version, lang = prompt_version, prompt_lang or item_lang
     try:
         return prompts.load(metric, version, lang)
     except (prompts.PromptNotFound, prompts.PromptSchemaError) as exc:
@@ -106,29 +117,67 @@ def score_sampling(options: BatchOptions, metric: str) -> GenerationRequest:
 
 @dataclass(frozen=True)
 class MetricPlan:
-    """How one metric of one item is graded: the prompt and the sampling."""
+    """How one metric of one item is graded (the prompt and the sampling), and what its result records."""
 
     template: prompts.PromptTemplate
     request: GenerationRequest
+    provenance: Provenance
 
 
 # Every metric a batch requests → its plan, in the batch's order of metrics.
 ItemPlan = dict[str, MetricPlan]
 
 
-def plan_item(options: BatchOptions, question: str) -> ItemPlan:
-    """Every requested metric's prompt and sampling for one item, its language read once (not once per metric).
+def plan_item(options: BatchOptions, question: str, model: str) -> ItemPlan:
+    """Every requested metric's prompt, sampling and provenance for one item (graded by `model`), its language read
+    once (not once per metric).
 
-    The judge grades by this plan and the result cache keys on it, so the two never read the choice apart; the
-    sampling comes from the chosen prompt itself (the batch's prompt ids are parsed once, in `select_prompt`).
-    Raises PromptError when a metric's prompt can't be served.
+    The judge grades by this plan, the result cache keys on it and every result records it, so none of them reads the
+    choice apart. Raises PromptError when a metric's prompt can't be served.
     """
-    detected = detect_language(question) if options.lang == "auto" else None
-    return {metric: plan_metric(options, question, metric, detected=detected) for metric in options.metrics}
+    item_lang = item_language(options, question)
+    return {metric: _metric_plan(options, metric, item_lang, model) for metric in options.metrics}
 
 
-def plan_metric(options: BatchOptions, question: str, metric: str, *, detected: str | None = None) -> MetricPlan:
-    """One metric's prompt and sampling for one item (`plan_item`, for one metric). Raises PromptError."""
-    sampling = score_sampling(options, metric)
-    template = select_prompt(options, question, metric, detected=detected)
-    return MetricPlan(template, CHECK_REQUEST if template.kind == "checks" else sampling)
+def _metric_plan(options: BatchOptions, metric: str, item_lang: str, model: str) -> MetricPlan:
+    template = _prompt_in(options, metric, item_lang)
+    # The sampling comes from the chosen prompt itself: a check-based one asks one yes/no token per check.
+    request = CHECK_REQUEST if template.kind == "checks" else score_sampling(options, metric)
+    return MetricPlan(template, request, provenance_of(model, template, request, options.mode))
+
+
+def provenance_of(model: str, template: prompts.PromptTemplate, request: GenerationRequest, mode: str) -> Provenance:
+    """What a result graded with `template` and `request` records: the judge, and the mode (`checks` for a
+    check-based prompt, whatever the batch's mode) and rule version it was graded under."""
+    rule = {"rule": template.rule.version} if template.rule is not None else {}
+    return Provenance(
+        model=model,
+        prompt=template.id,
+        prompt_sha256=template.sha256,
+        sampling={**request.describe(), "mode": CHECKS if template.kind == "checks" else mode, **rule},
+        juiz_version=__version__,
+    )
+
+
+def provenance_by_metric(
+    options: BatchOptions, question: str, model: str, plan: ItemPlan | None = None
+) -> Mapping[str, Provenance]:
+    """What each metric of an item that was never graded records: its plan's provenance (`plan`, when the caller
+    has it; else each metric is planned here, alone). A metric whose prompt can't be served records the metric's
+    name as its prompt and the mode's sampling."""
+    if plan is not None:
+        return {metric: chosen.provenance for metric, chosen in plan.items()}
+    item_lang = item_language(options, question)
+    recorded: dict[str, Provenance] = {}
+    for metric in options.metrics:
+        try:
+            recorded[metric] = _metric_plan(options, metric, item_lang, model).provenance
+        except PromptError:
+            recorded[metric] = Provenance(
+                model=model,
+                prompt=metric,
+                prompt_sha256="",
+                sampling={**score_sampling(options, metric).describe(), "mode": options.mode},
+                juiz_version=__version__,
+            )
+    return recorded

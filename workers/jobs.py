@@ -58,7 +58,7 @@ from juiz.engine import CallControl
 from juiz.errors import EngineDeadError, TransientEngineError
 from juiz.judge import Judge
 from juiz.judgements import failed_judgement
-from juiz.plan import ItemPlan, plan_item
+from juiz.plan import ItemPlan, plan_item, provenance_by_metric
 from juiz.result_cache import cache_key, cacheable, from_cache, reusable
 from juiz.retry import REDIS_ERRORS, while_redis_away
 from juiz.settings import Settings
@@ -262,7 +262,7 @@ def _grade_and_store(b: Binding, work: list[_Work], job: Any) -> dict[str, int]:
     control = _call_control(store, [w.batch.id for w, _, _ in flat], job)
     scopes = [_cache_scope(settings, w.batch) for w, _, _ in flat]
     # One plan per item (its metrics' prompts and sampling): the cache keys on it and the judge grades by it.
-    plans = [_plan_or_none(triple, w.batch.options) for w, _, triple in flat]
+    plans = [_plan_or_none(triple, w.batch.options, judge.engine.model_id) for w, _, triple in flat]
     for batch_id in {w.batch.id for w in work}:
         while_redis_away(settings.redis_retry_s, lambda batch_id=batch_id: store.mark_running(batch_id))  # type: ignore[misc]
     results: dict[tuple[str, int], Judgement] = {}
@@ -305,7 +305,12 @@ def _grade_and_store(b: Binding, work: list[_Work], job: Any) -> dict[str, int]:
             log.exception("grading failed permanently for %d item(s)", len(to_grade))
             reason = f"{type(exc).__name__}: {exc}"
             graded = [
-                failed_judgement(triple, w.batch.options, judge.engine.model_id, reason, plans[position])
+                failed_judgement(
+                    triple,
+                    w.batch.options,
+                    reason,
+                    provenance_by_metric(w.batch.options, triple.question, judge.engine.model_id, plans[position]),
+                )
                 for position, (w, _, triple) in to_grade
             ]
         else:
@@ -329,11 +334,16 @@ def _grade_and_store(b: Binding, work: list[_Work], job: Any) -> dict[str, int]:
     return {"chunks": len(work), "items": len(flat), "graded": len(to_grade), "stored": stored}
 
 
-def _plan_or_none(triple: Triple, options: BatchOptions) -> ItemPlan | None:
+def _plan_or_none(triple: Triple, options: BatchOptions, model: str) -> ItemPlan | None:
     try:
-        return plan_item(options, triple.question)
+        return plan_item(options, triple.question, model)
     except Exception:  # a prompt that can't be served fails in grading, with its reason (and has no cache key)
         return None
+
+
+def _never_graded(triple: Triple, options: BatchOptions, model: str, reason: str) -> Judgement:
+    """The failed result of an item whose chunk was given up on before any plan was made for it."""
+    return failed_judgement(triple, options, reason, provenance_by_metric(options, triple.question, model))
 
 
 def _call_control(store: Store, batch_of_item: list[str], job: Any) -> CallControl:
@@ -392,7 +402,7 @@ def on_chunk_failure(job: Any, connection: Any, exc_type: Any = None, exc_value:
                 continue
             reason = f"gave up: {MAX_ABANDONED + 1} workers died while grading this item's chunk"
             items = store.chunk_items(chunk_batch, chunk.chunk_no)
-            failed = [(i, failed_judgement(t, chunk_batch.options, model_id, reason)) for i, t in items]
+            failed = [(i, _never_graded(t, chunk_batch.options, model_id, reason)) for i, t in items]
             store.store_results(chunk_batch, failed)
             store.release(chunk_batch.queue, job.id, [chunk], requeue=False)
             store.drop_pending(chunk_batch.queue, [chunk])
@@ -402,7 +412,7 @@ def on_chunk_failure(job: Any, connection: Any, exc_type: Any = None, exc_value:
         return
     reason = f"gave up after retries: {exc_type.__name__ if exc_type else 'abandoned'}: {exc_value or ''}".rstrip(": ")
     items = while_redis_away(settings.redis_retry_s, lambda: store.chunk_items(batch, chunk_no))
-    failed = [(i, failed_judgement(t, batch.options, model_id, reason)) for i, t in items]
+    failed = [(i, _never_graded(t, batch.options, model_id, reason)) for i, t in items]
     while_redis_away(settings.redis_retry_s, lambda: store.store_results(batch, failed))
     # RQ won't run it again: nobody waits
     while_redis_away(settings.redis_retry_s, lambda: store.drop_pending(batch.queue, [own]))

@@ -12,6 +12,7 @@ from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 
 from juiz.judgements import failed_judgement
+from juiz.plan import provenance_by_metric
 from juiz.settings import Settings
 from juiz.store import Store
 from schemas import BatchOptions, Triple
@@ -23,7 +24,12 @@ def test_a_waiter_wakes_when_a_result_is_stored(redis: Redis, redis_url: str, se
     store = Store(redis, settings)
     triple = Triple.model_validate(triples(1)[0])
     batch, _ = store.create_batch("t", BatchOptions(), [triple])
-    result = failed_judgement(triple, BatchOptions(), "fake-engine", "stored by the test")
+    result = failed_judgement(
+        triple,
+        BatchOptions(),
+        "stored by the test",
+        provenance_by_metric(BatchOptions(), triple.question, "fake-engine"),
+    )
 
     async def scenario() -> None:
         client = AsyncRedis.from_url(redis_url)

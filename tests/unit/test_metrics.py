@@ -13,7 +13,7 @@ from juiz.fake_engine import FakeEngine
 from juiz.judge import Judge
 from juiz.judgements import failed_judgement
 from juiz.labels import DEFAULT_VERDICT, label_for, with_default_verdict
-from juiz.plan import FAST_REQUEST, SEGMENT_COT_REQUEST
+from juiz.plan import FAST_REQUEST, SEGMENT_COT_REQUEST, provenance_by_metric
 from schemas import BatchOptions, JudgementStatus, LabelMapping, Segment, Triple
 from schemas.judgement import MetricStatus
 from schemas.labels import VerdictLevel
@@ -211,7 +211,10 @@ def test_cancelled_items_map_to_the_conversations_serving_only_them() -> None:
 
 
 def test_failed_judgement_fails_every_metric_with_the_reason() -> None:
-    result = failed_judgement(items()[0], BatchOptions(metrics=ALL), "fake-engine", "engine gone")
+    options = BatchOptions(metrics=ALL)
+    result = failed_judgement(
+        items()[0], options, "engine gone", provenance_by_metric(options, items()[0].question, "fake-engine")
+    )
     assert result.status is JudgementStatus.FAILED and result.metrics is not None
     assert {m.status for m in result.metrics.values()} == {MetricStatus.FAILED}
     assert result.metrics["context_relevance"].error == "engine gone"

@@ -8,12 +8,16 @@ from juiz.checks import CHECK_REQUEST
 from juiz.fake_engine import FakeEngine
 from juiz.judge import Judge
 from juiz.judgements import failed_judgement
-from juiz.plan import MetricPlan, plan_item, request_for_options, select_prompt
+from juiz.plan import MetricPlan, plan_item, provenance_by_metric, provenance_of, request_for_options, select_prompt
 from juiz.result_cache import cache_key
 from schemas import BatchOptions, JudgementStatus, Triple
 
 ALL = ["answer_relevance", "groundedness", "context_relevance"]
 ITEM = Triple(question="Qual é a capital de Portugal?", answer="Lisboa.", context="Lisboa é a capital de Portugal.")
+
+
+def checks_plan(template: prompts.PromptTemplate) -> MetricPlan:
+    return MetricPlan(template, CHECK_REQUEST, provenance_of("m", template, CHECK_REQUEST, "cot"))
 
 
 def test_a_plan_is_what_select_prompt_and_request_for_options_choose_metric_by_metric() -> None:
@@ -22,15 +26,16 @@ def test_a_plan_is_what_select_prompt_and_request_for_options_choose_metric_by_m
         BatchOptions(metrics=ALL, prompt="answer_relevance@juiz-1.en", mode="fast"),
         BatchOptions(metrics=["answer_relevance"], prompt="answer_relevance@trulens-1", samples=3, temperature=0.7),
     ):
-        plan = plan_item(options, ITEM.question)
+        plan = plan_item(options, ITEM.question, "m")
         assert list(plan) == options.metrics  # in the batch's order: the cache key depends on it
         for metric, chosen in plan.items():
             assert chosen.template == select_prompt(options, ITEM.question, metric)
             assert chosen.request == request_for_options(options, metric)
+            assert chosen.provenance == provenance_of("m", chosen.template, chosen.request, options.mode)
 
 
 def test_the_item_language_is_read_for_every_metric_and_a_pinned_one_wins() -> None:
-    plan = plan_item(BatchOptions(metrics=ALL, prompt="answer_relevance@juiz-1.en"), ITEM.question)
+    plan = plan_item(BatchOptions(metrics=ALL, prompt="answer_relevance@juiz-1.en"), ITEM.question, "m")
     assert {m: p.template.lang for m, p in plan.items()} == {
         "answer_relevance": "en",
         "groundedness": "pt",
@@ -41,7 +46,7 @@ def test_the_item_language_is_read_for_every_metric_and_a_pinned_one_wins() -> N
 def test_the_judge_grades_by_the_plan_it_is_given() -> None:
     """A worker plans once for its cache keys; the judge must not choose again (and differently)."""
     options = BatchOptions(metrics=["answer_relevance"], prompt="answer_relevance@juiz-1")
-    given = {"answer_relevance": MetricPlan(prompts.load("answer_relevance", "juiz-2", "en"), CHECK_REQUEST)}
+    given = {"answer_relevance": checks_plan(prompts.load("answer_relevance", "juiz-2", "en"))}
     engine = FakeEngine(lambda c: "Criteria: c\nSupporting Evidence: e\nScore: 2")
     planned, own = Judge(engine).grade_many([(ITEM, options), (ITEM, options)], plans=[given, None])
     assert planned.provenance.prompt == "answer_relevance@juiz-2.en"
@@ -50,10 +55,10 @@ def test_the_judge_grades_by_the_plan_it_is_given() -> None:
 
 def test_the_cache_key_follows_the_plan() -> None:
     options = BatchOptions(metrics=["answer_relevance"])
-    plan = plan_item(options, ITEM.question)
-    other = {"answer_relevance": MetricPlan(prompts.load("answer_relevance", "juiz-1", "pt"), CHECK_REQUEST)}
+    plan = plan_item(options, ITEM.question, "m")
+    other = {"answer_relevance": checks_plan(prompts.load("answer_relevance", "juiz-1", "pt"))}
     assert cache_key(ITEM, options, plan, "m", "t") == cache_key(
-        ITEM, options, plan_item(options, ITEM.question), "m", "t"
+        ITEM, options, plan_item(options, ITEM.question, "m"), "m", "t"
     )
     assert cache_key(ITEM, options, plan, "m", "t") != cache_key(ITEM, options, other, "m", "t")
     assert cache_key(ITEM, options, plan, "m", "t") != cache_key(ITEM, options, plan, "m", "other-tenant")
@@ -63,10 +68,13 @@ def test_a_failed_result_records_the_plan_and_survives_a_prompt_that_is_gone() -
     """A prompt version removed between intake and grading fails the item with the reason; it used to raise
     PromptError from inside the worker's own failure path."""
     options = BatchOptions(metrics=["answer_relevance", "groundedness"], prompt="answer_relevance@nope-9")
-    result = failed_judgement(ITEM, options, "m", "engine gone")
+    result = failed_judgement(ITEM, options, "engine gone", provenance_by_metric(options, ITEM.question, "m"))
     assert result.status is JudgementStatus.FAILED and result.error == "engine gone"
     assert result.provenance.prompt == "answer_relevance" and result.provenance.prompt_sha256 == ""
     assert result.metrics is not None and result.metrics["groundedness"].provenance is not None
     assert result.metrics["groundedness"].provenance.prompt.startswith("groundedness@")
-    planned = failed_judgement(ITEM, BatchOptions(), "m", "r", plan_item(BatchOptions(), ITEM.question))
-    assert planned.provenance.prompt == plan_item(BatchOptions(), ITEM.question)["answer_relevance"].template.id
+    plan = plan_item(BatchOptions(), ITEM.question, "m")
+    planned = failed_judgement(
+        ITEM, BatchOptions(), "r", provenance_by_metric(BatchOptions(), ITEM.question, "m", plan)
+    )
+    assert planned.provenance == plan["answer_relevance"].provenance
