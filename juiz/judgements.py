@@ -12,12 +12,13 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from juiz.calibration import apply_calibration
 from juiz.check_rule import apply_rule
 from juiz.checks import CheckJob
 from juiz.engine import Completion, GenerationRequest, JudgeEngine
 from juiz.labels import label_for
 from juiz.parsing import expected_score, parse_reply
-from juiz.uncertainty import annotate, combine_samples
+from juiz.uncertainty import combine_samples, mark
 from schemas import BatchOptions, Judgement, JudgementStatus, Provenance, Triple
 from schemas.judgement import CheckResult, CheckStatus, MetricResult, MetricStatus
 
@@ -117,9 +118,16 @@ def judgement_of(triple: Triple, options: BatchOptions, metrics: dict[str, Metri
         metrics=metrics,
         samples=main.samples,
     )
+    return finished(judgement, options)
+
+
+def finished(judgement: Judgement, options: BatchOptions) -> Judgement:
+    """What the batch makes of a grade, fresh or cached alike (the cache keeps none of it), in the order each step
+    reads the one before: the label (the label mapping), the calibrated grade (options.calibration), then how
+    uncertain the result is (which reads the calibrated grade, or the expected score near the mapping's cuts)."""
     judgement.automated_label = label_for(judgement, options.label_mapping)
-    annotate(judgement, options)  # options.calibration, then `uncertain`
-    return judgement
+    apply_calibration(judgement, options.calibration)
+    return mark(judgement, options.label_mapping)
 
 
 def rounded(value: float | None) -> float | None:

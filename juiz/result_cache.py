@@ -12,10 +12,8 @@ import hashlib
 import json
 from typing import Any
 
-from juiz.judgements import item_fields
-from juiz.labels import label_for
+from juiz.judgements import finished, item_fields
 from juiz.plan import ItemPlan
-from juiz.uncertainty import annotate
 from prompts.neutralise import VERSION as NEUTRALISER
 from schemas import BatchOptions, Judgement, JudgementStatus, Triple
 from schemas.judgement import CheckStatus, MetricStatus
@@ -82,5 +80,4 @@ def from_cache(cached: dict[str, Any], triple: Triple, options: BatchOptions) ->
     """A hit as this item's result: its own fields, the cached grade, this batch's label and calibration (or none),
     never the cached batch's."""
     judgement = Judgement.model_validate({**item_fields(triple), **cached, "cached": True})
-    judgement.automated_label = label_for(judgement, options.label_mapping)
-    return annotate(judgement, options)
+    return finished(judgement, options)

@@ -25,7 +25,6 @@ from collections.abc import Sequence
 from typing import Any
 
 from juiz.check_rule import template_of, veto_gate
-from schemas.batch import BatchOptions
 from schemas.judgement import Judgement, MetricStatus
 from schemas.labels import LabelMapping
 from schemas.uncertainty import SampleSummary, Uncertainty
@@ -131,12 +130,10 @@ def _veto_closeness(judgement: Judgement, reasons: list[str]) -> float | None:
     return closest
 
 
-def annotate(judgement: Judgement, options: BatchOptions) -> Judgement:
-    """After grading (or reading a cached grade): apply the batch's calibration, then say how uncertain it is."""
-    from juiz.calibration import apply_calibration
-
-    apply_calibration(judgement, options.calibration)
-    judgement.uncertainty = assess(judgement, options.label_mapping)
+def mark(judgement: Judgement, mapping: LabelMapping) -> Judgement:
+    """Say how uncertain a result is (`uncertainty`, and `uncertain` when any reason holds); read after its label and
+    calibration (juiz.judgements.finished)."""
+    judgement.uncertainty = assess(judgement, mapping)
     judgement.uncertain = None if judgement.uncertainty is None else bool(judgement.uncertainty.reasons)
     return judgement
 
@@ -172,7 +169,4 @@ def format_uncertain(judgements: Sequence[Judgement], mapping: LabelMapping, lim
 
 
 def _assessed(judgement: Judgement, mapping: LabelMapping) -> Judgement:
-    copy = judgement.model_copy()
-    copy.uncertainty = assess(copy, mapping)
-    copy.uncertain = None if copy.uncertainty is None else bool(copy.uncertainty.reasons)
-    return copy
+    return mark(judgement.model_copy(), mapping)

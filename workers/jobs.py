@@ -35,8 +35,9 @@ Faults:
 - A batch cancelled during the call: `CallControl.cancelled` reports its items (one Redis round trip per poll) and
   the engine aborts their requests; the call's deadline is the job's timeout, so RQ's own timeout is a backstop.
 
-Result cache: each item is planned once (`juiz.plan.plan_item`: its metrics' prompts and sampling); the cache keys
-on that plan and the judge grades by it. What a key covers and what a hit keeps are `juiz.result_cache`'s rules.
+Result cache: each item is planned once (`juiz.plan.plan_item`: its metrics' prompts, sampling and provenance); the
+cache keys on that plan, the judge grades by it and a failed result records it. What a key covers and what a hit
+keeps are `juiz.result_cache`'s rules.
 
 The job reaches the worker process's one `Judge` through `bind()`, called by the worker at start-up.
 """
