@@ -20,6 +20,7 @@ import dataclasses
 import itertools
 import statistics
 from collections import defaultdict
+from collections.abc import Sequence
 
 import numpy as np
 from sklearn.metrics import cohen_kappa_score
@@ -111,7 +112,7 @@ def fit_cuts(
 
 
 def fit_cut_arrays(
-    y: np.ndarray, x: np.ndarray, v: np.ndarray, *, balanced: bool = False
+    y: np.ndarray, x: np.ndarray, v: np.ndarray, *, balanced: bool = False, grid: Sequence[float] = GRID
 ) -> tuple[tuple[float, float, float], float, float | None]:
     """Cuts for classes (0 I, 1 P, 2 C) from strengths x and vetoes v: the best quadratic κ for the cuts of scores 2
     and 3, then the best ρ for score 1's. `balanced` weighs each item by n / (3·n_class), so every class counts
@@ -126,12 +127,17 @@ def fit_cut_arrays(
             cohen_kappa_score(y, label_of(c2, c3), weights="quadratic", labels=[0, 1, 2], sample_weight=weights)
         )
 
-    best = max(itertools.combinations(GRID, 2), key=lambda c: (kappa_of(*c), -(c[1] - c[0])))
+    best = max(itertools.combinations(grid, 2), key=lambda c: (kappa_of(*c), -(c[1] - c[0])))
 
     def score_of(c1: float) -> list[float]:
         return [0.0 if vv else float(sum(s >= c for c in (c1, *best))) for s, vv in zip(x, v, strict=True)]
 
-    c1 = max((c for c in GRID if c < best[0]), key=lambda c: _spearman([float(t) for t in y], score_of(c)) or -1.0)
+    # The lowest pair may start at the grid's floor: score 1 then has no room of its own.
+    c1 = max(
+        (c for c in grid if c < best[0]),
+        key=lambda c: _spearman([float(t) for t in y], score_of(c)) or -1.0,
+        default=best[0],
+    )
     return (c1, *best), round(kappa_of(*best), 3), _spearman([float(t) for t in y], score_of(c1))
 
 
