@@ -56,7 +56,7 @@ from rq.exceptions import AbandonedJobError
 from rq.worker import Worker
 
 from juiz.engine import CallControl
-from juiz.errors import EngineDeadError, TransientEngineError
+from juiz.errors import EngineDeadError, PromptError, TransientEngineError
 from juiz.judge import Judge
 from juiz.judgements import failed_judgement
 from juiz.plan import ItemPlan, plan_item, provenance_by_metric
@@ -263,10 +263,17 @@ def _grade_and_store(b: Binding, work: list[_Work], job: Any) -> dict[str, int]:
     control = _call_control(store, [w.batch.id for w, _, _ in flat], job)
     scopes = [_cache_scope(settings, w.batch) for w, _, _ in flat]
     # One plan per item (its metrics' prompts and sampling): the cache keys on it and the judge grades by it.
-    plans = [_plan_or_none(triple, w.batch.options, judge.engine.model_id) for w, _, triple in flat]
+    planned = [_plan_or_reason(triple, w.batch.options, judge.engine.model_id) for w, _, triple in flat]
+    plans = [None if isinstance(plan, str) else plan for plan in planned]
     for batch_id in {w.batch.id for w in work}:
         while_redis_away(settings.redis_retry_s, lambda batch_id=batch_id: store.mark_running(batch_id))  # type: ignore[misc]
-    results: dict[tuple[str, int], Judgement] = {}
+    # An item whose prompt can't be served (e.g. its file removed since intake) fails here, alone: sent to the judge,
+    # it would fail the whole call, other batches' items with its reason.
+    results: dict[tuple[str, int], Judgement] = {
+        (w.batch.id, index): _never_graded(triple, w.batch.options, judge.engine.model_id, plan)
+        for (w, index, triple), plan in zip(flat, planned, strict=True)
+        if isinstance(plan, str)
+    }
 
     keys: list[str | None] = [None] * len(flat)
     if settings.result_cache:
@@ -335,15 +342,16 @@ def _grade_and_store(b: Binding, work: list[_Work], job: Any) -> dict[str, int]:
     return {"chunks": len(work), "items": len(flat), "graded": len(to_grade), "stored": stored}
 
 
-def _plan_or_none(triple: Triple, options: BatchOptions, model: str) -> ItemPlan | None:
+def _plan_or_reason(triple: Triple, options: BatchOptions, model: str) -> ItemPlan | str:
+    """The item's plan, or why it has none (a prompt that can't be served: the item fails with that reason)."""
     try:
         return plan_item(options, triple.question, model)
-    except Exception:  # a prompt that can't be served fails in grading, with its reason (and has no cache key)
-        return None
+    except PromptError as exc:
+        return f"{type(exc).__name__}: {exc}"
 
 
 def _never_graded(triple: Triple, options: BatchOptions, model: str, reason: str) -> Judgement:
-    """The failed result of an item whose chunk was given up on before any plan was made for it."""
+    """The failed result of an item that was never graded: its prompt can't be served, or its chunk was given up on."""
     return failed_judgement(triple, options, reason, provenance_by_metric(options, triple.question, model))
 
 
