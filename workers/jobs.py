@@ -265,15 +265,17 @@ def _grade_and_store(b: Binding, work: list[_Work], job: Any) -> dict[str, int]:
     # One plan per item (its metrics' prompts and sampling): the cache keys on it and the judge grades by it.
     planned = [_plan_or_reason(triple, w.batch.options, judge.engine.model_id) for w, _, triple in flat]
     plans = [None if isinstance(plan, str) else plan for plan in planned]
-    for batch_id in {w.batch.id for w in work}:
-        while_redis_away(settings.redis_retry_s, lambda batch_id=batch_id: store.mark_running(batch_id))  # type: ignore[misc]
     # An item whose prompt can't be served (e.g. its file removed since intake) fails here, alone: sent to the judge,
     # it would fail the whole call, other batches' items with its reason.
     results: dict[tuple[str, int], Judgement] = {
-        (w.batch.id, index): _never_graded(triple, w.batch.options, judge.engine.model_id, plan)
+        (w.batch.id, index): failed_judgement(
+            triple, w.batch.options, plan, provenance_by_metric(w.batch.options, triple.question, judge.engine.model_id)
+        )
         for (w, index, triple), plan in zip(flat, planned, strict=True)
         if isinstance(plan, str)
     }
+    for batch_id in {w.batch.id for w in work}:
+        while_redis_away(settings.redis_retry_s, lambda batch_id=batch_id: store.mark_running(batch_id))  # type: ignore[misc]
 
     keys: list[str | None] = [None] * len(flat)
     if settings.result_cache:
@@ -351,7 +353,7 @@ def _plan_or_reason(triple: Triple, options: BatchOptions, model: str) -> ItemPl
 
 
 def _never_graded(triple: Triple, options: BatchOptions, model: str, reason: str) -> Judgement:
-    """The failed result of an item that was never graded: its prompt can't be served, or its chunk was given up on."""
+    """The failed result of an item whose chunk was given up on before any plan was made for it."""
     return failed_judgement(triple, options, reason, provenance_by_metric(options, triple.question, model))
 
 
