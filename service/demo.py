@@ -31,6 +31,7 @@ from schemas import BatchView, Judgement, Triple
 
 SEEDS = Path(__file__).resolve().parent.parent / "examples" / "seeds"
 READY_TIMEOUT_S = 1800  # a first start compiles and loads the model: minutes on CPU
+DEMO_JOB_TIMEOUT_S = 3600  # the chunk job's timeout for the demo's stack (JUIZ_JOB_TIMEOUT_S wins when set)
 
 
 @contextmanager
@@ -97,6 +98,9 @@ def run_demo(seeds_dir: Path = SEEDS, out: TextIO = sys.stdout) -> int:
             "JUIZ_PRIORITY_QUEUE": f"{name}-priority",
             "JUIZ_API_KEYS": f"demo:{key}",
             "JUIZ_MODEL": settings.model,
+            # The seeds' contexts run to ~4,700 tokens: on a CPU without bf16 instructions one call grading all three
+            # took 13.5 min, past the default job timeout (900 s), which then timed every item out.
+            "JUIZ_JOB_TIMEOUT_S": os.environ.get("JUIZ_JOB_TIMEOUT_S", str(DEMO_JOB_TIMEOUT_S)),
         }
         juiz = [sys.executable, "-m", "juiz_cli"]
         api = stack.enter_context(child("API", [*juiz, "serve", "--port", str(port)], env, workdir / "api.log"))
