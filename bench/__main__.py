@@ -34,6 +34,7 @@ BENCHMARKS: dict[str, tuple[list[str], list[str]]] = {
     "prefix_caching": (["--n", "32", "--modes", "fast"], ["--n", "8", "--modes", "fast"]),
     "trulens_peer": (["--n", "32", "--threads", "1,16", "--sequential-n", "4"], ["--n", "6", "--threads", "1,4"]),
     "openai_backend": (["--n", "32"], ["--n", "6"]),
+    "cpu_dtype": ([], ["--items", "1"]),  # the CPU engine in bf16 and in float32 (juiz.vllm_engine.cpu_dtype)
     "on_paper": ([], []),  # arithmetic from the token counts measured above; no engine
     "scale_out": ([], ["--workers", "1,2", "--batches", "2", "--no-recovery"]),  # FAKE engine, 1/2/4/8 processes
     # issue 17, FAKE engine: Redis restarted 20 times under a 2,000-item batch; a small batch behind a 40×256 backlog;
@@ -49,7 +50,15 @@ FULL: dict[str, list[str]] = {
     "trulens_peer": ["--n", "64", "--threads", "1,16,64", "--sequential-n", "8"],
     "openai_backend": ["--n", "64"],
 }
-USES_MODEL = {"engine_efficiency", "small_batches", "prefix_caching", "trulens_peer", "openai_backend", "judge_quality"}
+USES_MODEL = {
+    "engine_efficiency",
+    "small_batches",
+    "prefix_caching",
+    "trulens_peer",
+    "openai_backend",
+    "cpu_dtype",
+    "judge_quality",
+}
 
 
 RESULT_FILES = {"judge_quality": "judge_quality_test"}  # benchmarks whose results file is not named after them

@@ -239,6 +239,11 @@ class Settings(BaseSettings):
     enforce_eager: Literal["auto", "1", "0"] = Field(
         "auto", description="vllm back end: 1 runs eager (no compiled graphs), 0 compiles; auto: eager on CPU only."
     )
+    dtype: Literal["auto", "bfloat16", "float16", "float32"] = Field(
+        "auto",
+        description="vllm back end: the dtype the model runs in; auto: the model's own, except float32 on an x86 CPU "
+        "without native bf16 instructions (avx512_bf16, amx_bf16), where emulated bf16 runs several times slower.",
+    )
 
     @field_validator("api_keys")
     @classmethod

