@@ -62,7 +62,8 @@ from juiz.judge import Judge
 from juiz.models import DEFAULT_MODEL, resolve_model
 from juiz.parsing import COT_MAX_TOKENS
 from juiz.processes import child, free_port, wait_until
-from juiz.vllm_engine import CPU_BLOCK_SIZE, VLLMEngine, cpu_defaults
+from juiz.settings import Settings
+from juiz.vllm_engine import CPU_BLOCK_SIZE, VLLMEngine, cpu_defaults, engine_dtype, has_cuda
 from schemas import BatchOptions, Judgement, JudgementStatus
 
 log = logging.getLogger("bench.trulens_peer")
@@ -94,8 +95,9 @@ def ensure_trulens_venv() -> Path:
 
 
 def server_command(model_dir: str, port: int) -> list[str]:
-    # What VLLMEngine does on CPU (eager, block size), for parity.
+    # What VLLMEngine does on CPU (eager, block size, float32 where bf16 would be emulated), for parity.
     eager = os.environ.get("JUIZ_ENFORCE_EAGER", "1") == "1"
+    dtype = engine_dtype(Settings.from_env().dtype, has_cuda())
     return [
         sys.executable,
         "-m",
@@ -118,6 +120,7 @@ def server_command(model_dir: str, port: int) -> list[str]:
         "--block-size",
         str(CPU_BLOCK_SIZE),
         *(["--enforce-eager"] if eager else []),
+        *(["--dtype", dtype] if dtype else []),
     ]
 
 

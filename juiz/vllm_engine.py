@@ -79,7 +79,14 @@ def cpu_dtype(configured: str, machine: str | None = None, flags: frozenset[str]
     return None if NATIVE_BF16_FLAGS & (cpu_flags() if flags is None else flags) else "float32"
 
 
-def _has_cuda() -> bool:
+def engine_dtype(configured: str, on_gpu: bool) -> str | None:
+    """The dtype to ask vLLM for (None: its default): `cpu_dtype` on CPU; on a GPU only what the operator set."""
+    if on_gpu:
+        return None if configured == "auto" else configured
+    return cpu_dtype(configured)
+
+
+def has_cuda() -> bool:
     try:
         import torch
     except ImportError:
@@ -117,17 +124,15 @@ class VLLMEngine:
         **engine_kwargs: Any,
     ) -> None:
         check_model_path(model)
-        on_gpu = _has_cuda()
+        on_gpu = has_cuda()
         from juiz.settings import Settings
 
         settings = Settings.from_env()
         if not on_gpu:
             cpu_defaults()
             engine_kwargs.setdefault("block_size", CPU_BLOCK_SIZE)
-            if dtype := cpu_dtype(settings.dtype):
-                engine_kwargs.setdefault("dtype", dtype)
-        elif settings.dtype != "auto":
-            engine_kwargs.setdefault("dtype", settings.dtype)
+        if dtype := engine_dtype(settings.dtype, on_gpu):
+            engine_kwargs.setdefault("dtype", dtype)
         # The reply grammar's bounded repetitions take seconds to compile (≈6 s on 2 loaded cores); vLLM's default
         # 5 s limit then drops the requests. The pattern is ours, not user input, so a generous limit is safe.
         os.environ.setdefault("VLLM_REGEX_COMPILATION_TIMEOUT_S", "600")

@@ -7,7 +7,7 @@ import pytest
 
 from juiz.errors import InputError
 from juiz.settings import Settings
-from juiz.vllm_engine import cpu_dtype
+from juiz.vllm_engine import cpu_dtype, engine_dtype
 
 AVX2 = frozenset({"avx", "avx2", "fma"})
 
@@ -39,3 +39,8 @@ def test_the_setting_names_the_wrong_value(monkeypatch: pytest.MonkeyPatch) -> N
     with pytest.raises(InputError) as raised:
         Settings.from_env()
     assert raised.value.source == "JUIZ_DTYPE"
+
+
+def test_a_gpu_runs_the_models_own_dtype_unless_the_operator_says() -> None:
+    assert engine_dtype("auto", on_gpu=True) is None
+    assert engine_dtype("float16", on_gpu=True) == "float16"
