@@ -29,7 +29,7 @@ import prompts
 from bench.common import WORK, table
 from bench.judge_quality import _auc, _spearman
 from bench.labelled import CLASSES
-from juiz.calibration import check_feature
+from juiz.calibration.features import check_feature
 from juiz.check_rule import apply_rule
 from schemas import Judgement
 from schemas.judgement import MetricStatus
@@ -165,10 +165,10 @@ def calibration_models(results: list[Judgement]) -> list[list[object]]:
     from sklearn.pipeline import make_pipeline
     from sklearn.preprocessing import StandardScaler
 
-    from juiz.calibration import _labelled
+    from juiz.calibration.features import labelled_features
     from schemas import LabelMapping
 
-    data = _labelled(results, LabelMapping())
+    data = labelled_features(results, LabelMapping())
     x, y, n = data.features, data.labels, 3
     variants: dict[str, object] = {"multinomial": None, "multinomial, balanced": "balanced", "ordinal": "ordinal"}
     rows: list[list[object]] = []

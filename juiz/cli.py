@@ -452,7 +452,7 @@ def _agreement(args: argparse.Namespace) -> int:
     judgements = read_judgements(args.results)
     calibrated = None
     if not args.no_calibration:
-        from juiz.calibration import compute_calibrated_agreement
+        from juiz.calibration.agreement import compute_calibrated_agreement
 
         calibrated = compute_calibrated_agreement(judgements, mapping, resamples=args.resamples, folds=args.folds)
     if args.by_metric:
@@ -472,7 +472,7 @@ def _agreement(args: argparse.Namespace) -> int:
         return 0
     print(text)
     if calibrated is not None:
-        from juiz.calibration import format_calibrated_agreement
+        from juiz.calibration.agreement import format_calibrated_agreement
 
         print("\n" + format_calibrated_agreement(calibrated))
     if args.calibration is not None:
@@ -487,7 +487,8 @@ def _agreement(args: argparse.Namespace) -> int:
 def _held_out_calibration(judgements, mapping, path: Path, resamples: int) -> str:  # type: ignore[no-untyped-def]
     """A saved calibration applied to these labelled results: its agreement beside the raw one, same items."""
     from juiz.agreement import compute_agreement, verdict_signal
-    from juiz.calibration import apply_calibration, calibrated_signal
+    from juiz.calibration.agreement import calibrated_signal
+    from juiz.calibration.grades import apply_calibration
 
     spec = _calibration(path)
     applied = [j.model_copy(deep=True) for j in judgements]
@@ -516,12 +517,8 @@ def _held_out_calibration(judgements, mapping, path: Path, resamples: int) -> st
 def _calibrate(args: argparse.Namespace) -> int:
     import json
 
-    from juiz.calibration import (
-        CalibrationUnavailable,
-        compute_calibrated_agreement,
-        fit_from_results,
-        format_calibrated_agreement,
-    )
+    from juiz.calibration.agreement import compute_calibrated_agreement, format_calibrated_agreement
+    from juiz.calibration.fitting import CalibrationUnavailable, fit_from_results
     from juiz.readers import read_judgements
 
     mapping = _label_mapping(args.label_mapping)

@@ -9,7 +9,8 @@ JuizError
 │   └── EngineDeadError        the engine can't serve any request any more (its process died): stop the worker
 ├── IdempotencyConflict   an Idempotency-Key used before with another request body (HTTP 409)
 ├── StartError            a child process of a local stack died or did not get ready
-├── juiz.calibration.CalibrationUnavailable   labels that can't support a fit (also a ValueError; HTTP 409)
+├── juiz.calibration.fitting.CalibrationUnavailable
+│                                             labels that can't support a fit (also a ValueError; HTTP 409)
 ├── juiz.client.ApiError                      a juiz API answered an error
 ├── juiz.openai_engine.ServerError            one non-completion answer of a judge server (handled inside)
 ├── service.errors.LimitExceeded              a configured limit was exceeded (HTTP 413)

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from juiz.calibration import apply_calibration
+from juiz.calibration.grades import apply_calibration
 from juiz.check_rule import apply_rule
 from juiz.checks import CheckJob
 from juiz.engine import Completion, GenerationRequest, JudgeEngine

@@ -15,7 +15,7 @@ def calibration_sha256(
 ) -> str:
     """Hash of what decides a prediction (classes, features, coefficients): two files that predict alike match.
 
-    The one definition: juiz.calibration hashes with it too, so a file from `juiz calibrate` validates here."""
+    The one definition: juiz.calibration.model hashes with it too, so a file from `juiz calibrate` validates here."""
     payload = json.dumps([classes, features, coef, intercept, fitted_classes])
     return hashlib.sha256(payload.encode()).hexdigest()
 

@@ -20,7 +20,7 @@ from litestar.params import HeaderParameter, JSONBody, Parameter, QueryParameter
 from litestar.response import Stream
 from redis.asyncio import Redis as AsyncRedis
 
-from juiz.calibration import CalibrationUnavailable
+from juiz.calibration.fitting import CalibrationUnavailable
 from juiz.errors import InputError
 from juiz.options import OPTIONS
 from juiz.report import render_report

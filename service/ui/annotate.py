@@ -15,7 +15,7 @@ from litestar.exceptions import NotFoundException
 from litestar.params import FromPath
 from litestar.response import Redirect
 
-from juiz.calibration import CalibrationUnavailable
+from juiz.calibration.fitting import CalibrationUnavailable
 from juiz.store import PREFIX, Store
 from service.agreement import fitted_calibration
 from service.labelling import manual_class_name, save_label, saved_calibration_key

@@ -9,7 +9,7 @@ from typing import Any
 from litestar import Litestar
 from litestar.testing import TestClient
 
-from juiz.calibration import fit_from_results
+from juiz.calibration.fitting import fit_from_results
 from juiz.settings import Settings
 from schemas import Judgement, LabelMapping
 from tests.integration.helpers import triples

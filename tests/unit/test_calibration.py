@@ -11,21 +11,17 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
-from juiz import calibration
-from juiz.calibration import (
-    Calibration,
+from juiz.calibration import fitting
+from juiz.calibration.agreement import compute_calibrated_agreement, format_calibrated_agreement
+from juiz.calibration.features import feature_names, feature_vector
+from juiz.calibration.figures import brier_score, expected_calibration_error, reliability_table
+from juiz.calibration.fitting import (
     CalibrationUnavailable,
-    brier_score,
-    compute_calibrated_agreement,
     cross_fitted_probabilities,
-    expected_calibration_error,
-    feature_names,
-    feature_vector,
     fit_calibration,
     fit_from_results,
-    format_calibrated_agreement,
-    reliability_table,
 )
+from juiz.calibration.model import Calibration
 from schemas import BatchOptions, Judgement, LabelMapping, Provenance, Triple
 from schemas.judgement import JudgementStatus, MetricStatus
 
@@ -71,7 +67,7 @@ def test_cross_fitting_never_fits_on_the_rows_it_predicts(monkeypatch: pytest.Mo
             predicted_rows.append({tuple(r) for r in x})
             return super().predict_proba(x)
 
-    monkeypatch.setattr(calibration, "_model", lambda seed, class_weight=None: Spy(max_iter=1000))
+    monkeypatch.setattr(fitting, "_model", lambda seed, class_weight=None: Spy(max_iter=1000))
     probabilities = cross_fitted_probabilities(features, labels, 3, folds=5)
     assert len(fitted_rows) == len(predicted_rows) == 5
     for trained, predicted in zip(fitted_rows, predicted_rows, strict=True):
@@ -218,7 +214,7 @@ def test_degenerate_labels_fall_back_to_raw_and_say_why() -> None:
 
 
 def test_a_calibration_applied_to_new_results_records_itself_and_names_missing_features() -> None:
-    from juiz.calibration import apply_calibration
+    from juiz.calibration.grades import apply_calibration
 
     fitted = fit_from_results(_labelled_results(), LabelMapping())
     spec = fitted.spec()

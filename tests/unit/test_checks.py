@@ -7,7 +7,7 @@ import math
 import pytest
 
 import prompts
-from juiz.calibration import check_feature
+from juiz.calibration.features import check_feature
 from juiz.check_rule import apply_rule, banded
 from juiz.checks import CHECK_REQUEST, YES_NO, Ask, read_check, reference_points
 from juiz.engine import Completion, Conversation, group_probs_from_text, spellings
