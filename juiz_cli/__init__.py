@@ -33,7 +33,7 @@ def _add_worker(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 
 
 def _worker(args: argparse.Namespace) -> int:
-    from workers.worker import launch, select_gpus
+    from workers.gpus import launch, select_gpus
 
     return launch(select_gpus(args.gpus), burst=args.burst)
 

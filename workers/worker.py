@@ -29,10 +29,10 @@ Faults the worker rides out or stops on:
 Fairness: /v1/grade's priority queue is served first, but at most `priority_burst` jobs in a row before one batch job.
 
 RQ's scheduler (which moves a retry due after a backoff back to its queue) normally runs in a process forked from
-the worker; here it runs in a thread instead, for the same reason as above.
+the worker; here it runs in a thread instead, for the same reason as above (workers.scheduler).
 
-`juiz worker --gpus all|0,1` starts one such process per GPU with `CUDA_VISIBLE_DEVICES` pinned; with no GPU it
-runs one CPU worker in this process.
+`juiz worker --gpus all|0,1` starts one such process per GPU with `CUDA_VISIBLE_DEVICES` pinned (workers.gpus); with
+no GPU it runs one CPU worker in this process.
 """
 
 from __future__ import annotations
@@ -42,15 +42,10 @@ import contextlib
 import functools
 import logging
 import math
-import os
-import shutil
-import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from redis import Redis
 from rq.exceptions import DequeueTimeout, StopRequested
@@ -58,7 +53,6 @@ from rq.executions import Execution
 from rq.job import Job, JobStatus
 from rq.queue import Queue
 from rq.registry import StartedJobRegistry
-from rq.scheduler import RQScheduler
 from rq.serializers import JSONSerializer
 from rq.timeouts import JobTimeoutException, TimerDeathPenalty
 from rq.utils import now as rq_now
@@ -81,11 +75,9 @@ from juiz.settings import Settings
 from juiz.store import Store
 from juiz.store.connection import redis_client
 from juiz.sweeper import sweep
-from juiz.vllm_engine import VLLMEngine
 from workers import jobs
-
-if TYPE_CHECKING:  # imported where used: the in-process engine's workers never load the server back end
-    from juiz.openai_engine import OpenAIEngine
+from workers.engine import build_engine
+from workers.scheduler import SchedulerThread, enqueue_due_retries
 
 log = logging.getLogger(__name__)
 
@@ -367,56 +359,6 @@ class Heartbeat(threading.Thread):
         self.join(timeout=5)
 
 
-def enqueue_due_retries(settings: Settings, redis: Redis) -> None:
-    """Burst mode: move the retries already due back to their queues once, as RQ's own burst start does.
-
-    Not RQ's `with_scheduler` in burst mode: its maintenance step forks a scheduler process during a long job, and
-    its stop joins that process with no limit; a SIGTERM that reaches the fork before it installs its own handler runs
-    the worker's inherited one, which only sets a flag, and the worker hangs on the join (seen in the outage tests)."""
-    scheduler = RQScheduler(settings.queues, connection=redis, interval=1, serializer=JSONSerializer)
-    scheduler.acquire_locks()
-    if not scheduler.acquired_locks:  # another worker's scheduler holds them: it moves the due retries
-        return
-    try:
-        scheduler.register_birth()
-        scheduler.enqueue_scheduled_jobs()
-    finally:
-        scheduler.release_locks()
-        scheduler.register_death()
-
-
-class SchedulerThread(threading.Thread):
-    """RQ's scheduler loop (acquire lock → heartbeat → enqueue due jobs), in a thread rather than a forked process."""
-
-    def __init__(self, settings: Settings, redis: Redis) -> None:
-        super().__init__(name="rq-scheduler", daemon=True)
-        self.interval = settings.scheduler_interval_s
-        self.scheduler = RQScheduler(settings.queues, connection=redis, interval=1, serializer=JSONSerializer)
-        self.stopping = threading.Event()
-
-    def run(self) -> None:
-        scheduler = self.scheduler
-        scheduler.register_birth()
-        try:
-            while not self.stopping.is_set():
-                try:
-                    if scheduler.should_reacquire_locks:
-                        scheduler.acquire_locks()
-                    if scheduler.acquired_locks:
-                        scheduler.heartbeat()
-                        scheduler.enqueue_scheduled_jobs()
-                except Exception:  # Redis away for a moment: try again next tick
-                    log.exception("scheduler tick failed")
-                self.stopping.wait(self.interval)
-        finally:
-            scheduler.release_locks()
-            scheduler.register_death()
-
-    def stop(self) -> None:
-        self.stopping.set()
-        self.join(timeout=5)
-
-
 def build_worker(settings: Settings, redis: Redis, engine: JudgeEngine, name: str | None = None) -> JuizWorker:
     """A worker for this process's one engine; binds the job module to it. Used by `run` and by tests."""
     from juiz.judge import Judge
@@ -502,24 +444,6 @@ def load_prompts() -> None:
     validate_options(BatchOptions())
 
 
-def build_engine(settings: Settings) -> VLLMEngine | OpenAIEngine:
-    """The real engine: vLLM in this process on the configured model, or (JUIZ_ENGINE=openai) a client of an
-    OpenAI-compatible server serving it. Never a fake."""
-    from juiz.judge import Judge
-    from juiz.models import resolve_model
-
-    if settings.engine == "openai":
-        from juiz.openai_engine import build_openai_engine
-
-        server = build_openai_engine(settings)
-        warm = Judge(server).warm_up()
-        log.info("judge server %s ready (format by %s); warmed up in %.1fs", server.base_url, server.dialect, warm)
-        return server
-    engine = VLLMEngine(resolve_model(settings.model), model_id=settings.model, max_model_len=settings.max_model_len)
-    log.info("engine up in %.1fs; reply grammar compiled in %.1fs", engine.startup_s, Judge(engine).warm_up())
-    return engine
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     """One worker process; `python -m workers.worker [--burst]`."""
     parser = argparse.ArgumentParser(prog="juiz-worker")
@@ -538,67 +462,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         engine.close()
     return 0
-
-
-# --- one worker per GPU --------------------------------------------------------------------------------------
-
-
-def detect_gpus() -> list[str]:
-    """GPU indices from `nvidia-smi -L` (or torch when nvidia-smi is missing); empty without a GPU."""
-    if shutil.which("nvidia-smi"):
-        try:
-            listing = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30, check=True)
-        except (OSError, subprocess.SubprocessError):
-            return []
-        return [str(n) for n, line in enumerate(listing.stdout.splitlines()) if line.startswith("GPU ")]
-    try:
-        import torch
-    except ImportError:
-        return []
-    return [str(n) for n in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
-
-
-def select_gpus(spec: str | None) -> list[str]:
-    """'all' → every GPU found; '0,1' → those; None/'none' → no GPU (one CPU worker)."""
-    if spec is None or spec.lower() in ("", "none", "cpu"):
-        return []
-    if spec.lower() == "all":
-        return detect_gpus()
-    gpus = [part.strip() for part in spec.split(",") if part.strip()]
-    if not all(g.isdigit() for g in gpus):
-        from juiz.errors import InputError
-
-        raise InputError("expected 'all' or GPU indices like 0,1", source="--gpus")
-    return gpus
-
-
-def launch(gpus: Sequence[str], *, burst: bool = False) -> int:
-    """One worker process per GPU, each pinned with CUDA_VISIBLE_DEVICES; no GPU → one CPU worker, in this process.
-
-    We pass SIGTERM on to every child, wait for all of them and report the worst exit code.
-    """
-    extra = ["--burst"] if burst else []
-    if len(gpus) <= 1:
-        if gpus:
-            os.environ["CUDA_VISIBLE_DEVICES"] = gpus[0]
-        return main(extra)
-    children = []
-    for gpu in gpus:
-        env = {**os.environ, "CUDA_VISIBLE_DEVICES": gpu}
-        children.append(subprocess.Popen([sys.executable, "-m", "workers.worker", *extra], env=env))
-        log.info("started worker pid %d on GPU %s", children[-1].pid, gpu)
-
-    def forward(signum: int, _frame: object) -> None:
-        for child in children:
-            if child.poll() is None:
-                child.send_signal(signum)
-
-    # SIGTERM (docker stop, systemd) reaches only us: pass it on. Ctrl-C already reaches the whole process group,
-    # and a second SIGINT would make RQ stop a job mid-call, so we only wait.
-    signal.signal(signal.SIGTERM, forward)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    codes = [child.wait() for child in children]
-    return max(codes, key=abs)
 
 
 if __name__ == "__main__":

@@ -21,7 +21,8 @@ from juiz.settings import Settings
 from service.app import create_app
 from tests.integration.helpers import free_port, make_settings
 from workers import jobs
-from workers.worker import build_worker, enqueue_due_retries
+from workers.scheduler import enqueue_due_retries
+from workers.worker import build_worker
 
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
 

@@ -30,7 +30,8 @@ from tests.integration.helpers import make_settings, triples
 from tests.integration.test_recovery import Workers, graded_counts, wait_until
 from tests.integration.test_redis_faults import AofRedis
 from workers import jobs
-from workers.worker import build_worker, enqueue_due_retries
+from workers.scheduler import enqueue_due_retries
+from workers.worker import build_worker
 
 OUTAGE_S = 3.0  # how long Redis stays away: the fault injected, not a wait for an event
 RESTARTS = 6

@@ -7,7 +7,7 @@ import pytest
 from juiz.errors import InputError
 from juiz.settings import Settings, settings_table
 from service.auth import tenant_for
-from workers.worker import select_gpus
+from workers.gpus import select_gpus
 
 
 def test_settings_read_juiz_variables_and_name_a_bad_one() -> None:
