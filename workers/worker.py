@@ -68,6 +68,7 @@ from tenacity import (
     wait_exponential,
 )
 
+from juiz.backend import build_engine
 from juiz.engine import JudgeEngine
 from juiz.errors import EngineDeadError
 from juiz.retry import REDIS_ERRORS
@@ -76,7 +77,6 @@ from juiz.store import Store
 from juiz.store.connection import redis_client
 from juiz.sweeper import sweep
 from workers import jobs
-from workers.engine import build_engine
 from workers.scheduler import SchedulerThread, enqueue_due_retries
 
 log = logging.getLogger(__name__)
