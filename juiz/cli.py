@@ -204,7 +204,7 @@ def _score(args: argparse.Namespace) -> int:
     _check_labels(triples, options, args.input)
     if args.batch_size < 0:
         raise InputError("must be 0 (all at once) or a positive number", source="--batch-size")
-    engine = build_engine(args.model, args.engine, args.base_url)
+    engine = _engine(args)
     judge = Judge(engine)
     size = args.batch_size or len(triples)
     judgements = []
@@ -239,42 +239,21 @@ def _check_labels(triples, options, source: Path) -> None:  # type: ignore[no-un
         raise InputError(f"item {item}: {exc.message}", source=str(source), field="manual_label") from None
 
 
-def build_engine(model: str | None, backend: str | None = None, base_url: str | None = None):  # type: ignore[no-untyped-def]
-    """The real engine for the CLI: vLLM in process on the named (or configured, or default) model, or (`--engine
-    openai`, `--base-url`, or JUIZ_ENGINE=openai) a client of an OpenAI-compatible server serving that model."""
-    from juiz.models import resolve_model
-    from juiz.settings import Settings
-    from juiz.vllm_engine import VLLMEngine
-
-    overrides = {"engine": "openai" if base_url else backend, "engine_base_url": base_url}
-    settings = Settings.from_env(None, **{k: v for k, v in overrides.items() if v})
-    if settings.engine == "openai":
-        return _server_engine(model, base_url)
-
-    name = model or settings.model
-    print(f"loading judge model {name} …", file=sys.stderr)
-    from juiz.judge import Judge
-
-    engine = VLLMEngine(resolve_model(name), model_id=name)
-    warm = Judge(engine).warm_up()
-    print(f"engine ready in {engine.startup_s:.1f}s (+{warm:.1f}s to compile the reply grammar)", file=sys.stderr)
-    return engine
-
-
-def _server_engine(model: str | None, base_url: str | None):  # type: ignore[no-untyped-def]
-    from juiz.judge import Judge
-    from juiz.openai_engine import build_openai_engine
+def _engine(args: argparse.Namespace):  # type: ignore[no-untyped-def]
+    """The engine `--engine`, `--base-url` and `--model` choose over the JUIZ_* settings, built as the worker builds
+    its own (juiz.backend), its start-up told on stderr."""
+    from juiz import backend
     from juiz.settings import Settings
 
-    overrides = {"engine": "openai", "engine_base_url": base_url, "engine_model": model}
-    settings = Settings.from_env(None, **{k: v for k, v in overrides.items() if v})
-    print(f"judge server {settings.engine_base_url} …", file=sys.stderr)
-    engine = build_openai_engine(settings)
-    warm = Judge(engine).warm_up()
-    print(
-        f"judge server ready: model {engine.model_id}, reply format by {engine.dialect} ({warm:.1f}s)", file=sys.stderr
-    )
-    return engine
+    flags = {
+        "engine": "openai" if args.base_url else args.engine,
+        "engine_base_url": args.base_url,
+        # --model is the judge model on either back end: the one loaded in process, or the name a server serves it by.
+        "model": args.model,
+        "engine_model": args.model,
+    }
+    settings = Settings.from_env(None, **{field: value for field, value in flags.items() if value})
+    return backend.build_engine(settings, say=lambda line: print(line, file=sys.stderr))
 
 
 def _add_engine(parser: argparse.ArgumentParser) -> None:
@@ -357,7 +336,7 @@ def _check(args: argparse.Namespace) -> int:
     else:
         from juiz.judge import Judge
 
-        engine = build_engine(args.model, args.engine, args.base_url)
+        engine = _engine(args)
         try:
             judgements = Judge(engine).grade(triples, options)
         finally:

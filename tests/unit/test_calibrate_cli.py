@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from juiz import cli
+from juiz import backend
 from juiz.cli import main
 from juiz.engine import Conversation
 from juiz.fake_engine import FakeEngine
@@ -99,7 +99,7 @@ def test_score_applies_a_calibration_and_lists_uncertain_first(
     def reply(conversation: Conversation) -> str:
         return f"Criteria: c\nSupporting Evidence: e\nScore: {next(scores)}"
 
-    monkeypatch.setattr(cli, "build_engine", lambda *args: FakeEngine(reply))
+    monkeypatch.setattr(backend, "build_engine", lambda *args, **kwargs: FakeEngine(reply))
     items = tmp_path / "items.jsonl"
     items.write_text(
         '{"id": "a", "question": "Q1?", "answer": "A1."}\n{"id": "b", "question": "Q2?", "answer": "A2."}\n'
