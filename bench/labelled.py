@@ -65,6 +65,9 @@ CELLS = {
     # checks-7: answer relevance's per-sentence veto asked the other way round ("does this sentence speak to a
     # grader?", yes = bad), which this judge reads far better than checks-6's positive question.
     "checks-7": Cell("checks-7", "fast", {"answer_relevance": "checks-7", "groundedness": "checks-4"}),
+    # checks-8: checks-7 with its grader veto read against the same question asked of the judge's own reference
+    # points, and the key points weighted by whether a complete answer has to state them (rule-7).
+    "checks-8": Cell("checks-8", "fast", {"answer_relevance": "checks-8", "groundedness": "checks-4"}),
 }
 # What `make bench` grades: the default judge, the chain-of-thought baseline beside it, and context relevance (fast-v2);
 # the earlier answer-relevance-only cells (cot-v1, fast-v1) and the other check versions are opt-in.

@@ -4,7 +4,10 @@ A check's value says how good the answer is by it: P(yes) / (P(yes) + P(no)) for
 (most of them), P(no) for one phrased the other way round (`yes_means = "bad"`: e.g. "does this sentence speak to a
 grader?", which this judge reads far better than its positive twin). A check asked per sentence of the answer enters
 as the minimum (or mean, as the rule says) over the sentences; one asked per point of the judge's own
-reference, as the mean (or minimum) over the points. Then, in order:
+reference, as the mean (or minimum) over the points, or (`weighted_by`) as the mean weighted by another per-point
+check (rule-7: how much of the judge's reference the answer states, each point weighed by whether a complete answer
+has to state it). A per-sentence check may be read against a `baseline`, the same question asked of the judge's own
+reference points (`check_values`). Then, in order:
 
 1. **Vetoes first.** `veto` checks are the minority flags that must be able to sink an answer on their own (refuses,
    only asks back, speaks to the grader): the weakest veto's value is the gate. Below `veto_below` the score is 0.
@@ -75,20 +78,81 @@ def veto_gate(template: prompts.PromptTemplate, results: Sequence[CheckResult]) 
     return min(veto_values(template, check_values(template, results)).values(), default=None)
 
 
+def _read(results: Sequence[CheckResult], name: str) -> list[CheckResult]:
+    return [r for r in results if r.name == name and r.status is CheckStatus.OK and r.value is not None]
+
+
+def _aggregate(values: Sequence[float], how: str) -> float:
+    return min(values) if how == "min" else statistics.fmean(values)
+
+
+def _weighted_mean(read: Sequence[CheckResult], weights: Sequence[CheckResult]) -> float:
+    """A per-point check's mean with each point weighed by another per-point check's P(yes) for the same point (a
+    point whose weight was not read counts half); the plain mean when every weight is 0."""
+    weight = {w.target: w.p_yes for w in weights if w.p_yes is not None}
+    each = [weight.get(r.target, 0.5) for r in read]
+    if sum(each) <= 0:
+        return statistics.fmean(r.value for r in read if r.value is not None)
+    return sum(w * (r.value or 0.0) for w, r in zip(each, read, strict=True)) / sum(each)
+
+
+def aggregated(
+    template: prompts.PromptTemplate, results: Sequence[CheckResult], spec: prompts.CheckSpec
+) -> float | None:
+    """One check's value over its sentences or points as the rule aggregates them (weighted where the check says),
+    before any baseline; None when it was never read."""
+    assert template.rule is not None
+    read = _read(results, spec.name)
+    if not read:
+        return None
+    values = [r.value for r in read if r.value is not None]
+    if spec.ask == "per_sentence":
+        return _aggregate(values, template.rule.sentence_aggregate)
+    if spec.ask == "per_point":
+        if spec.weighted_by is not None:
+            return _weighted_mean(read, _read(results, spec.weighted_by))
+        return _aggregate(values, _point_aggregate(template, spec))
+    return values[0]
+
+
+def _point_aggregate(template: prompts.PromptTemplate, spec: prompts.CheckSpec) -> str:
+    """How a per-point check is aggregated: as the sentences it is the baseline of, else by the rule's points."""
+    assert template.rule is not None
+    if any(c.baseline == spec.name for c in template.checks):
+        return template.rule.sentence_aggregate
+    return template.rule.point_aggregate
+
+
+def baseline_value(
+    template: prompts.PromptTemplate, results: Sequence[CheckResult], spec: prompts.CheckSpec
+) -> float | None:
+    """The baseline of a check read against one (CheckSpec.baseline): the same question asked of the judge's own
+    reference points, aggregated as the check's sentences are (the weakest point against the weakest sentence)."""
+    assert spec.baseline is not None
+    return aggregated(template, results, _spec(template, spec.baseline))
+
+
 def check_values(template: prompts.PromptTemplate, results: Sequence[CheckResult]) -> dict[str, float]:
-    """Each check's value (P(yes), or P(no) where yes means bad; per-sentence checks aggregated by the rule): only
-    checks that were read."""
+    """Each check's value (P(yes), or P(no) where yes means bad; per-sentence and per-point checks aggregated by the
+    rule): only checks that were read.
+
+    A check read against a baseline enters as `1 − (1 − veto_below) · (baseline − value) / margin`: 1 where its
+    sentences read no worse than the judge's own reference points on the same item, under `veto_below` exactly where
+    they fall more than the rule's margin below them. Why: this judge's yes/no probabilities shift with the language
+    and the topic (Portuguese sentences written for the asker read ≈0.1 more "grader-directed" than English ones),
+    while text aimed at a grader stands out from the judge's own answer to the same question. Scaled so that an answer
+    the veto keeps is not capped near the top cut by it (`veto_below + margin − gap` would be a hidden second
+    threshold for C). Without a baseline read, the check's own value stands."""
     assert template.rule is not None
     values: dict[str, float] = {}
     for spec in template.checks:
-        read = [r.value for r in results if r.name == spec.name and r.status is CheckStatus.OK and r.value is not None]
-        if not read:
+        value = aggregated(template, results, spec)
+        if value is None:
             continue
-        if spec.ask in ("per_sentence", "per_point"):
-            how = template.rule.sentence_aggregate if spec.ask == "per_sentence" else template.rule.point_aggregate
-            values[spec.name] = min(read) if how == "min" else statistics.fmean(read)
-        else:
-            values[spec.name] = read[0]
+        if spec.baseline is not None and (base := baseline_value(template, results, spec)) is not None:
+            rule = template.rule
+            value = min(1.0, max(0.0, 1.0 - (1.0 - rule.veto_below) * (base - value) / rule.baseline_margin))
+        values[spec.name] = value
     return values
 
 
@@ -103,18 +167,44 @@ def _shown(template: prompts.PromptTemplate, results: Sequence[CheckResult], nam
     """A check as the evidence shows it; a per-sentence (per-point) check with each sentence's (point's) P(yes). A
     check where yes means bad shows the judge's P(yes) of the flag, so the rule's min over values is its max."""
     each_target = [r.p_yes for r in results if r.name == name and r.status is CheckStatus.OK and r.target]
-    spec = next(c for c in template.checks if c.name == name)
+    spec = _spec(template, name)
     shown = f"{name} (yes = bad) {_word(value, 'bad')}" if spec.yes_means == "bad" else f"{name} {_word(value)}"
     if spec.ask not in ("per_sentence", "per_point") or len(each_target) < 2:
         return shown
     assert template.rule is not None
     each = ", ".join(f"{p:.2f}" for p in each_target if p is not None)
     per_point = spec.ask == "per_point"
-    how: str = template.rule.point_aggregate if per_point else template.rule.sentence_aggregate
+    how: str = _point_aggregate(template, spec) if per_point else template.rule.sentence_aggregate
     what = "reference points" if per_point else "sentences"
     if spec.yes_means == "bad":
         how = {"min": "max", "mean": "mean"}[how]
+    if spec.weighted_by is not None:
+        how = f"mean weighted by {spec.weighted_by}"
     return f"{shown} ({how} of {len(each_target)} {what}: {each})"
+
+
+def _against_baseline(template: prompts.PromptTemplate, results: Sequence[CheckResult], spec: prompts.CheckSpec) -> str:
+    """How far a check read against a baseline sits from it, in the judge's own terms (P(yes) of a flag)."""
+    assert template.rule is not None and spec.baseline is not None
+    value, base = aggregated(template, results, spec), baseline_value(template, results, spec)
+    if value is None or base is None:
+        return f"{spec.name}: no baseline read, its own value stands"
+    side = "above" if spec.yes_means == "bad" else "below"
+    return f"{spec.name} {base - value:+.2f} {side} {spec.baseline} (veto beyond {template.rule.baseline_margin:.2f})"
+
+
+def _spec(template: prompts.PromptTemplate, name: str) -> prompts.CheckSpec:
+    return next(c for c in template.checks if c.name == name)
+
+
+def _veto_shown(template: prompts.PromptTemplate, results: Sequence[CheckResult], name: str, value: float) -> str:
+    assert template.rule is not None
+    spec = _spec(template, name)
+    if spec.baseline is not None and baseline_value(template, results, spec) is not None:
+        base, own = baseline_value(template, results, spec), aggregated(template, results, spec)
+        assert base is not None and own is not None
+        return f"{name} {base - own:.2f} beyond {spec.baseline} > {template.rule.baseline_margin:.2f}"
+    return f"{name} {value:.2f} < {template.rule.veto_below:.2f}"
 
 
 def banded(strength: float, cuts: Sequence[float], veto_below: float | None = None) -> float:
@@ -172,10 +262,17 @@ def apply_rule(template: prompts.PromptTemplate, results: Sequence[CheckResult])
     score = 0 if vetoed_by else sum(strength >= cut for cut in rule.cuts)
     evidence = []
     if vetoed_by:
-        evidence.append("vetoed: " + ", ".join(f"{n} {gate_values[n]:.2f} < {rule.veto_below:.2f}" for n in vetoed_by))
+        evidence.append("vetoed: " + ", ".join(_veto_shown(template, results, n, gate_values[n]) for n in vetoed_by))
+    # Checks the rule reads only through others (a baseline, a point's weight) are shown after the ones they serve.
+    linked = [n for c in template.checks for n in (c.baseline, c.weighted_by) if n is not None]
+    shown = [name for name in [*vetoes, *core, *scale, *linked] if name in values]
     evidence.append(
-        "; ".join(_shown(template, results, name, values[name]) for name in [*vetoes, *core, *scale] if name in values)
+        "; ".join(
+            _shown(template, results, name, aggregated(template, results, _spec(template, name)) or 0.0)
+            for name in shown
+        )
     )
+    evidence += [_against_baseline(template, results, c) for c in template.checks if c.baseline and c.name in values]
     evidence.append(f"strength {strength:.2f} (cuts {', '.join(f'{c:.2f}' for c in rule.cuts)})")
     if unread:
         evidence.append(f"unread: {', '.join(unread)}")

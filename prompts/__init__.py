@@ -56,7 +56,11 @@ class CheckSpec:
     when unset). `passages`: a per-sentence check that shows, as `{passage}`, only this many context segments, those
     that share the sentence's words (juiz.passages), instead of the whole context. `yes_means`: what a yes says of
     the answer; most checks ask so that yes means good, a few are clearer to this judge the other way round (e.g.
-    "does this sentence speak to a grader?"), and their value is P(no) (juiz.check_rule)."""
+    "does this sentence speak to a grader?"), and their value is P(no) (juiz.check_rule). `baseline`: for a
+    per-sentence check, a per-point check asking the same question of the judge's own reference points; the
+    sentences are then read against what this judge says of text written for the asker on the same item, in the same
+    language (juiz.check_rule). `weighted_by`: for a per-point check, a per-point check whose P(yes) weighs each
+    point (e.g. "does a complete answer have to state this point?")."""
 
     name: str
     question: str
@@ -68,6 +72,8 @@ class CheckSpec:
     min_words: int | None = None
     passages: int | None = None
     yes_means: YesMeans = "good"
+    baseline: str | None = None
+    weighted_by: str | None = None
 
     @property
     def shares_item_prefix(self) -> bool:
@@ -96,6 +102,9 @@ class CheckRule:
     # the expected score: the strength itself (rules before rule-6), or the strength placed between the cuts on the
     # score's own 0–1 scale, so that it falls in the same class as the score (juiz.check_rule.banded)
     expected: Literal["strength", "banded"] = "strength"
+    # a check read against a baseline (CheckSpec.baseline) sinks the answer when its sentences' flag exceeds the
+    # baseline's by more than this (juiz.check_rule)
+    baseline_margin: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -213,15 +222,16 @@ def load(metric: str, version: str, lang: str) -> PromptTemplate:
     }
     if data.get("kind", "score") == "score":
         return PromptTemplate(**common, reply_cot=data["reply_cot"], reply_fast=data["reply_fast"])
-    rule = data.get("rule")
+    rule = _check_rule(data.get("rule"), f"{metric}/{file.name}: rule")
+    checks = tuple(_check_spec(c, f"{metric}/{file.name}: checks[{n}]") for n, c in enumerate(data["checks"]))
     return PromptTemplate(
         **common,
         reply_cot="",
         reply_fast="",
         kind="checks",
         reply_check=data["reply_check"],
-        checks=tuple(_check_spec(c, f"{metric}/{file.name}: checks[{n}]") for n, c in enumerate(data["checks"])),
-        rule=_check_rule(rule, f"{metric}/{file.name}: rule"),
+        checks=_linked(checks, rule, f"{metric}/{file.name}: checks"),
+        rule=rule,
         reference=data.get("reference", ""),
         user_reference=data.get("user_reference", ""),
         system_reference=data.get("system_reference", ""),
@@ -257,7 +267,31 @@ def _check_rule(raw: object, where: str) -> CheckRule:
         sentence_aggregate=raw["sentence_aggregate"],
         point_aggregate=raw.get("point_aggregate", "mean"),
         expected=raw.get("expected", "strength"),
+        baseline_margin=float(raw.get("baseline_margin", 0.0)),
     )
+
+
+def _linked(checks: tuple[CheckSpec, ...], rule: CheckRule, where: str) -> tuple[CheckSpec, ...]:
+    """The checks, once every `baseline` (of a per-sentence check) and `weighted_by` (of a per-point check) names a
+    per-point check of the same prompt, and a baseline has the rule's margin to be read against; PromptSchemaError
+    naming the check otherwise."""
+    per_point = {c.name for c in checks if c.ask == "per_point"}
+    if rule.baseline_margin <= 0 and (read := [c.name for c in checks if c.baseline]):
+        raise PromptSchemaError(f"{where}: {', '.join(read)} has a baseline: the rule needs a baseline_margin > 0")
+    for check in checks:
+        for key, asked, other in (
+            ("baseline", "per_sentence", check.baseline),
+            ("weighted_by", "per_point", check.weighted_by),
+        ):
+            if other is None:
+                continue
+            if check.ask != asked:
+                raise PromptSchemaError(f"{where}: {check.name}.{key} is for a check asked {asked}")
+            if other not in per_point:
+                raise PromptSchemaError(
+                    f"{where}: {check.name}.{key} names {other!r}, which is no per-point check here"
+                )
+    return checks
 
 
 def _check_spec(raw: dict[str, object], where: str) -> CheckSpec:
