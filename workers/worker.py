@@ -42,6 +42,7 @@ import contextlib
 import functools
 import logging
 import math
+import sys
 import threading
 import time
 from collections.abc import Sequence
@@ -70,7 +71,7 @@ from tenacity import (
 
 from juiz.backend import build_engine
 from juiz.engine import JudgeEngine
-from juiz.errors import EngineDeadError
+from juiz.errors import EngineDeadError, InputError
 from juiz.retry import REDIS_ERRORS
 from juiz.settings import Settings
 from juiz.store import Store
@@ -83,6 +84,7 @@ log = logging.getLogger(__name__)
 
 MODEL_FIELD = "juiz_model"  # set in the RQ worker's own hash, so it lives and dies with the worker's heartbeat
 ENGINE_DEAD_EXIT = 3  # exit code of a worker whose engine died
+BAD_SETTING_EXIT = 2  # a setting it cannot start with (as `juiz` exits on bad input)
 JOB_FUNCTIONS = frozenset({f"{jobs.__name__}.{jobs.grade_chunk.__name__}"})  # the one function a juiz job may name
 
 
@@ -449,11 +451,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="juiz-worker")
     parser.add_argument("--burst", action="store_true", help="quit when the queues are empty")
     args = parser.parse_args(argv)
-    settings = Settings.from_env()
-    logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger().setLevel(settings.log_level)
-    load_prompts()
-    engine = build_engine(settings)
+    try:
+        settings = Settings.from_env()
+        logging.basicConfig(level=settings.log_level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        logging.getLogger().setLevel(settings.log_level)
+        load_prompts()
+        engine = build_engine(settings)
+    except InputError as exc:  # a bad setting: one line naming it, as `juiz worker` prints it, never a traceback
+        print(f"juiz-worker: error: {exc}", file=sys.stderr)
+        return BAD_SETTING_EXIT
     try:
         run(settings, engine, burst=args.burst)
     except EngineDeadError as exc:
