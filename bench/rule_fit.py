@@ -39,7 +39,7 @@ from juiz.labels import DEFAULT_VERDICT
 from schemas import Judgement
 
 METRICS = ("answer_relevance", "groundedness")
-# The default judge's recorded runs (checks-7 answer relevance, checks-4 groundedness).
+# checks-7's recorded runs (answer relevance checks-7, groundedness checks-4: the default judge before checks-8).
 DEV = RESULTS / "judge_quality_dev_checks-7.json"
 TEST = RESULTS / "judge_quality_test_checks-7_cot-v2.json"
 

@@ -73,9 +73,21 @@ def veto_values(template: prompts.PromptTemplate, values: dict[str, float]) -> d
     return {c.name: values[c.name] for c in template.checks if c.role == "veto" and c.name in values}
 
 
-def veto_gate(template: prompts.PromptTemplate, results: Sequence[CheckResult]) -> float | None:
-    """The weakest veto check's value (the rule's gate), or None when the prompt has no veto or none was read."""
-    return min(veto_values(template, check_values(template, results)).values(), default=None)
+def veto_distance(template: prompts.PromptTemplate, results: Sequence[CheckResult]) -> tuple[str, float] | None:
+    """The weakest read veto check and how far it sits from sinking the answer, in the judge's own probabilities
+    (negative: it sinks it): its value − `veto_below`, or, read against a baseline, the margin − its gap below the
+    baseline. None when the prompt has no veto or none was read."""
+    assert template.rule is not None
+    distances: dict[str, float] = {}
+    for name, value in veto_values(template, check_values(template, results)).items():
+        spec = _spec(template, name)
+        base = baseline_value(template, results, spec) if spec.baseline else None
+        own = aggregated(template, results, spec)
+        if base is not None and own is not None:
+            distances[name] = template.rule.baseline_margin - (base - own)
+        else:
+            distances[name] = value - template.rule.veto_below
+    return min(distances.items(), key=lambda kv: kv[1], default=None)
 
 
 def _read(results: Sequence[CheckResult], name: str) -> list[CheckResult]:

@@ -71,8 +71,11 @@ def checks_result(
         "checks": checks,
         "reference": reference,
     }
-    if checks and all(c.status is CheckStatus.FAILED for c in checks):
-        errors = dict.fromkeys(c.error for c in checks if c.error)
+    # Failed (not a parse error) when the engine failed every check the score is made of; info checks may still have
+    # been read, e.g. checks-8's per-point checks, which hold the question and reference points but not the answer.
+    scored = [c for c in checks if c.role != "info"]
+    if scored and all(c.status is CheckStatus.FAILED for c in scored):
+        errors = dict.fromkeys(c.error for c in scored if c.error)
         return MetricResult(status=MetricStatus.FAILED, error="; ".join(e for e in errors if e)[:500], **common)
     outcome = apply_rule(job.template, checks)
     if not outcome.ok:

@@ -11,8 +11,9 @@ A result is `uncertain` (worth a human label) when any of these holds — the ru
 - calibration: the calibrated probability of its calibrated label is below 0.6 (with `options.calibration`);
 - boundary: without a calibration, 3 × its expected score lies within 0.25 of one of the label mapping's cut points
   (0.5 and 2.5 by default: between I and P, and between P and C);
-- veto: a metric graded by a check-based prompt whose weakest veto check lies within 0.05 of the rule's `veto_below`:
-  its grade is 0 or the unvetoed score on a hair (the same item graded twice, once with a warm prefix cache, read
+- veto: a metric graded by a check-based prompt whose weakest veto check lies within 0.05 of its threshold (the
+  rule's `veto_below`; for a check read against a baseline, the rule's margin above it): its grade is 0 or the
+  unvetoed score on a hair (the same item graded twice, once with a warm prefix cache, read
   0.47 and 0.50 of a veto at 0.5, and its grade went from 0 to 3).
 `uncertainty.score` (0–1) is the largest component, so results can be listed most uncertain first.
 """
@@ -24,7 +25,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
-from juiz.check_rule import template_of, veto_gate
+from juiz.check_rule import template_of, veto_distance
 from schemas.judgement import Judgement, MetricStatus
 from schemas.labels import LabelMapping
 from schemas.uncertainty import SampleSummary, Uncertainty
@@ -118,14 +119,16 @@ def _veto_closeness(judgement: Judgement, reasons: list[str]) -> float | None:
         template = template_of(result) if result.status is MetricStatus.OK and result.checks else None
         if template is None or template.rule is None:
             continue
-        gate = veto_gate(template, result.checks or [])
-        if gate is None:
+        weakest = veto_distance(template, result.checks or [])
+        if weakest is None:
             continue
-        distance = abs(gate - template.rule.veto_below)
+        check, signed = weakest
+        distance = abs(signed)
         closest = max(closest or 0.0, round(max(0.0, 1 - distance / (2 * VETO_MARGIN)), 6))
         if distance < VETO_MARGIN:
+            verdict = "sinks" if signed < 0 else "keeps"
             reasons.append(
-                f"{name}'s veto {gate:.2f} is within {VETO_MARGIN} of its threshold {template.rule.veto_below:g}"
+                f"{name}'s veto {check} {verdict} it by {distance:.2f} (within {VETO_MARGIN} of its threshold)"
             )
     return closest
 

@@ -19,11 +19,12 @@ from prompts.neutralise import neutralise
 Mode = Literal["cot", "fast"]
 
 # The version a metric uses when a request names none: check-based prompts where there are (yes/no checks read from
-# token probabilities, see juiz.checks; answer relevance's checks-7 scales its item checks by how many key points of
-# the judge's own answer from the context the answer states, and vetoes an answer with any sentence that speaks to a
-# grader; groundedness's checks-4 asks each sentence of the answer beside the context segments it is about), else the
-# chain-of-thought juiz-1. Chosen on the test split's agreement with the labels (README, "Judge quality").
-DEFAULT_VERSIONS = {"answer_relevance": "checks-7", "groundedness": "checks-4", "context_relevance": "juiz-1"}
+# token probabilities, see juiz.checks; answer relevance's checks-8 scales its item checks by how many key points of
+# the judge's own answer from the context the answer states, weighted by whether a complete answer must state them,
+# and vetoes an answer with a sentence that speaks to a grader more than the judge's own points do; groundedness's
+# checks-4 asks each sentence of the answer beside the context segments it is about), else the chain-of-thought
+# juiz-1. Chosen on the test split's agreement with the labels (README, "Judge quality").
+DEFAULT_VERSIONS = {"answer_relevance": "checks-8", "groundedness": "checks-4", "context_relevance": "juiz-1"}
 LANGUAGES = ("en", "pt")
 
 

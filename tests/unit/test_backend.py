@@ -145,7 +145,7 @@ def test_a_back_end_the_builder_does_not_know_never_starts_another(built: list[F
 def test_the_worker_started_with_a_bad_setting_says_which_in_one_line(
     built: list[FakeEngine], monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    monkeypatch.setenv("JUIZ_ENGINE", "bogus")  # `python -m workers.worker`, as the compose file starts it
+    monkeypatch.setenv("JUIZ_ENGINE", "bogus")  # as `python -m workers.worker` meets it
     assert worker.main([]) == worker.BAD_SETTING_EXIT
     err = capsys.readouterr().err
     assert err.startswith("juiz-worker: error:") and "JUIZ_ENGINE" in err and "Traceback" not in err

@@ -128,24 +128,33 @@ def _with_grader_flag(judgement: Judgement, p_yes: float) -> Judgement:
     )
 
 
-def test_a_check_based_grade_whose_veto_sits_on_its_threshold_is_uncertain() -> None:
+@pytest.mark.parametrize(
+    ("prompt", "on_the_line"),
+    [("answer_relevance@checks-7", 0.52), (None, 0.24)],
+    ids=["checks-7: P(yes) 0.52 against 0.5", "default: 0.14 above its own points' 0.10, margin 0.12"],
+)
+def test_a_check_based_grade_whose_veto_sits_on_its_threshold_is_uncertain(
+    prompt: str | None, on_the_line: float
+) -> None:
     """Graded twice, an answer read 0.47 and 0.50 by a veto at 0.5 and went from 0 to 3: such a grade is a coin
-    toss, so it is flagged for a person, whatever the rest of the checks say; a clear reading is not."""
+    toss, so it is flagged for a person, whatever the rest of the checks say; a clear reading is not. A veto read
+    against the judge's own points (checks-8) is on the line where its gap is the rule's margin."""
     item = Triple(
         id="q1",
         question="What is the capital of France?",
         answer="Paris is the capital.",
         context="Paris is the capital of France.",
     )
-    (graded,) = Judge(FakeEngine(_check_judge)).grade([item], BatchOptions())
+    options = BatchOptions(prompt=prompt) if prompt else BatchOptions()
+    (graded,) = Judge(FakeEngine(_check_judge)).grade([item], options)
     result = (graded.metrics or {})["answer_relevance"]
     assert result.provenance is not None and result.provenance.prompt.startswith("answer_relevance@checks")
-    mapping = BatchOptions().label_mapping
-    on_the_line, clear = (
-        assess(_with_grader_flag(graded, 0.52), mapping),
+    mapping = options.label_mapping
+    near, clear = (
+        assess(_with_grader_flag(graded, on_the_line), mapping),
         assess(_with_grader_flag(graded, 0.1), mapping),
     )
-    assert on_the_line is not None and clear is not None
-    assert any("answer_relevance's veto 0.48" in reason for reason in on_the_line.reasons)
-    assert on_the_line.veto == pytest.approx(0.8) and on_the_line.score >= 0.8
+    assert near is not None and clear is not None
+    assert "answer_relevance's veto sentence_to_grader sinks it by 0.02 (within 0.05 of its threshold)" in near.reasons
+    assert near.veto == pytest.approx(0.8) and near.score >= 0.8
     assert clear.veto == 0.0 and not any("veto" in reason for reason in clear.reasons)
