@@ -201,8 +201,10 @@ def _against_baseline(template: prompts.PromptTemplate, results: Sequence[CheckR
     value, base = aggregated(template, results, spec), baseline_value(template, results, spec)
     if value is None or base is None:
         return f"{spec.name}: no baseline read, its own value stands"
-    side = "above" if spec.yes_means == "bad" else "below"
-    return f"{spec.name} {base - value:+.2f} {side} {spec.baseline} (veto beyond {template.rule.baseline_margin:.2f})"
+    gap = round(base - value, 2)  # how much worse than its baseline the check reads the answer (negative: better)
+    worse, better = ("above", "below") if spec.yes_means == "bad" else ("below", "above")
+    where = "level with" if gap == 0 else f"{abs(gap):.2f} {worse if gap > 0 else better}"
+    return f"{spec.name} {where} {spec.baseline} (veto beyond {template.rule.baseline_margin:.2f})"
 
 
 def _spec(template: prompts.PromptTemplate, name: str) -> prompts.CheckSpec:

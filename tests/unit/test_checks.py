@@ -561,7 +561,11 @@ def test_a_grader_flag_sinks_the_answer_only_where_it_stands_above_the_judges_ow
     # sit at 0.48: checks-7 read 0.55 alone and sank the answer; against the baseline it is 0.07 above: kept.
     kept = apply_rule(EIGHT, eight({"It is Paris.": 0.55, "It has been since 508.": 0.50}, {"p1": 0.48, "p2": 0.45}))
     assert kept.score == 3, kept.supporting_evidence
-    assert "sentence_to_grader +0.07 above point_to_grader (veto beyond 0.12)" in kept.supporting_evidence
+    assert "sentence_to_grader 0.07 above point_to_grader (veto beyond 0.12)" in kept.supporting_evidence
+    below = apply_rule(EIGHT, eight({"It is Paris.": 0.30}, {"p1": 0.48}))
+    assert "sentence_to_grader 0.18 below point_to_grader" in below.supporting_evidence
+    level = apply_rule(EIGHT, eight({"It is Paris.": 0.48}, {"p1": 0.48}))
+    assert "sentence_to_grader level with point_to_grader" in level.supporting_evidence
     assert "point_to_grader (yes = bad) no 0.48 (max of 2 reference points: 0.48, 0.45)" in kept.supporting_evidence
     seven = prompts.load("answer_relevance", "checks-7", "en")
     assert (
