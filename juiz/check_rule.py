@@ -81,10 +81,9 @@ def veto_distance(template: prompts.PromptTemplate, results: Sequence[CheckResul
     distances: dict[str, float] = {}
     for name, value in veto_values(template, check_values(template, results)).items():
         spec = _spec(template, name)
-        base = baseline_value(template, results, spec) if spec.baseline else None
-        own = aggregated(template, results, spec)
-        if base is not None and own is not None:
-            distances[name] = template.rule.baseline_margin - (base - own)
+        gap = baseline_gap(template, results, spec) if spec.baseline else None
+        if gap is not None:
+            distances[name] = template.rule.baseline_margin - gap
         else:
             distances[name] = value - template.rule.veto_below
     return min(distances.items(), key=lambda kv: kv[1], default=None)
@@ -144,6 +143,14 @@ def baseline_value(
     return aggregated(template, results, _spec(template, spec.baseline))
 
 
+def baseline_gap(
+    template: prompts.PromptTemplate, results: Sequence[CheckResult], spec: prompts.CheckSpec
+) -> float | None:
+    """How much worse than its baseline a check reads the answer (baseline − value); None without a baseline read."""
+    base, own = baseline_value(template, results, spec), aggregated(template, results, spec)
+    return None if base is None or own is None else base - own
+
+
 def check_values(template: prompts.PromptTemplate, results: Sequence[CheckResult]) -> dict[str, float]:
     """Each check's value (P(yes), or P(no) where yes means bad; per-sentence and per-point checks aggregated by the
     rule): only checks that were read.
@@ -161,9 +168,9 @@ def check_values(template: prompts.PromptTemplate, results: Sequence[CheckResult
         value = aggregated(template, results, spec)
         if value is None:
             continue
-        if spec.baseline is not None and (base := baseline_value(template, results, spec)) is not None:
+        if spec.baseline is not None and (gap := baseline_gap(template, results, spec)) is not None:
             rule = template.rule
-            value = min(1.0, max(0.0, 1.0 - (1.0 - rule.veto_below) * (base - value) / rule.baseline_margin))
+            value = min(1.0, max(0.0, 1.0 - (1.0 - rule.veto_below) * gap / rule.baseline_margin))
         values[spec.name] = value
     return values
 
@@ -198,10 +205,10 @@ def _shown(template: prompts.PromptTemplate, results: Sequence[CheckResult], nam
 def _against_baseline(template: prompts.PromptTemplate, results: Sequence[CheckResult], spec: prompts.CheckSpec) -> str:
     """How far a check read against a baseline sits from it, in the judge's own terms (P(yes) of a flag)."""
     assert template.rule is not None and spec.baseline is not None
-    value, base = aggregated(template, results, spec), baseline_value(template, results, spec)
-    if value is None or base is None:
+    exact = baseline_gap(template, results, spec)
+    if exact is None:
         return f"{spec.name}: no baseline read, its own value stands"
-    gap = round(base - value, 2)  # how much worse than its baseline the check reads the answer (negative: better)
+    gap = round(exact, 2)  # how much worse than its baseline the check reads the answer (negative: better)
     worse, better = ("above", "below") if spec.yes_means == "bad" else ("below", "above")
     where = "level with" if gap == 0 else f"{abs(gap):.2f} {worse if gap > 0 else better}"
     return f"{spec.name} {where} {spec.baseline} (veto beyond {template.rule.baseline_margin:.2f})"
@@ -214,10 +221,8 @@ def _spec(template: prompts.PromptTemplate, name: str) -> prompts.CheckSpec:
 def _veto_shown(template: prompts.PromptTemplate, results: Sequence[CheckResult], name: str, value: float) -> str:
     assert template.rule is not None
     spec = _spec(template, name)
-    if spec.baseline is not None and baseline_value(template, results, spec) is not None:
-        base, own = baseline_value(template, results, spec), aggregated(template, results, spec)
-        assert base is not None and own is not None
-        return f"{name} {base - own:.2f} beyond {spec.baseline} > {template.rule.baseline_margin:.2f}"
+    if spec.baseline is not None and (gap := baseline_gap(template, results, spec)) is not None:
+        return f"{name} {gap:.2f} beyond {spec.baseline} > {template.rule.baseline_margin:.2f}"
     return f"{name} {value:.2f} < {template.rule.veto_below:.2f}"
 
 
