@@ -159,6 +159,26 @@ def provenance_of(model: str, template: prompts.PromptTemplate, request: Generat
     )
 
 
+@dataclass(frozen=True)
+class PlannedItem:
+    """One item as planned for grading: its plan, or why it has none (a prompt that can't be served: the item fails
+    with that reason, alone); and what each metric's result records either way, so a failed result, whenever it is
+    made, needs no second planning."""
+
+    plan: ItemPlan | None
+    reason: str | None
+    provenance: Mapping[str, Provenance]
+
+
+def plan_or_reason(options: BatchOptions, question: str, model: str) -> PlannedItem:
+    """`plan_item`, or the PromptError that stops it as the reason the item can't be graded."""
+    try:
+        plan = plan_item(options, question, model)
+    except PromptError as exc:
+        return PlannedItem(None, f"{type(exc).__name__}: {exc}", provenance_by_metric(options, question, model))
+    return PlannedItem(plan, None, provenance_by_metric(options, question, model, plan))
+
+
 def provenance_by_metric(
     options: BatchOptions, question: str, model: str, plan: ItemPlan | None = None
 ) -> Mapping[str, Provenance]:
