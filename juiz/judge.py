@@ -1,7 +1,8 @@
 """The judge: triples in, judgements out, every item and metric of a run in one batched engine call per setting.
 
 render (prompts) → generate (engine, one call per sampling setting) → parse (parsing) → judgement (schemas).
-The CLI, the service's workers and the benchmarks all grade through `Judge.grade_many`.
+The CLI and the benchmarks grade through `Judge.grade_many`; the service's workers through `grade_unfinished`, to
+finish their results together with their cache hits.
 
 Several metrics per item (issue 8): answer_relevance (question + answer), groundedness (context + question + answer)
 and context_relevance (question + one segment, for each segment). Every (item, metric[, segment]) is one

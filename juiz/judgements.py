@@ -177,7 +177,7 @@ def failed_judgement(
     triple: Triple, options: BatchOptions, reason: str, provenance: Mapping[str, Provenance]
 ) -> Judgement:
     """A `failed` result for an item that could not be graded at all, with the reason and, for each metric, the
-    judge meant for it (`provenance`: juiz.plan.provenance_by_metric)."""
+    judge meant for it (`provenance`: juiz.plan.PlannedItem.provenance, or provenance_by_metric)."""
     metrics: dict[str, MetricResult] = {
         metric: MetricResult(status=MetricStatus.FAILED, error=reason, provenance=provenance[metric])
         for metric in options.metrics
