@@ -1,7 +1,8 @@
 """The judge: triples in, judgements out, every item and metric of a run in one batched engine call per setting.
 
 render (prompts) → generate (engine, one call per sampling setting) → parse (parsing) → judgement (schemas).
-The CLI, the service's workers and the benchmarks all grade through `Judge.grade_many`.
+The CLI and the benchmarks grade through `Judge.grade_many`; the service's workers through `grade_unfinished`, to
+finish their results together with their cache hits.
 
 Several metrics per item (issue 8): answer_relevance (question + answer), groundedness (context + question + answer)
 and context_relevance (question + one segment, for each segment). Every (item, metric[, segment]) is one
@@ -24,7 +25,15 @@ import prompts
 from juiz.checks import CHECK_REQUEST, Ask, CheckJob, read_check, reference_text
 from juiz.engine import CANCELLED, CallControl, Completion, Conversation, GenerationRequest, JudgeEngine, aborted
 from juiz.errors import EngineDeadError, TransientEngineError
-from juiz.judgements import checks_result, judgement_of, parsed_fields, rounded, sampled_fields, with_origin
+from juiz.judgements import (
+    checks_result,
+    finished,
+    judgement_of,
+    parsed_fields,
+    rounded,
+    sampled_fields,
+    with_origin,
+)
 from juiz.plan import COT_REQUEST, FAST_REQUEST, SEGMENT_COT_REQUEST, ItemPlan, plan_item
 from schemas import BatchOptions, Judgement, Provenance, Segment, Triple
 from schemas.judgement import NEEDS_CONTEXT, CheckResult, MetricResult, MetricStatus, SegmentGrade
@@ -93,9 +102,20 @@ class Judge:
 
         Prompts differ per item and metric, so they still share one call; only a different sampling setting (cot,
         the shorter per-segment cot, fast) needs a call of its own. `control.cancelled()` names ITEM indices.
-        `plans`: each item's `plan_item`, when the caller made it already (the worker keys its result cache on it);
-        an item without one is planned here, before anything else.
+        `plans`: each item's `plan_item`, when the caller made it already; an item without one is planned here,
+        before anything else. Each result is `finished` with its batch's label mapping and calibration.
         """
+        graded = self.grade_unfinished(items, control, plans)
+        return [finished(judgement, options) for judgement, (_, options) in zip(graded, items, strict=True)]
+
+    def grade_unfinished(
+        self,
+        items: Sequence[tuple[Triple, BatchOptions]],
+        control: CallControl | None = None,
+        plans: Sequence[ItemPlan | None] | None = None,
+    ) -> list[Judgement]:
+        """`grade_many`, its results not yet `finished`: for a caller that finishes them together with results of
+        other origins (the worker: cache hits), in one place."""
         model = self.engine.model_id
         planned = [
             plan if plan is not None else plan_item(options, triple.question, model)

@@ -1,6 +1,7 @@
 """What a judgement is made of: a metric's fields from the judge's reply (or the majority of several), a check-based
-metric's result from its checks and rule, and the judgement itself (the main metric's grade on top, every metric under
-`metrics`, the batch's label and calibration applied). What each metric records as its provenance is its plan's
+metric's result from its checks and rule, the judgement itself (the main metric's grade on top, every metric under
+`metrics`), a cached grade made this item's (`from_cache`), and what the batch makes of a grade, fresh or cached
+(`finished`: its label, calibration and uncertainty). What each metric records as its provenance is its plan's
 (juiz.plan).
 
 `failed_judgement` is the result of an item that could not be graded at all, with the reason and the judge meant
@@ -102,11 +103,11 @@ def checks_result(
 
 
 def judgement_of(triple: Triple, options: BatchOptions, metrics: dict[str, MetricResult]) -> Judgement:
-    """The result: the main metric's grade in the top-level fields, every metric under `metrics`, the label."""
+    """The result: the main metric's grade in the top-level fields, every metric under `metrics`; not yet `finished`."""
     main = metrics[options.primary_metric]
     status = JudgementStatus.FAILED if main.status is MetricStatus.SKIPPED else JudgementStatus(main.status.value)
     assert main.provenance is not None
-    judgement = Judgement(
+    return Judgement(
         **item_fields(triple),
         status=status,
         score=main.score,
@@ -121,7 +122,6 @@ def judgement_of(triple: Triple, options: BatchOptions, metrics: dict[str, Metri
         metrics=metrics,
         samples=main.samples,
     )
-    return finished(judgement, options)
 
 
 def finished(judgement: Judgement, options: BatchOptions) -> Judgement:
@@ -167,11 +167,17 @@ def item_fields(triple: Triple) -> dict[str, Any]:
     }
 
 
+def from_cache(cached: Mapping[str, Any], triple: Triple) -> Judgement:
+    """A cached grade (juiz.result_cache.cacheable) as this item's result: its own fields, marked `cached`, not yet
+    `finished` (its batch's label mapping and calibration apply, never the cached batch's)."""
+    return Judgement.model_validate({**item_fields(triple), **cached, "cached": True})
+
+
 def failed_judgement(
     triple: Triple, options: BatchOptions, reason: str, provenance: Mapping[str, Provenance]
 ) -> Judgement:
     """A `failed` result for an item that could not be graded at all, with the reason and, for each metric, the
-    judge meant for it (`provenance`: juiz.plan.provenance_by_metric)."""
+    judge meant for it (`provenance`: juiz.plan.PlannedItem.provenance, or provenance_by_metric)."""
     metrics: dict[str, MetricResult] = {
         metric: MetricResult(status=MetricStatus.FAILED, error=reason, provenance=provenance[metric])
         for metric in options.metrics

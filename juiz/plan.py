@@ -135,8 +135,11 @@ def plan_item(options: BatchOptions, question: str, model: str) -> ItemPlan:
     The judge grades by this plan, the result cache keys on it and every result records it, so none of them reads the
     choice apart. Raises PromptError when a metric's prompt can't be served.
     """
-    item_lang = item_language(options, question)
-    return {metric: _metric_plan(options, metric, item_lang, model) for metric in options.metrics}
+    planned = plan_or_reason(options, question, model)
+    if planned.error is not None:
+        raise planned.error
+    assert planned.plan is not None  # no error: every metric is planned
+    return planned.plan
 
 
 def _metric_plan(options: BatchOptions, metric: str, item_lang: str, model: str) -> MetricPlan:
@@ -159,25 +162,51 @@ def provenance_of(model: str, template: prompts.PromptTemplate, request: Generat
     )
 
 
-def provenance_by_metric(
-    options: BatchOptions, question: str, model: str, plan: ItemPlan | None = None
-) -> Mapping[str, Provenance]:
-    """What each metric of an item that was never graded records: its plan's provenance (`plan`, when the caller
-    has it; else each metric is planned here, alone). A metric whose prompt can't be served records the metric's
-    name as its prompt and the mode's sampling."""
-    if plan is not None:
-        return {metric: chosen.provenance for metric, chosen in plan.items()}
+@dataclass(frozen=True)
+class PlannedItem:
+    """One item as planned for grading: its plan, or the error that stops it (a prompt that can't be served: the item
+    fails with that reason, alone); and what each metric's result records either way, so a failed result, whenever
+    it is made, needs no second planning."""
+
+    plan: ItemPlan | None
+    error: PromptError | None
+    provenance: Mapping[str, Provenance]
+
+    @property
+    def reason(self) -> str | None:
+        return None if self.error is None else f"{type(self.error).__name__}: {self.error}"
+
+
+def plan_or_reason(options: BatchOptions, question: str, model: str) -> PlannedItem:
+    """`plan_item`, or the first metric's PromptError as the reason the item can't be graded. Every metric records a
+    provenance: its plan's, or, for one whose prompt can't be served, the metric's name as its prompt and the mode's
+    sampling."""
     item_lang = item_language(options, question)
-    recorded: dict[str, Provenance] = {}
+    plan: ItemPlan = {}
+    provenance: dict[str, Provenance] = {}
+    error: PromptError | None = None
     for metric in options.metrics:
         try:
-            recorded[metric] = _metric_plan(options, metric, item_lang, model).provenance
-        except PromptError:
-            recorded[metric] = Provenance(
+            chosen = plan[metric] = _metric_plan(options, metric, item_lang, model)
+        except PromptError as exc:
+            error = error or exc
+            provenance[metric] = Provenance(
                 model=model,
                 prompt=metric,
                 prompt_sha256="",
                 sampling={**score_sampling(options, metric).describe(), "mode": options.mode},
                 juiz_version=__version__,
             )
-    return recorded
+        else:
+            provenance[metric] = chosen.provenance
+    return PlannedItem(plan if error is None else None, error, provenance)
+
+
+def provenance_by_metric(
+    options: BatchOptions, question: str, model: str, plan: ItemPlan | None = None
+) -> Mapping[str, Provenance]:
+    """What each metric of an item that was never graded records: its plan's provenance (`plan`, when the caller
+    has it; else each metric is planned here: `plan_or_reason`)."""
+    if plan is not None:
+        return {metric: chosen.provenance for metric, chosen in plan.items()}
+    return plan_or_reason(options, question, model).provenance

@@ -1,5 +1,6 @@
-"""The result cache's rules: what a cached result is keyed on, what it keeps, when a result may be reused, and how a
-hit becomes this batch's result. Redis holds the entries (`juiz.store.cache`); the worker consults both.
+"""The result cache's rules: what a cached result is keyed on, what it keeps, and when a result may be reused (a hit
+becomes a result in `juiz.judgements.from_cache`). Redis holds the entries (`juiz.store.cache`); the worker consults
+both.
 
 Keyed per tenant (shared across tenants only with `shared_result_cache`), on the question, answer, context, every
 requested metric's prompt and sampling, and the model; a reused result keeps every metric and is marked
@@ -12,7 +13,6 @@ import hashlib
 import json
 from typing import Any
 
-from juiz.judgements import finished, item_fields
 from juiz.plan import ItemPlan
 from prompts.neutralise import VERSION as NEUTRALISER
 from schemas import BatchOptions, Judgement, JudgementStatus, Triple
@@ -74,10 +74,3 @@ def cacheable(judgement: Judgement) -> dict[str, Any]:
     nor what the batch's label mapping and calibration make of it (recomputed on reuse)."""
     value = judgement.model_dump(mode="json", exclude=set(NOT_CACHED))
     return {k: v for k, v in value.items() if k in Judgement.model_fields}  # the user's passthrough is the item's
-
-
-def from_cache(cached: dict[str, Any], triple: Triple, options: BatchOptions) -> Judgement:
-    """A hit as this item's result: its own fields, the cached grade, this batch's label and calibration (or none),
-    never the cached batch's."""
-    judgement = Judgement.model_validate({**item_fields(triple), **cached, "cached": True})
-    return finished(judgement, options)

@@ -3,8 +3,8 @@
 A job carries only ids (`batch_id`, `chunk_no`, JSON-serialised); everything else is in Redis. It is thin:
 
     claim the chunk + a fair share of other pending chunks (Store.claim: one Lua step; their RQ jobs are then taken
-    off the queue through RQ's API) → drop items already stored or cached → grade the rest in ONE
-    `Judge.grade_many` call → store (exactly once per item) → finish
+    off the queue through RQ's API) → plan every item → drop items cached → grade the rest in ONE `Judge` call →
+    finish every grade, cached or fresh (label, calibration, uncertainty) → store (exactly once per item) → finish
 
 One owner per chunk: the job that claimed it. A job whose chunk another job claimed first (it was dequeued before
 its job was taken off the queue) finds it owned and stops at once; nothing re-queues itself.
@@ -35,9 +35,9 @@ Faults:
 - A batch cancelled during the call: `CallControl.cancelled` reports its items (one Redis round trip per poll) and
   the engine aborts their requests; the call's deadline is the job's timeout, so RQ's own timeout is a backstop.
 
-Result cache: each item is planned once (`juiz.plan.plan_item`: its metrics' prompts, sampling and provenance); the
-cache keys on that plan, the judge grades by it and a failed result records it. What a key covers and what a hit
-keeps are `juiz.result_cache`'s rules.
+Result cache: each item is planned once (`juiz.plan.plan_or_reason`: its metrics' prompts, sampling and provenance,
+or why it can't be graded); the cache keys on that plan, the judge grades by it and a failed result records it. What
+a key covers and what a hit keeps are `juiz.result_cache`'s rules; a hit is finished with the fresh grades.
 
 The job reaches the worker process's one `Judge` through `bind()`, called by the worker at start-up.
 """
@@ -56,11 +56,11 @@ from rq.exceptions import AbandonedJobError
 from rq.worker import Worker
 
 from juiz.engine import CallControl
-from juiz.errors import EngineDeadError, PromptError, TransientEngineError
+from juiz.errors import EngineDeadError, TransientEngineError
 from juiz.judge import Judge
-from juiz.judgements import failed_judgement
-from juiz.plan import ItemPlan, plan_item, provenance_by_metric
-from juiz.result_cache import cache_key, cacheable, from_cache, reusable
+from juiz.judgements import failed_judgement, finished, from_cache
+from juiz.plan import plan_or_reason, provenance_by_metric
+from juiz.result_cache import cache_key, cacheable, reusable
 from juiz.retry import REDIS_ERRORS, while_redis_away
 from juiz.settings import Settings
 from juiz.store import BatchRecord, ChunkRef, Store
@@ -254,58 +254,52 @@ def _gather(
 
 
 def _grade_and_store(b: Binding, work: list[_Work], job: Any) -> dict[str, int]:
+    """Plan → cache lookup → grade → finish → store, each once for the whole call, in that order."""
     store, judge, settings = b.store, b.judge, b.settings
     if not work:
         return {"chunks": 0, "items": 0, "graded": 0, "stored": 0}
     flat = [(w, index, triple) for w in work for index, triple in w.items]
-    # What the job itself decides, before any grading: the call's bounds (RQ's timeout, cancelled batches, item by
-    # item of `flat`) and whose cache each item may read.
+    model = judge.engine.model_id
+    # The call's bounds, which the job itself decides: RQ's timeout, cancelled batches (item by item of `flat`).
     control = _call_control(store, [w.batch.id for w, _, _ in flat], job)
-    scopes = [_cache_scope(settings, w.batch) for w, _, _ in flat]
-    # One plan per item (its metrics' prompts and sampling): the cache keys on it and the judge grades by it.
-    planned = [_plan_or_reason(triple, w.batch.options, judge.engine.model_id) for w, _, triple in flat]
-    plans = [None if isinstance(plan, str) else plan for plan in planned]
-    # An item whose prompt can't be served (e.g. its file removed since intake) fails here, alone: sent to the judge,
-    # it would fail the whole call, other batches' items with its reason.
-    results: dict[tuple[str, int], Judgement] = {
-        (w.batch.id, index): failed_judgement(
-            triple, w.batch.options, plan, provenance_by_metric(w.batch.options, triple.question, judge.engine.model_id)
-        )
-        for (w, index, triple), plan in zip(flat, planned, strict=True)
-        if isinstance(plan, str)
-    }
+    # One plan per item: the cache keys on it, the judge grades by it and a failed result records it. An item whose
+    # prompt can't be served (e.g. its file removed since intake) fails alone: sent to the judge, it would fail the
+    # whole call, other batches' items with its reason.
+    planned = [plan_or_reason(w.batch.options, triple.question, model) for w, _, triple in flat]
+    keys = [
+        cache_key(triple, w.batch.options, item.plan, model, _cache_scope(settings, w.batch))
+        if settings.result_cache and item.plan is not None
+        else None
+        for (w, _, triple), item in zip(flat, planned, strict=True)
+    ]
+    # The Redis steps before the call, together: the batches marked running; with the result cache, each batch's
+    # keys remembered (so a purge erases them) and read.
     for batch_id in {w.batch.id for w in work}:
         while_redis_away(settings.redis_retry_s, lambda batch_id=batch_id: store.mark_running(batch_id))  # type: ignore[misc]
-
-    keys: list[str | None] = [None] * len(flat)
+    cached: list[dict[str, Any] | None] = [None] * len(flat)
     if settings.result_cache:
-        keys = [
-            None if plan is None else cache_key(triple, w.batch.options, plan, judge.engine.model_id, scope)
-            for (w, _, triple), plan, scope in zip(flat, plans, scopes, strict=True)
-        ]
         digests: dict[str, list[str]] = {}
         for (w, _, _), key in zip(flat, keys, strict=True):
             if key is not None:
                 digests.setdefault(w.batch.id, []).append(key)
-        while_redis_away(settings.redis_retry_s, lambda: store.cache.remember(digests))  # so a purge erases them
-        cached = while_redis_away(settings.redis_retry_s, lambda: store.cache_get([k for k in keys if k is not None]))
-        hits = iter(cached)
-        for (w, index, triple), key in zip(flat, keys, strict=True):
-            if key is None:
-                continue
-            hit = next(hits)
-            if hit is not None:
-                results[(w.batch.id, index)] = from_cache(hit, triple, w.batch.options)
-        while_redis_away(settings.redis_retry_s, lambda: store.record_cache_hits(len(results)))
-
-    to_grade = [(i, entry) for i, entry in enumerate(flat) if (entry[0].batch.id, entry[1]) not in results]
+        while_redis_away(settings.redis_retry_s, lambda: store.cache.remember(digests))
+        found = iter(
+            while_redis_away(settings.redis_retry_s, lambda: store.cache_get([k for k in keys if k is not None]))
+        )
+        cached = [None if key is None else next(found) for key in keys]
+        while_redis_away(settings.redis_retry_s, lambda: store.record_cache_hits(sum(h is not None for h in cached)))
+    failures = {position: item.reason for position, item in enumerate(planned) if item.reason is not None}
+    to_grade = [position for position, item in enumerate(planned) if item.plan is not None and cached[position] is None]
+    graded: dict[int, Judgement] = {}
+    engine_call: tuple[float, int] | None = None
     if to_grade:
         started = time.perf_counter()
         try:
-            graded = judge.grade_many(
-                [(triple, w.batch.options) for _, (w, _, triple) in to_grade],
-                control.subset([position for position, _ in to_grade]),
-                plans=[plans[position] for position, _ in to_grade],
+            # Unfinished: every result of the call, cached or fresh, is finished below, in one place.
+            grades = judge.grade_unfinished(
+                [(flat[position][2], flat[position][0].batch.options) for position in to_grade],
+                control.subset(to_grade),
+                plans=[planned[position].plan for position in to_grade],
             )
         except (TransientEngineError, EngineDeadError):
             raise  # RQ retries the job with backoff / the worker stops
@@ -313,43 +307,34 @@ def _grade_and_store(b: Binding, work: list[_Work], job: Any) -> dict[str, int]:
             if isinstance(exc, REDIS_ERRORS):
                 raise
             log.exception("grading failed permanently for %d item(s)", len(to_grade))
-            reason = f"{type(exc).__name__}: {exc}"
-            graded = [
-                failed_judgement(
-                    triple,
-                    w.batch.options,
-                    reason,
-                    provenance_by_metric(w.batch.options, triple.question, judge.engine.model_id, plans[position]),
-                )
-                for position, (w, _, triple) in to_grade
-            ]
+            failures.update(dict.fromkeys(to_grade, f"{type(exc).__name__}: {exc}"))
         else:
-            elapsed = time.perf_counter() - started
-            while_redis_away(settings.redis_retry_s, lambda: store.record_engine_call(elapsed, len(to_grade)))
-        fresh: dict[str, dict[str, Any]] = {}
-        for (position, (w, index, _)), judgement in zip(to_grade, graded, strict=True):
-            results[(w.batch.id, index)] = judgement
-            key = keys[position]
-            if key is not None and reusable(judgement):
-                fresh[key] = cacheable(judgement)
-        while_redis_away(settings.redis_retry_s, lambda: store.cache_put(fresh))
-
+            engine_call = (time.perf_counter() - started, len(to_grade))
+            graded = dict(zip(to_grade, grades, strict=True))
+    hits = {position: from_cache(hit, flat[position][2]) for position, hit in enumerate(cached) if hit is not None}
+    # A grade, cached or fresh, gets this batch's label, calibration and uncertainty, in this one place; a failed
+    # result has no grade to finish.
+    results = {
+        position: (
+            failed_judgement(triple, w.batch.options, failures[position], planned[position].provenance)
+            if position in failures
+            else finished(hits[position] if position in hits else graded[position], w.batch.options)
+        )
+        for position, (w, _, triple) in enumerate(flat)
+    }
+    fresh = {key: cacheable(grade) for p, grade in graded.items() if (key := keys[p]) is not None and reusable(grade)}
+    # The Redis steps after the call, together: the call's timing, the fresh cache entries, then each chunk's results
+    # (a cancelled batch's are refused by the store script: aborted requests are never stored).
+    if engine_call is not None:
+        while_redis_away(settings.redis_retry_s, lambda: store.record_engine_call(*engine_call))
+    while_redis_away(settings.redis_retry_s, lambda: store.cache_put(fresh))
     stored = 0
     for w in work:
-        chunk_results = [(index, results[(w.batch.id, index)]) for index, _ in w.items]
-        # A cancelled batch's results are refused by the store script (aborted requests are never stored).
+        chunk_results = [(index, results[position]) for position, (chunk, index, _) in enumerate(flat) if chunk is w]
         stored += len(
             while_redis_away(settings.redis_retry_s, lambda w=w, r=chunk_results: store.store_results(w.batch, r))  # type: ignore[misc]
         )
     return {"chunks": len(work), "items": len(flat), "graded": len(to_grade), "stored": stored}
-
-
-def _plan_or_reason(triple: Triple, options: BatchOptions, model: str) -> ItemPlan | str:
-    """The item's plan, or why it has none (a prompt that can't be served: the item fails with that reason)."""
-    try:
-        return plan_item(options, triple.question, model)
-    except PromptError as exc:
-        return f"{type(exc).__name__}: {exc}"
 
 
 def _never_graded(triple: Triple, options: BatchOptions, model: str, reason: str) -> Judgement:
