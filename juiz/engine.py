@@ -16,7 +16,7 @@ from typing import Any, Protocol, runtime_checkable
 
 Message = dict[str, str]
 Conversation = list[Message]
-# An engine in this process records no origin: Provenance.engine and engine_host stay null.
+# A fake engine in this process records no origin; vLLM in process records only its dtype (Provenance.engine_dtype).
 IN_PROCESS: Mapping[str, str] = MappingProxyType({})
 
 
@@ -122,7 +122,8 @@ class JudgeEngine(Protocol):
 
     @property
     def origin(self) -> Mapping[str, str]:
-        """Where it grades, copied into every result's provenance (`engine`, `engine_host`); IN_PROCESS when here."""
+        """Where and how it grades, copied into every result's provenance (`engine` and `engine_host` for a judge
+        server, `engine_dtype` for vLLM in process; IN_PROCESS, nothing, for a fake)."""
         ...
 
     def generate(

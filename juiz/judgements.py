@@ -138,7 +138,7 @@ def rounded(value: float | None) -> float | None:
 
 
 def with_origin(judgements: list[Judgement], engine: JudgeEngine) -> list[Judgement]:
-    """Results graded on a judge server record where (Provenance.engine, engine_host); in process they stay null."""
+    """Each result records the engine's origin: a judge server's `engine` and `engine_host`, vLLM's `engine_dtype`."""
     origin = dict(engine.origin)
     if not origin:
         return judgements

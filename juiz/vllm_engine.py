@@ -18,13 +18,12 @@ import platform
 import sys
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from juiz.engine import (
     CANCELLED,
-    IN_PROCESS,
     CallControl,
     Completion,
     Conversation,
@@ -182,7 +181,10 @@ class VLLMEngine:
     def model_id(self) -> str:
         return self._model_id
 
-    origin = IN_PROCESS
+    @property
+    def origin(self) -> Mapping[str, str]:
+        """The dtype the model runs in, recorded by every result: a grade is reproducible only in the same one."""
+        return {"engine_dtype": self.dtype}
 
     @property
     def max_model_len(self) -> int:

@@ -44,6 +44,11 @@ class Provenance(BaseModel):
         default=None, description="Judge back end when not in process: openai (an OpenAI-compatible server)."
     )
     engine_host: str | None = Field(default=None, description="Host of the judge server's base URL (never the key).")
+    engine_dtype: str | None = Field(
+        default=None,
+        description="The dtype the in-process engine ran the model in, e.g. bfloat16: the same prompt run in float32 "
+        "and in bf16 can differ in the second decimal of a check's P(yes).",
+    )
     calibration: CalibrationRef | None = Field(
         default=None, description="The calibration that made `calibrated` (options.calibration), by id and sha256."
     )
