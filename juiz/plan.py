@@ -202,11 +202,6 @@ def plan_or_reason(options: BatchOptions, question: str, model: str) -> PlannedI
     return PlannedItem(plan if error is None else None, error, provenance)
 
 
-def provenance_by_metric(
-    options: BatchOptions, question: str, model: str, plan: ItemPlan | None = None
-) -> Mapping[str, Provenance]:
-    """What each metric of an item that was never graded records: its plan's provenance (`plan`, when the caller
-    has it; else each metric is planned here: `plan_or_reason`)."""
-    if plan is not None:
-        return {metric: chosen.provenance for metric, chosen in plan.items()}
+def provenance_by_metric(options: BatchOptions, question: str, model: str) -> Mapping[str, Provenance]:
+    """What each metric of an item that was never planned records (`plan_or_reason`'s provenance)."""
     return plan_or_reason(options, question, model).provenance

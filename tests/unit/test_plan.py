@@ -8,7 +8,15 @@ from juiz.checks import CHECK_REQUEST
 from juiz.fake_engine import FakeEngine
 from juiz.judge import Judge
 from juiz.judgements import failed_judgement
-from juiz.plan import MetricPlan, plan_item, provenance_by_metric, provenance_of, request_for_options, select_prompt
+from juiz.plan import (
+    MetricPlan,
+    plan_item,
+    plan_or_reason,
+    provenance_by_metric,
+    provenance_of,
+    request_for_options,
+    select_prompt,
+)
 from juiz.result_cache import cache_key
 from schemas import BatchOptions, JudgementStatus, Triple
 
@@ -74,7 +82,5 @@ def test_a_failed_result_records_the_plan_and_survives_a_prompt_that_is_gone() -
     assert result.metrics is not None and result.metrics["groundedness"].provenance is not None
     assert result.metrics["groundedness"].provenance.prompt.startswith("groundedness@")
     plan = plan_item(BatchOptions(), ITEM.question, "m")
-    planned = failed_judgement(
-        ITEM, BatchOptions(), "r", provenance_by_metric(BatchOptions(), ITEM.question, "m", plan)
-    )
+    planned = failed_judgement(ITEM, BatchOptions(), "r", plan_or_reason(BatchOptions(), ITEM.question, "m").provenance)
     assert planned.provenance == plan["answer_relevance"].provenance
