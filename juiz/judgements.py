@@ -19,7 +19,8 @@ from juiz.checks import CheckJob
 from juiz.engine import Completion, GenerationRequest, JudgeEngine
 from juiz.labels import label_for
 from juiz.parsing import expected_score, parse_reply
-from juiz.uncertainty import combine_samples, mark
+from juiz.samples import combine_samples
+from juiz.uncertainty import mark
 from schemas import BatchOptions, Judgement, JudgementStatus, Provenance, Triple
 from schemas.judgement import CheckResult, CheckStatus, MetricResult, MetricStatus
 
@@ -55,7 +56,7 @@ def parsed_fields(completion: Completion, request: GenerationRequest) -> dict[st
 
 
 def sampled_fields(completion: Completion, request: GenerationRequest) -> dict[str, Any]:
-    """`parsed_fields`, or with several replies (request.n > 1) their majority and spread (juiz.uncertainty)."""
+    """`parsed_fields`, or with several replies (request.n > 1) their majority and spread (juiz.samples)."""
     if request.n == 1:
         return parsed_fields(completion, request)
     replies = [completion, *completion.alternatives]

@@ -1,10 +1,5 @@
-"""How sure a result is, and which results a person should look at first.
-
-Several sampled replies (`options.samples: n`, drawn in the same engine call) give each result a spread: the mean and
-majority score, their standard deviation and the share of replies agreeing with the majority. The result's score is
-then the majority's (ties go to the lower score: a judge that hesitates between 2 and 3 does not get the 3), its
-criteria and evidence come from a reply that gave that score, and its expected score is the mean of the replies'
-expected scores.
+"""How sure a result is, and which results a person should look at first. (How several sampled replies make one
+result, and the spread it records, is juiz.samples.)
 
 A result is `uncertain` (worth a human label) when any of these holds — the rule the README documents:
 - dispersion: fewer than 2/3 of its sampled replies agree with the majority score (n > 1 only);
@@ -20,55 +15,17 @@ A result is `uncertain` (worth a human label) when any of these holds — the ru
 
 from __future__ import annotations
 
-import statistics
-from collections import Counter
 from collections.abc import Sequence
-from typing import Any
 
 from juiz.check_rule import template_of, veto_distance
 from schemas.judgement import Judgement, MetricStatus
 from schemas.labels import LabelMapping
-from schemas.uncertainty import SampleSummary, Uncertainty
+from schemas.uncertainty import Uncertainty
 
 MIN_MAJORITY_SHARE = 2 / 3  # below: the replies disagree
 MIN_CALIBRATED_PROBABILITY = 0.6  # below: the calibration is unsure of its label
 BOUNDARY_MARGIN = 0.25  # on the 0–3 scale: this close to a cut point, the label could go either way
 VETO_MARGIN = 0.05  # a veto check's value this close to the rule's threshold: vetoed or not by the engine's noise
-
-
-def combine_samples(samples: Sequence[dict[str, Any]], temperature: float) -> dict[str, Any]:
-    """One metric result's fields from n parsed replies (each the fields one reply gives: see
-    juiz.judgements.parsed_fields)."""
-    scores: list[int | None] = [s.get("score") if s["status"] is MetricStatus.OK else None for s in samples]
-    parsed = [score for score in scores if score is not None]
-    if not parsed:  # no reply parsed: the first reply's failure stands, with the spread for the record
-        return {
-            **samples[0],
-            "samples": SampleSummary(n=len(samples), temperature=temperature, scores=scores, majority_share=0.0),
-        }
-    counts = Counter(parsed)
-    top = max(counts.values())
-    majority = min(score for score, count in counts.items() if count == top)
-    chosen = next(s for s, score in zip(samples, scores, strict=True) if score == majority)
-    expected = [
-        s["expected_score"] for s in samples if s["status"] is MetricStatus.OK and s.get("expected_score") is not None
-    ]
-    summary = SampleSummary(
-        n=len(samples),
-        temperature=temperature,
-        scores=scores,
-        mean=round(statistics.fmean(parsed), 6),
-        majority=majority,
-        std=round(statistics.pstdev(parsed), 6),
-        majority_share=round(top / len(samples), 6),
-    )
-    return {
-        **chosen,
-        "score": majority,
-        "normalized_score": round(majority / 3, 6),
-        "expected_score": round(statistics.fmean(expected), 6) if expected else None,
-        "samples": summary,
-    }
 
 
 def assess(judgement: Judgement, mapping: LabelMapping) -> Uncertainty | None:
