@@ -25,15 +25,8 @@ import prompts
 from juiz.checks import CHECK_REQUEST, Ask, CheckJob, read_check, reference_text
 from juiz.engine import CANCELLED, CallControl, Completion, Conversation, GenerationRequest, JudgeEngine, aborted
 from juiz.errors import EngineDeadError, TransientEngineError
-from juiz.judgements import (
-    checks_result,
-    finished,
-    judgement_of,
-    parsed_fields,
-    rounded,
-    sampled_fields,
-    with_origin,
-)
+from juiz.judgements import finished, judgement_of, with_origin
+from juiz.metric_results import checks_result, parsed_fields, rounded, sampled_fields
 from juiz.plan import COT_REQUEST, FAST_REQUEST, SEGMENT_COT_REQUEST, ItemPlan, plan_item
 from schemas import BatchOptions, Judgement, Provenance, Segment, Triple
 from schemas.judgement import NEEDS_CONTEXT, CheckResult, MetricResult, MetricStatus, SegmentGrade

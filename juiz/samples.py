@@ -20,7 +20,7 @@ from schemas.uncertainty import SampleSummary
 
 def combine_samples(samples: Sequence[dict[str, Any]], temperature: float) -> dict[str, Any]:
     """One metric result's fields from n parsed replies (each the fields one reply gives: see
-    juiz.judgements.parsed_fields)."""
+    juiz.metric_results.parsed_fields)."""
     scores: list[int | None] = [s.get("score") if s["status"] is MetricStatus.OK else None for s in samples]
     parsed = [score for score in scores if score is not None]
     if not parsed:  # no reply parsed: the first reply's failure stands, with the spread for the record
