@@ -142,22 +142,19 @@ def plan_item(options: BatchOptions, question: str, model: str) -> ItemPlan:
     return planned.plan
 
 
-def _metric_plan(options: BatchOptions, metric: str, item_lang: str, model: str) -> MetricPlan:
-    template = _prompt_in(options, metric, item_lang)
-    # The sampling comes from the chosen prompt itself: a check-based one asks one yes/no token per check.
-    request = CHECK_REQUEST if template.kind == "checks" else score_sampling(options, metric)
-    return MetricPlan(template, request, provenance_of(model, template, request, options.mode))
-
-
-def provenance_of(model: str, template: prompts.PromptTemplate, request: GenerationRequest, mode: str) -> Provenance:
-    """What a result graded with `template` and `request` records: the judge, and the mode (`checks` for a
-    check-based prompt, whatever the batch's mode) and rule version it was graded under."""
-    rule = {"rule": template.rule.version} if template.rule is not None else {}
+def provenance_of(
+    model: str, metric: str, template: prompts.PromptTemplate | None, request: GenerationRequest, mode: str
+) -> Provenance:
+    """What a result of `metric` graded with `template` and `request` records: the judge, the prompt, and the mode
+    (`checks` for a check-based prompt, whatever the batch's mode) and rule version it was graded under. A metric whose
+    prompt can't be served (`template` None) records the metric's name as its prompt and the batch's mode."""
+    checks = template is not None and template.kind == "checks"
+    rule = {"rule": template.rule.version} if template is not None and template.rule is not None else {}
     return Provenance(
         model=model,
-        prompt=template.id,
-        prompt_sha256=template.sha256,
-        sampling={**request.describe(), "mode": CHECKS if template.kind == "checks" else mode, **rule},
+        prompt=template.id if template is not None else metric,
+        prompt_sha256=template.sha256 if template is not None else "",
+        sampling={**request.describe(), "mode": CHECKS if checks else mode, **rule},
         juiz_version=__version__,
     )
 
@@ -186,19 +183,17 @@ def plan_or_reason(options: BatchOptions, question: str, model: str) -> PlannedI
     provenance: dict[str, Provenance] = {}
     error: PromptError | None = None
     for metric in options.metrics:
+        template: prompts.PromptTemplate | None = None
         try:
-            chosen = plan[metric] = _metric_plan(options, metric, item_lang, model)
+            template = _prompt_in(options, metric, item_lang)
         except PromptError as exc:
             error = error or exc
-            provenance[metric] = Provenance(
-                model=model,
-                prompt=metric,
-                prompt_sha256="",
-                sampling={**score_sampling(options, metric).describe(), "mode": options.mode},
-                juiz_version=__version__,
-            )
-        else:
-            provenance[metric] = chosen.provenance
+        # The sampling comes from the chosen prompt itself: a check-based one asks one yes/no token per check.
+        checks = template is not None and template.kind == "checks"
+        request = CHECK_REQUEST if checks else score_sampling(options, metric)
+        provenance[metric] = provenance_of(model, metric, template, request, options.mode)
+        if template is not None:
+            plan[metric] = MetricPlan(template, request, provenance[metric])
     return PlannedItem(plan if error is None else None, error, provenance)
 
 

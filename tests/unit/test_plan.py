@@ -25,7 +25,7 @@ ITEM = Triple(question="Qual é a capital de Portugal?", answer="Lisboa.", conte
 
 
 def checks_plan(template: prompts.PromptTemplate) -> MetricPlan:
-    return MetricPlan(template, CHECK_REQUEST, provenance_of("m", template, CHECK_REQUEST, "cot"))
+    return MetricPlan(template, CHECK_REQUEST, provenance_of("m", "answer_relevance", template, CHECK_REQUEST, "cot"))
 
 
 def test_a_plan_is_what_select_prompt_and_request_for_options_choose_metric_by_metric() -> None:
@@ -39,7 +39,7 @@ def test_a_plan_is_what_select_prompt_and_request_for_options_choose_metric_by_m
         for metric, chosen in plan.items():
             assert chosen.template == select_prompt(options, ITEM.question, metric)
             assert chosen.request == request_for_options(options, metric)
-            assert chosen.provenance == provenance_of("m", chosen.template, chosen.request, options.mode)
+            assert chosen.provenance == provenance_of("m", metric, chosen.template, chosen.request, options.mode)
 
 
 def test_the_item_language_is_read_for_every_metric_and_a_pinned_one_wins() -> None:
