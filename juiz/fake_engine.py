@@ -8,7 +8,7 @@ from __future__ import annotations
 import math
 import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from juiz.engine import CANCELLED, IN_PROCESS, CallControl, Completion, Conversation, GenerationRequest, aborted
 
@@ -21,12 +21,17 @@ class FakeEngine:
     does, between conversations: past the deadline the rest time out; indices `cancelled()` returns are aborted.
     """
 
-    def __init__(self, reply: Callable[[Conversation], str], model_id: str = "fake-engine") -> None:
+    def __init__(
+        self,
+        reply: Callable[[Conversation], str],
+        model_id: str = "fake-engine",
+        origin: Mapping[str, str] = IN_PROCESS,
+    ) -> None:
         self._reply = reply
         self._model_id = model_id
+        # What results record about the engine: nothing by default; a test may give it vLLM's, e.g. its dtype.
+        self.origin = origin
         self.calls: list[int] = []  # batch sizes seen, so tests can check batching
-
-    origin = IN_PROCESS
 
     @property
     def model_id(self) -> str:

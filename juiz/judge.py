@@ -25,7 +25,7 @@ import prompts
 from juiz.checks import CHECK_REQUEST, Ask, CheckJob, read_check, reference_text
 from juiz.engine import CANCELLED, CallControl, Completion, Conversation, GenerationRequest, JudgeEngine, aborted
 from juiz.errors import EngineDeadError, TransientEngineError
-from juiz.judgements import finished, judgement_of, with_origin
+from juiz.judgements import finished, judgement_of
 from juiz.metric_results import checks_result, parsed_fields, rounded, sampled_fields
 from juiz.plan import COT_REQUEST, FAST_REQUEST, SEGMENT_COT_REQUEST, ItemPlan, plan_item
 from schemas import BatchOptions, Judgement, Provenance, Segment, Triple
@@ -109,9 +109,8 @@ class Judge:
     ) -> list[Judgement]:
         """`grade_many`, its results not yet `finished`: for a caller that finishes them together with results of
         other origins (the worker: cache hits), in one place."""
-        model = self.engine.model_id
         planned = [
-            plan if plan is not None else plan_item(options, triple.question, model)
+            plan if plan is not None else plan_item(options, triple.question, self.engine)
             for (triple, options), plan in zip(items, plans or [None] * len(items), strict=True)
         ]
         tasks, jobs, skipped = self._tasks(items, planned)
@@ -127,11 +126,10 @@ class Judge:
                 segment_grades.setdefault((task.item, task.metric), []).append((task, reply))
         for (item, metric), graded in segment_grades.items():
             by_item[item][metric] = _context_relevance(graded)
-        judgements = [
+        return [
             judgement_of(triple, options, {m: by_item[i][m] for m in options.metrics})
             for i, (triple, options) in enumerate(items)
         ]
-        return with_origin(judgements, self.engine)
 
     def _tasks(
         self, items: Sequence[tuple[Triple, BatchOptions]], plans: Sequence[ItemPlan]

@@ -13,7 +13,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from juiz.calibration.grades import apply_calibration
-from juiz.engine import JudgeEngine
 from juiz.labels import label_for
 from juiz.uncertainty import mark
 from schemas import BatchOptions, Judgement, JudgementStatus, Provenance, Triple
@@ -49,19 +48,6 @@ def finished(judgement: Judgement, options: BatchOptions) -> Judgement:
     judgement.automated_label = label_for(judgement, options.label_mapping)
     apply_calibration(judgement, options.calibration)
     return mark(judgement, options.label_mapping)
-
-
-def with_origin(judgements: list[Judgement], engine: JudgeEngine) -> list[Judgement]:
-    """Each result records the engine's origin: a judge server's `engine` and `engine_host`, vLLM's `engine_dtype`."""
-    origin = dict(engine.origin)
-    if not origin:
-        return judgements
-    for judgement in judgements:
-        judgement.provenance = judgement.provenance.model_copy(update=origin)
-        for metric in (judgement.metrics or {}).values():
-            if metric.provenance is not None:
-                metric.provenance = metric.provenance.model_copy(update=origin)
-    return judgements
 
 
 def item_fields(triple: Triple) -> dict[str, Any]:

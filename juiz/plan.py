@@ -1,7 +1,8 @@
 """What each metric of an item is graded with: its prompt (the one the batch names for that metric, else the metric's
 default version, in the item's language), its sampling (`GenerationRequest`: CoT, the shorter per-segment CoT,
-fast, or one yes/no token per check), and the provenance every result of it records (the model, the prompt and its
-hash, the sampling). An item is planned once; later steps read the plan and choose nothing again.
+fast, or one yes/no token per check), and the provenance every result of it records (the engine that grades it: its
+model and its origin, e.g. vLLM's dtype; the prompt and its hash; the sampling). An item is planned once; later
+steps read the plan and choose nothing again.
 
 `validate_options` runs the same choice for every language a batch may meet, so a prompt id that can't be served
 fails at intake, before any work.
@@ -15,7 +16,7 @@ from dataclasses import dataclass, replace
 import prompts
 from juiz import __version__
 from juiz.checks import CHECK_REQUEST
-from juiz.engine import GenerationRequest
+from juiz.engine import GenerationRequest, JudgeEngine
 from juiz.errors import PromptError
 from juiz.language import detect_language
 from juiz.parsing import (
@@ -128,14 +129,14 @@ class MetricPlan:
 ItemPlan = dict[str, MetricPlan]
 
 
-def plan_item(options: BatchOptions, question: str, model: str) -> ItemPlan:
-    """Every requested metric's prompt, sampling and provenance for one item (graded by `model`), its language read
+def plan_item(options: BatchOptions, question: str, engine: JudgeEngine) -> ItemPlan:
+    """Every requested metric's prompt, sampling and provenance for one item (graded by `engine`), its language read
     once (not once per metric).
 
     The judge grades by this plan, the result cache keys on it and every result records it, so none of them reads the
     choice apart. Raises PromptError when a metric's prompt can't be served.
     """
-    planned = plan_or_reason(options, question, model)
+    planned = plan_or_reason(options, question, engine)
     if planned.error is not None:
         raise planned.error
     assert planned.plan is not None  # no error: every metric is planned
@@ -143,19 +144,23 @@ def plan_item(options: BatchOptions, question: str, model: str) -> ItemPlan:
 
 
 def provenance_of(
-    model: str, metric: str, template: prompts.PromptTemplate | None, request: GenerationRequest, mode: str
+    engine: JudgeEngine, metric: str, template: prompts.PromptTemplate | None, request: GenerationRequest, mode: str
 ) -> Provenance:
-    """What a result of `metric` graded with `template` and `request` records: the judge, the prompt, and the mode
+    """What a result of `metric` graded by `engine` with `template` and `request` records: the engine (its model and
+    its origin: a judge server's back end and host, vLLM's dtype), the prompt, and the mode
     (`checks` for a check-based prompt, whatever the batch's mode) and rule version it was graded under. A metric whose
     prompt can't be served (`template` None) records the metric's name as its prompt and the batch's mode."""
     checks = template is not None and template.kind == "checks"
     rule = {"rule": template.rule.version} if template is not None and template.rule is not None else {}
-    return Provenance(
-        model=model,
-        prompt=template.id if template is not None else metric,
-        prompt_sha256=template.sha256 if template is not None else "",
-        sampling={**request.describe(), "mode": CHECKS if checks else mode, **rule},
-        juiz_version=__version__,
+    return Provenance.model_validate(
+        {
+            "model": engine.model_id,
+            "prompt": template.id if template is not None else metric,
+            "prompt_sha256": template.sha256 if template is not None else "",
+            "sampling": {**request.describe(), "mode": CHECKS if checks else mode, **rule},
+            "juiz_version": __version__,
+            **engine.origin,
+        }
     )
 
 
@@ -174,7 +179,7 @@ class PlannedItem:
         return None if self.error is None else f"{type(self.error).__name__}: {self.error}"
 
 
-def plan_or_reason(options: BatchOptions, question: str, model: str) -> PlannedItem:
+def plan_or_reason(options: BatchOptions, question: str, engine: JudgeEngine) -> PlannedItem:
     """`plan_item`, or the first metric's PromptError as the reason the item can't be graded. Every metric records a
     provenance: its plan's, or, for one whose prompt can't be served, the metric's name as its prompt and the mode's
     sampling."""
@@ -191,12 +196,12 @@ def plan_or_reason(options: BatchOptions, question: str, model: str) -> PlannedI
         # The sampling comes from the chosen prompt itself: a check-based one asks one yes/no token per check.
         checks = template is not None and template.kind == "checks"
         request = CHECK_REQUEST if checks else score_sampling(options, metric)
-        provenance[metric] = provenance_of(model, metric, template, request, options.mode)
+        provenance[metric] = provenance_of(engine, metric, template, request, options.mode)
         if template is not None:
             plan[metric] = MetricPlan(template, request, provenance[metric])
     return PlannedItem(plan if error is None else None, error, provenance)
 
 
-def provenance_by_metric(options: BatchOptions, question: str, model: str) -> Mapping[str, Provenance]:
+def provenance_by_metric(options: BatchOptions, question: str, engine: JudgeEngine) -> Mapping[str, Provenance]:
     """What each metric of an item that was never planned records (`plan_or_reason`'s provenance)."""
-    return plan_or_reason(options, question, model).provenance
+    return plan_or_reason(options, question, engine).provenance

@@ -55,7 +55,7 @@ from rq import get_current_job
 from rq.exceptions import AbandonedJobError
 from rq.worker import Worker
 
-from juiz.engine import CallControl
+from juiz.engine import CallControl, JudgeEngine
 from juiz.errors import EngineDeadError, TransientEngineError
 from juiz.judge import Judge
 from juiz.judgements import failed_judgement, finished, from_cache
@@ -259,15 +259,15 @@ def _grade_and_store(b: Binding, work: list[_Work], job: Any) -> dict[str, int]:
     if not work:
         return {"chunks": 0, "items": 0, "graded": 0, "stored": 0}
     flat = [(w, index, triple) for w in work for index, triple in w.items]
-    model = judge.engine.model_id
+    engine = judge.engine
     # The call's bounds, which the job itself decides: RQ's timeout, cancelled batches (item by item of `flat`).
     control = _call_control(store, [w.batch.id for w, _, _ in flat], job)
     # One plan per item: the cache keys on it, the judge grades by it and a failed result records it. An item whose
     # prompt can't be served (e.g. its file removed since intake) fails alone: sent to the judge, it would fail the
     # whole call, other batches' items with its reason.
-    planned = [plan_or_reason(w.batch.options, triple.question, model) for w, _, triple in flat]
+    planned = [plan_or_reason(w.batch.options, triple.question, engine) for w, _, triple in flat]
     keys = [
-        cache_key(triple, w.batch.options, item.plan, model, _cache_scope(settings, w.batch))
+        cache_key(triple, w.batch.options, item.plan, engine.model_id, _cache_scope(settings, w.batch))
         if settings.result_cache and item.plan is not None
         else None
         for (w, _, triple), item in zip(flat, planned, strict=True)
@@ -337,9 +337,9 @@ def _grade_and_store(b: Binding, work: list[_Work], job: Any) -> dict[str, int]:
     return {"chunks": len(work), "items": len(flat), "graded": len(to_grade), "stored": stored}
 
 
-def _never_graded(triple: Triple, options: BatchOptions, model: str, reason: str) -> Judgement:
+def _never_graded(triple: Triple, options: BatchOptions, engine: JudgeEngine, reason: str) -> Judgement:
     """The failed result of an item whose chunk was given up on before any plan was made for it."""
-    return failed_judgement(triple, options, reason, provenance_by_metric(options, triple.question, model))
+    return failed_judgement(triple, options, reason, provenance_by_metric(options, triple.question, engine))
 
 
 def _call_control(store: Store, batch_of_item: list[str], job: Any) -> CallControl:
@@ -379,7 +379,7 @@ def on_chunk_failure(job: Any, connection: Any, exc_type: Any = None, exc_value:
         log.error("job %s failed, but no judge is bound here to record it", job.id)
         return
     batch_id, chunk_no = job.args
-    store, model_id, settings = _binding.store, _binding.judge.engine.model_id, _binding.settings
+    store, engine, settings = _binding.store, _binding.judge.engine, _binding.settings
     batch = while_redis_away(settings.redis_retry_s, lambda: store.get_batch(batch_id))
     if batch is None or batch.terminal:
         return
@@ -398,7 +398,7 @@ def on_chunk_failure(job: Any, connection: Any, exc_type: Any = None, exc_value:
                 continue
             reason = f"gave up: {MAX_ABANDONED + 1} workers died while grading this item's chunk"
             items = store.chunk_items(chunk_batch, chunk.chunk_no)
-            failed = [(i, _never_graded(t, chunk_batch.options, model_id, reason)) for i, t in items]
+            failed = [(i, _never_graded(t, chunk_batch.options, engine, reason)) for i, t in items]
             store.store_results(chunk_batch, failed)
             store.release(chunk_batch.queue, job.id, [chunk], requeue=False)
             store.drop_pending(chunk_batch.queue, [chunk])
@@ -408,7 +408,7 @@ def on_chunk_failure(job: Any, connection: Any, exc_type: Any = None, exc_value:
         return
     reason = f"gave up after retries: {exc_type.__name__ if exc_type else 'abandoned'}: {exc_value or ''}".rstrip(": ")
     items = while_redis_away(settings.redis_retry_s, lambda: store.chunk_items(batch, chunk_no))
-    failed = [(i, _never_graded(t, batch.options, model_id, reason)) for i, t in items]
+    failed = [(i, _never_graded(t, batch.options, engine, reason)) for i, t in items]
     while_redis_away(settings.redis_retry_s, lambda: store.store_results(batch, failed))
     # RQ won't run it again: nobody waits
     while_redis_away(settings.redis_retry_s, lambda: store.drop_pending(batch.queue, [own]))

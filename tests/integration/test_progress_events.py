@@ -11,6 +11,7 @@ import anyio
 from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 
+from juiz.fake_engine import FakeEngine
 from juiz.judgements import failed_judgement
 from juiz.plan import provenance_by_metric
 from juiz.settings import Settings
@@ -28,7 +29,7 @@ def test_a_waiter_wakes_when_a_result_is_stored(redis: Redis, redis_url: str, se
         triple,
         BatchOptions(),
         "stored by the test",
-        provenance_by_metric(BatchOptions(), triple.question, "fake-engine"),
+        provenance_by_metric(BatchOptions(), triple.question, FakeEngine(lambda _: "")),
     )
 
     async def scenario() -> None:

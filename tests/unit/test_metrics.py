@@ -213,7 +213,7 @@ def test_cancelled_items_map_to_the_conversations_serving_only_them() -> None:
 def test_failed_judgement_fails_every_metric_with_the_reason() -> None:
     options = BatchOptions(metrics=ALL)
     result = failed_judgement(
-        items()[0], options, "engine gone", provenance_by_metric(options, items()[0].question, "fake-engine")
+        items()[0], options, "engine gone", provenance_by_metric(options, items()[0].question, FakeEngine(lambda _: ""))
     )
     assert result.status is JudgementStatus.FAILED and result.metrics is not None
     assert {m.status for m in result.metrics.values()} == {MetricStatus.FAILED}

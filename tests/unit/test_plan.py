@@ -22,10 +22,13 @@ from schemas import BatchOptions, JudgementStatus, Triple
 
 ALL = ["answer_relevance", "groundedness", "context_relevance"]
 ITEM = Triple(question="Qual é a capital de Portugal?", answer="Lisboa.", context="Lisboa é a capital de Portugal.")
+ENGINE = FakeEngine(lambda _: "", model_id="m")
 
 
 def checks_plan(template: prompts.PromptTemplate) -> MetricPlan:
-    return MetricPlan(template, CHECK_REQUEST, provenance_of("m", "answer_relevance", template, CHECK_REQUEST, "cot"))
+    return MetricPlan(
+        template, CHECK_REQUEST, provenance_of(ENGINE, "answer_relevance", template, CHECK_REQUEST, "cot")
+    )
 
 
 def test_a_plan_is_what_select_prompt_and_request_for_options_choose_metric_by_metric() -> None:
@@ -34,16 +37,16 @@ def test_a_plan_is_what_select_prompt_and_request_for_options_choose_metric_by_m
         BatchOptions(metrics=ALL, prompt="answer_relevance@juiz-1.en", mode="fast"),
         BatchOptions(metrics=["answer_relevance"], prompt="answer_relevance@trulens-1", samples=3, temperature=0.7),
     ):
-        plan = plan_item(options, ITEM.question, "m")
+        plan = plan_item(options, ITEM.question, ENGINE)
         assert list(plan) == options.metrics  # in the batch's order: the cache key depends on it
         for metric, chosen in plan.items():
             assert chosen.template == select_prompt(options, ITEM.question, metric)
             assert chosen.request == request_for_options(options, metric)
-            assert chosen.provenance == provenance_of("m", metric, chosen.template, chosen.request, options.mode)
+            assert chosen.provenance == provenance_of(ENGINE, metric, chosen.template, chosen.request, options.mode)
 
 
 def test_the_item_language_is_read_for_every_metric_and_a_pinned_one_wins() -> None:
-    plan = plan_item(BatchOptions(metrics=ALL, prompt="answer_relevance@juiz-1.en"), ITEM.question, "m")
+    plan = plan_item(BatchOptions(metrics=ALL, prompt="answer_relevance@juiz-1.en"), ITEM.question, ENGINE)
     assert {m: p.template.lang for m, p in plan.items()} == {
         "answer_relevance": "en",
         "groundedness": "pt",
@@ -63,10 +66,10 @@ def test_the_judge_grades_by_the_plan_it_is_given() -> None:
 
 def test_the_cache_key_follows_the_plan() -> None:
     options = BatchOptions(metrics=["answer_relevance"])
-    plan = plan_item(options, ITEM.question, "m")
+    plan = plan_item(options, ITEM.question, ENGINE)
     other = {"answer_relevance": checks_plan(prompts.load("answer_relevance", "juiz-1", "pt"))}
     assert cache_key(ITEM, options, plan, "m", "t") == cache_key(
-        ITEM, options, plan_item(options, ITEM.question, "m"), "m", "t"
+        ITEM, options, plan_item(options, ITEM.question, ENGINE), "m", "t"
     )
     assert cache_key(ITEM, options, plan, "m", "t") != cache_key(ITEM, options, other, "m", "t")
     assert cache_key(ITEM, options, plan, "m", "t") != cache_key(ITEM, options, plan, "m", "other-tenant")
@@ -76,11 +79,27 @@ def test_a_failed_result_records_the_plan_and_survives_a_prompt_that_is_gone() -
     """A prompt version removed between intake and grading fails the item with the reason; it used to raise
     PromptError from inside the worker's own failure path."""
     options = BatchOptions(metrics=["answer_relevance", "groundedness"], prompt="answer_relevance@nope-9")
-    result = failed_judgement(ITEM, options, "engine gone", provenance_by_metric(options, ITEM.question, "m"))
+    result = failed_judgement(ITEM, options, "engine gone", provenance_by_metric(options, ITEM.question, ENGINE))
     assert result.status is JudgementStatus.FAILED and result.error == "engine gone"
     assert result.provenance.prompt == "answer_relevance" and result.provenance.prompt_sha256 == ""
     assert result.metrics is not None and result.metrics["groundedness"].provenance is not None
     assert result.metrics["groundedness"].provenance.prompt.startswith("groundedness@")
-    plan = plan_item(BatchOptions(), ITEM.question, "m")
-    planned = failed_judgement(ITEM, BatchOptions(), "r", plan_or_reason(BatchOptions(), ITEM.question, "m").provenance)
+    plan = plan_item(BatchOptions(), ITEM.question, ENGINE)
+    planned = failed_judgement(
+        ITEM, BatchOptions(), "r", plan_or_reason(BatchOptions(), ITEM.question, ENGINE).provenance
+    )
     assert planned.provenance == plan["answer_relevance"].provenance
+
+
+def test_every_result_records_the_engine_it_was_planned_for_graded_or_failed() -> None:
+    """The engine's origin (here vLLM's dtype) is part of the plan's provenance: a graded result and a failed one record
+    it alike, and a result graded in float32 never reads as one graded in bfloat16."""
+    bf16 = FakeEngine(lambda c: "Criteria: c\nSupporting Evidence: e\nScore: 2", "m", {"engine_dtype": "bfloat16"})
+    options = BatchOptions(metrics=ALL, prompt="answer_relevance@juiz-1")
+    (graded,) = Judge(bf16).grade([ITEM], options)
+    assert graded.status is JudgementStatus.OK and graded.provenance.engine_dtype == "bfloat16"
+    assert graded.metrics is not None
+    assert {m.provenance.engine_dtype for m in graded.metrics.values() if m.provenance} == {"bfloat16"}
+    failed = failed_judgement(ITEM, options, "engine gone", provenance_by_metric(options, ITEM.question, bf16))
+    assert failed.provenance.engine_dtype == "bfloat16"
+    assert plan_item(options, ITEM.question, ENGINE)["groundedness"].provenance.engine_dtype is None
