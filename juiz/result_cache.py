@@ -2,9 +2,10 @@
 becomes a result in `juiz.judgements.from_cache`). Redis holds the entries (`juiz.store.cache`); the worker consults
 both.
 
-Keyed per tenant (shared across tenants only with `shared_result_cache`), on the question, answer, context, every
-requested metric's prompt and sampling, and the model; a reused result keeps every metric and is marked
-`cached: true`; the batch's label mapping and calibration are applied afresh.
+Keyed per tenant (shared across tenants only with `shared_result_cache`), on the question, answer, context, and every
+requested metric's provenance as the item's plan records it: the engine that grades (the model and its origin:
+vLLM's dtype, a judge server's back end and host), the prompt and its hash, the sampling. A reused result keeps
+every metric and is marked `cached: true`; the batch's label mapping and calibration are applied afresh.
 """
 
 from __future__ import annotations
@@ -37,20 +38,32 @@ NOT_CACHED = frozenset(
 )
 
 
-def cache_key(triple: Triple, options: BatchOptions, plan: ItemPlan, model_id: str, tenant: str | None) -> str:
-    """sha256 of everything a grade depends on: the question, the answer, the context, the prompt (id and file hash),
-    the model and the sampling settings; and the tenant, so one tenant's cache never answers (or reveals) another's
-    request unless `shared_result_cache` is set (tenant=None). Ids and labels do not change the grade. `plan` is the
-    item's `plan_item`: the judge grades by the same one."""
-    # Every requested metric, in order, with its own prompt and sampling: a result graded for [answer_relevance]
-    # never answers a request for [answer_relevance, groundedness].
-    judges = [[metric, p.template.id, p.template.sha256, p.request.describe()] for metric, p in plan.items()]
+# What a metric's provenance records that does not change its grade: juiz's own version (a release that changes what a
+# prompt says changes the prompt file's hash or NEUTRALISER, both in the key) and the calibration (applied afresh to a
+# hit; a plan has none).
+UNKEYED_PROVENANCE = frozenset({"juiz_version", "calibration"})
+
+
+def cache_key(triple: Triple, options: BatchOptions, plan: ItemPlan, tenant: str | None) -> str:
+    """sha256 of everything a grade depends on: the question, the answer, the context, and each metric's provenance as
+    `plan` (the item's `plan_item`, which the judge grades by) records it: the engine (its model and origin), the
+    prompt (id and file hash) and the sampling; and the tenant, so one tenant's cache never answers (or reveals)
+    another's request unless `shared_result_cache` is set (tenant=None). Ids and labels do not change the grade.
+
+    The engine's whole origin is keyed: the same model in bfloat16 and in float32 differs in a check's P(yes) by up
+    to ~0.02, and a judge server's dtype and quantisation are not visible to juiz (its back end and host are the
+    handle on them). So a hit records the engine, prompt and sampling a fresh grade would."""
+    # Every requested metric, in order, with its own provenance: a result graded for [answer_relevance] never answers
+    # a request for [answer_relevance, groundedness].
+    judges = [
+        [metric, p.provenance.model_dump(mode="json", exclude=set(UNKEYED_PROVENANCE))] for metric, p in plan.items()
+    ]
     context = (
         [segment.model_dump(mode="json") for segment in triple.context]
         if isinstance(triple.context, list)
         else triple.context
     )
-    payload = [triple.question, triple.answer, context, judges, model_id, options.mode, tenant, NEUTRALISER]
+    payload = [triple.question, triple.answer, context, judges, options.mode, tenant, NEUTRALISER]
     return hashlib.sha256(json.dumps(payload, ensure_ascii=False, sort_keys=True).encode()).hexdigest()
 
 

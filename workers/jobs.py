@@ -259,15 +259,14 @@ def _grade_and_store(b: Binding, work: list[_Work], job: Any) -> dict[str, int]:
     if not work:
         return {"chunks": 0, "items": 0, "graded": 0, "stored": 0}
     flat = [(w, index, triple) for w in work for index, triple in w.items]
-    engine = judge.engine
     # The call's bounds, which the job itself decides: RQ's timeout, cancelled batches (item by item of `flat`).
     control = _call_control(store, [w.batch.id for w, _, _ in flat], job)
     # One plan per item: the cache keys on it, the judge grades by it and a failed result records it. An item whose
     # prompt can't be served (e.g. its file removed since intake) fails alone: sent to the judge, it would fail the
     # whole call, other batches' items with its reason.
-    planned = [plan_or_reason(w.batch.options, triple.question, engine) for w, _, triple in flat]
+    planned = [plan_or_reason(w.batch.options, triple.question, judge.engine) for w, _, triple in flat]
     keys = [
-        cache_key(triple, w.batch.options, item.plan, engine.model_id, _cache_scope(settings, w.batch))
+        cache_key(triple, w.batch.options, item.plan, _cache_scope(settings, w.batch))
         if settings.result_cache and item.plan is not None
         else None
         for (w, _, triple), item in zip(flat, planned, strict=True)

@@ -1,4 +1,4 @@
-"""The result cache: a stored judgement reused for an identical triple, prompt, model and sampling.
+"""The result cache: a stored judgement reused for an identical triple, prompt, sampling and engine.
 
 Each batch keeps the digests its items read or wrote (`batch:{id}:cache`), so purging a batch erases its entries."""
 

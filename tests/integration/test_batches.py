@@ -10,7 +10,7 @@ from litestar import Litestar
 from litestar.testing import TestClient
 from redis import Redis
 
-from bench.fake_worker import GRADED_KEY, FakeWorkerEngine
+from bench.fake_worker import GRADED_KEY, FakeWorkerEngine, fake_reply
 from juiz.fake_engine import FakeEngine
 from juiz.settings import Settings
 from tests.integration.helpers import METRICS_HEADERS, juiz_keys, make_settings, queued_jobs, triples
@@ -287,6 +287,29 @@ def test_identical_triples_reuse_the_cached_result(
     run_worker(uncached)
     assert sum(engine.calls) == 6
     assert client.get(third["links"]["self"]).json()["status"] == "done"
+
+
+def test_a_cached_result_is_reused_only_by_an_engine_of_the_same_dtype(
+    make_client: MakeClient, redis_url: str, run_worker: Any
+) -> None:
+    """The same model in float32 and in bfloat16 grades differently: a bf16 worker grades afresh what a float32 worker
+    cached, and another float32 worker reuses it."""
+    settings = make_settings(redis_url)
+    client = make_client(settings)
+    float32 = FakeEngine(fake_reply, "fake-engine", {"engine_dtype": "float32"})
+    bfloat16 = FakeEngine(fake_reply, "fake-engine", {"engine_dtype": "bfloat16"})
+    graded = []
+    for engine in (float32, bfloat16, float32):
+        batch = submit(client, triples(2), options=COT)
+        run_worker(settings, worker_engine=engine)
+        graded.append(client.get(batch["links"]["results"]).json()["items"])
+    assert float32.calls == [2] and bfloat16.calls == [2]  # the third batch came from the float32 grades
+    assert [{r["provenance"]["engine_dtype"] for r in results} for results in graded] == [
+        {"float32"},
+        {"bfloat16"},
+        {"float32"},
+    ]
+    assert [{r.get("cached", False) for r in results} for results in graded] == [{False}, {False}, {True}]
 
 
 def test_parse_errors_are_not_cached(client: TestClient[Litestar], settings: Settings, run_worker: Any) -> None:

@@ -3,6 +3,8 @@ keys on it, and a failed result records it."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import prompts
 from juiz.checks import CHECK_REQUEST
 from juiz.fake_engine import FakeEngine
@@ -68,11 +70,31 @@ def test_the_cache_key_follows_the_plan() -> None:
     options = BatchOptions(metrics=["answer_relevance"])
     plan = plan_item(options, ITEM.question, ENGINE)
     other = {"answer_relevance": checks_plan(prompts.load("answer_relevance", "juiz-1", "pt"))}
-    assert cache_key(ITEM, options, plan, "m", "t") == cache_key(
-        ITEM, options, plan_item(options, ITEM.question, ENGINE), "m", "t"
+    assert cache_key(ITEM, options, plan, "t") == cache_key(
+        ITEM, options, plan_item(options, ITEM.question, ENGINE), "t"
     )
-    assert cache_key(ITEM, options, plan, "m", "t") != cache_key(ITEM, options, other, "m", "t")
-    assert cache_key(ITEM, options, plan, "m", "t") != cache_key(ITEM, options, plan, "m", "other-tenant")
+    assert cache_key(ITEM, options, plan, "t") != cache_key(ITEM, options, other, "t")
+    assert cache_key(ITEM, options, plan, "t") != cache_key(ITEM, options, plan, "other-tenant")
+    # juiz's own version is recorded, not keyed: a release that changes a prompt changes its file's hash.
+    released = {
+        m: replace(p, provenance=p.provenance.model_copy(update={"juiz_version": "9.9"})) for m, p in plan.items()
+    }
+    assert cache_key(ITEM, options, released, "t") == cache_key(ITEM, options, plan, "t")
+
+
+def test_the_cache_key_covers_the_engine_that_grades_not_only_its_model() -> None:
+    """The same model in bfloat16 and in float32 grades differently (a check's P(yes) by up to ~0.02): a bf16 worker
+    must not reuse a float32 worker's grade, nor an in-process engine a judge server's."""
+    options = BatchOptions(metrics=ALL)
+    engines = [
+        ENGINE,
+        FakeEngine(lambda _: "", "m", {"engine_dtype": "float32"}),
+        FakeEngine(lambda _: "", "m", {"engine_dtype": "bfloat16"}),
+        FakeEngine(lambda _: "", "m", {"engine": "openai", "engine_host": "judge.example"}),
+        FakeEngine(lambda _: "", "m", {"engine": "openai", "engine_host": "other.example"}),
+    ]
+    keys = [cache_key(ITEM, options, plan_item(options, ITEM.question, e), "t") for e in engines]
+    assert len(set(keys)) == len(engines)
 
 
 def test_a_failed_result_records_the_plan_and_survives_a_prompt_that_is_gone() -> None:
