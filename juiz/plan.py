@@ -147,9 +147,9 @@ def provenance_of(
     engine: JudgeEngine, metric: str, template: prompts.PromptTemplate | None, request: GenerationRequest, mode: str
 ) -> Provenance:
     """What a result of `metric` graded by `engine` with `template` and `request` records: the engine (its model and
-    its origin: a judge server's back end and host, vLLM's dtype), the prompt, and the mode
-    (`checks` for a check-based prompt, whatever the batch's mode) and rule version it was graded under. A metric whose
-    prompt can't be served (`template` None) records the metric's name as its prompt and the batch's mode."""
+    its origin: a judge server's back end and host, vLLM's dtype), the prompt, the sampling, and the mode (`checks`
+    for a check-based prompt, whatever the batch's mode) and rule version it was graded under. A metric whose prompt
+    can't be served (`template` None) records the metric's name as its prompt and the batch's mode."""
     checks = template is not None and template.kind == "checks"
     rule = {"rule": template.rule.version} if template is not None and template.rule is not None else {}
     return Provenance.model_validate(
