@@ -15,9 +15,24 @@ import re
 MIN_WORDS = 3
 MAX_SENTENCES = 8
 
-# English and Portuguese abbreviations that end in a period without ending a sentence (compared case-folded).
+# English and Portuguese abbreviations that end in a period without ending a sentence (compared case-folded). Legal
+# citations ("art. 49 do CDC", "inc. II", "§ 2º") are common in both languages' answers: a split there leaves two
+# fragments no passage can state.
 ABBREVIATIONS = frozenset(
     [
+        "art",
+        "arts",
+        "inc",
+        "par",
+        "sec",
+        "secs",
+        "ch",
+        "pp",
+        "op",
+        "cit",
+        "obs",
+        "num",
+        "núm",
         "e.g",
         "i.e",
         "etc",

@@ -22,6 +22,14 @@ from juiz.sentences import MAX_SENTENCES, split_sentences
             "A inflação sobe, p.ex. no Brasil. O banco reage depois.",
             ["A inflação sobe, p.ex. no Brasil.", "O banco reage depois."],
         ),
+        (
+            "Pelo direito de arrependimento (art. 49 do CDC), o prazo é de 7 dias. Não vale em loja física.",
+            ["Pelo direito de arrependimento (art. 49 do CDC), o prazo é de 7 dias.", "Não vale em loja física."],
+        ),
+        (
+            "See sec. 4 of the act, inc. II. It sets the limit.",
+            ["See sec. 4 of the act, inc. II.", "It sets the limit."],
+        ),
         ("The answer is here.\nSCORE: 3", ["The answer is here."]),  # trivial pieces dropped
         ("", []),
     ],
