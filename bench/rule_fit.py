@@ -6,7 +6,7 @@ expected score, and the written grade that names a veto). So new cuts can be fit
 the runs already made, and the figures are the ones the engine would give with a prompt that only changes the cuts
 (checks-3 is checks-2 with rule-3's cuts; `bench.judge_quality --cells checks-3` grades with it for real).
 
-    .venv/bin/python -m bench.rule_fit [--dev RESULT.json] [--test RESULT.json] [--cell checks-7]
+    .venv/bin/python -m bench.rule_fit [--dev RESULT.json] [--test RESULT.json] [--cell checks-8]
 
 Prints, per objective (unweighted quadratic κ: rule-2; every class weighted equally: rule-3; and "verdict": answer
 relevance's rule-3 cuts held, groundedness's cuts fitted on the default verdict's agreement, every class weighted
@@ -39,9 +39,9 @@ from juiz.labels import DEFAULT_VERDICT
 from schemas import Judgement
 
 METRICS = ("answer_relevance", "groundedness")
-# checks-7's recorded runs (answer relevance checks-7, groundedness checks-4: the default judge before checks-8).
-DEV = RESULTS / "judge_quality_dev_checks-7.json"
-TEST = RESULTS / "judge_quality_test_checks-7_cot-v2.json"
+# The default judge's recorded runs (answer relevance checks-8, groundedness checks-4).
+DEV = RESULTS / "judge_quality_dev_checks-8.json"
+TEST = RESULTS / "judge_quality_test_checks-8_cot-v2.json"
 
 
 def recorded(path: Path, cell: str) -> dict[str, Any]:
@@ -140,7 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dev", type=Path, default=DEV, help="a recorded dev run (cuts are fitted on dev only)")
     parser.add_argument("--test", type=Path, default=TEST, help="a recorded test run to measure the cuts on")
-    parser.add_argument("--cell", default="checks-7")
+    parser.add_argument("--cell", default="checks-8")
     args = parser.parse_args(argv)
     dev, test = recorded(args.dev, args.cell), recorded(args.test, args.cell)
     report: dict[str, Any] = {"dev": args.dev.name, "test": args.test.name, "cell": args.cell, "objectives": {}}
