@@ -13,6 +13,10 @@ on the very replies the released rule graded; groundedness keeps its recorded sc
   not from 0 to 3). Hard below 0.4.
 `stability` counts verdicts that move when every veto value moves by ±0.03 (moved; of them, by two classes).
 Writes bench/results/rule_variants.json.
+
+It re-implements rule-6's combination (an unweighted covers mean, the veto read raw), so it reads checks-6's and
+checks-7's runs only; checks-8's weighted covers and baselined veto are recombined by `juiz.check_rule` itself in
+`bench.rule_fit` on saved judgements.
 """
 
 from __future__ import annotations
@@ -35,6 +39,8 @@ from bench.judge_quality import CORRECT, FALSE_IN_CONTEXT, INJECTED, REFUSALS
 from bench.labelled import CLASSES
 from bench.rule_fit import figures, scores, verdict
 
+# The cells whose answer relevance rule-6 grades (Variant.strength re-implements it).
+READABLE_CELLS = ("checks-6", "checks-7")
 DEV = RESULTS / "judge_quality_dev_checks-7.json"
 TEST = RESULTS / "judge_quality_test_checks-7_cot-v2.json"
 # Soft strengths reach below the released rules' grid, which starts at 0.30.
@@ -164,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dev", type=Path, default=DEV)
     parser.add_argument("--test", type=Path, default=TEST)
-    parser.add_argument("--cell", default="checks-7")
+    parser.add_argument("--cell", default="checks-7", choices=READABLE_CELLS, help="a run graded under rule-6")
     args = parser.parse_args(argv)
     dev, test = load(args.dev, args.cell), load(args.test, args.cell)
     out: dict[str, Any] = {"dev": str(args.dev.name), "test": str(args.test.name), "cell": args.cell, "variants": {}}
