@@ -16,7 +16,7 @@ MIN_WORDS = 3
 MAX_SENTENCES = 8
 
 # English and Portuguese abbreviations that end in a period without ending a sentence (compared case-folded). Legal
-# citations ("art. 49 do CDC", "inc. II", "§ 2º") are common in both languages' answers: a split there leaves two
+# citations ("art. 49 do CDC", "inc. II", "sec. 4") are common in both languages' answers: a split there leaves two
 # fragments no passage can state.
 ABBREVIATIONS = frozenset(
     [
