@@ -34,6 +34,11 @@ REFERENCE_MAX_CHARS = 1200
 # A reference's points: its lines (list markers dropped) of at least this many words, the first MAX_POINTS of them.
 POINT_MIN_WORDS = 3
 MAX_POINTS = 4
+# How an item's checks are asked, beyond what the prompt file says: the sentence splitter (juiz.sentences), the
+# passage beside a sentence (juiz.passages), a reference's points. Every check-based result records it in its sampling,
+# so the result cache never serves a grade asked the old way as one asked the new way: bump it when any of them
+# changes what a check sees. 2: legal citations ("art. 49") no longer end a sentence.
+ASKING_VERSION = 2
 
 
 @dataclass(frozen=True)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, replace
 
 import prompts
 from juiz import __version__
-from juiz.checks import CHECK_REQUEST
+from juiz.checks import ASKING_VERSION, CHECK_REQUEST
 from juiz.engine import GenerationRequest, JudgeEngine
 from juiz.errors import PromptError
 from juiz.language import detect_language
@@ -148,16 +148,21 @@ def provenance_of(
 ) -> Provenance:
     """What a result of `metric` graded by `engine` with `template` and `request` records: the engine (its model and
     its origin: a judge server's back end and host, vLLM's dtype), the prompt, the sampling, and the mode (`checks`
-    for a check-based prompt, whatever the batch's mode) and rule version it was graded under. A metric whose prompt
-    can't be served (`template` None) records the metric's name as its prompt and the batch's mode."""
+    for a check-based prompt, whatever the batch's mode), the rule version it was graded under and how its checks
+    were asked (`asking`: checks.ASKING_VERSION). A metric whose prompt can't be served (`template` None) records the
+    metric's name as its prompt and the batch's mode."""
     checks = template is not None and template.kind == "checks"
-    rule = {"rule": template.rule.version} if template is not None and template.rule is not None else {}
+    graded_under: dict[str, object] = {"mode": CHECKS if checks else mode}
+    if template is not None and template.rule is not None:
+        graded_under["rule"] = template.rule.version
+    if checks:
+        graded_under["asking"] = ASKING_VERSION
     return Provenance.model_validate(
         {
             "model": engine.model_id,
             "prompt": template.id if template is not None else metric,
             "prompt_sha256": template.sha256 if template is not None else "",
-            "sampling": {**request.describe(), "mode": CHECKS if checks else mode, **rule},
+            "sampling": {**request.describe(), **graded_under},
             "juiz_version": __version__,
             **engine.origin,
         }

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 import prompts
-from juiz.checks import CHECK_REQUEST
+from juiz.checks import ASKING_VERSION, CHECK_REQUEST
 from juiz.fake_engine import FakeEngine
 from juiz.judge import Judge
 from juiz.judgements import failed_judgement
@@ -95,6 +97,20 @@ def test_the_cache_key_covers_the_engine_that_grades_not_only_its_model() -> Non
     ]
     keys = [cache_key(ITEM, options, plan_item(options, ITEM.question, e), "t") for e in engines]
     assert len(set(keys)) == len(engines)
+
+
+def test_the_cache_key_covers_how_the_checks_are_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A change to the sentence splitter (or the passages, or the points) changes what a check-based prompt's checks
+    see with the same prompt file: a grade asked the old way must not answer for one asked the new way."""
+    options = BatchOptions(metrics=ALL)
+    plan = plan_item(options, ITEM.question, ENGINE)
+    assert plan["answer_relevance"].provenance.sampling["asking"] == ASKING_VERSION
+    before = cache_key(ITEM, options, plan, "t")
+    monkeypatch.setattr("juiz.plan.ASKING_VERSION", ASKING_VERSION + 1)
+    after = cache_key(ITEM, options, plan_item(options, ITEM.question, ENGINE), "t")
+    assert before != after
+    cot = BatchOptions(metrics=["answer_relevance"], prompt="answer_relevance@juiz-2", mode="cot")
+    assert "asking" not in plan_item(cot, ITEM.question, ENGINE)["answer_relevance"].provenance.sampling
 
 
 def test_a_failed_result_records_the_plan_and_survives_a_prompt_that_is_gone() -> None:
