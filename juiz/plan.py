@@ -85,28 +85,6 @@ def request_for(mode: str, metric: str = "answer_relevance") -> GenerationReques
     return SEGMENT_COT_REQUEST if metric == "context_relevance" else COT_REQUEST
 
 
-def prompt_version(options: BatchOptions, metric: str) -> str:
-    """The prompt version a batch uses for a metric: the one its options name, else the metric's default."""
-    for prompt_id in options.prompt_ids():
-        prompt_metric, version, _ = prompts.parse_prompt_id(prompt_id)
-        if prompt_metric == metric:
-            return version
-    return prompts.DEFAULT_VERSIONS[metric]
-
-
-def request_for_options(options: BatchOptions, metric: str) -> GenerationRequest:
-    """The sampling one metric of a batch gets: `request_for`, with options.samples replies at the batch's
-    temperature (context relevance, graded once per segment, keeps one greedy reply). A check-based prompt's is
-    one yes/no token per check, whatever the mode (options.samples does not apply: the probabilities are the
-    spread)."""
-    request = score_sampling(options, metric)
-    try:
-        checks = prompts.kind(metric, prompt_version(options, metric)) == "checks"
-    except (prompts.PromptNotFound, prompts.PromptSchemaError) as exc:
-        raise PromptError(str(exc)) from exc
-    return CHECK_REQUEST if checks else request
-
-
 def score_sampling(options: BatchOptions, metric: str) -> GenerationRequest:
     """The sampling a metric's score prompt gets (not a check-based one's): `request_for` the batch's mode, with
     options.samples replies at its temperature."""

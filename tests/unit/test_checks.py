@@ -11,14 +11,14 @@ import prompts
 from juiz.calibration.features import check_feature
 from juiz.check_rule import apply_rule, banded
 from juiz.checks import CHECK_REQUEST, YES_NO, Ask, read_check, reference_points
-from juiz.engine import Completion, Conversation, group_probs_from_text, spellings
+from juiz.engine import Completion, Conversation, GenerationRequest, group_probs_from_text, spellings
 from juiz.fake_engine import FakeEngine
 from juiz.judge import Judge
 from juiz.labels import class_of_score, class_of_value
 from juiz.openai_engine import completion_from_choice
 from juiz.parsing import parse_reply
 from juiz.passages import passage_for
-from juiz.plan import request_for_options
+from juiz.plan import plan_item
 from schemas import BatchOptions, JudgementStatus, LabelMapping, Segment, Triple
 from schemas.judgement import CheckResult, CheckStatus, MetricStatus
 
@@ -181,11 +181,15 @@ def test_a_judge_that_never_says_yes_or_no_gives_parse_errors_not_scores() -> No
 
 
 def test_check_prompts_ask_one_token_whatever_the_mode() -> None:
+    engine, question = FakeEngine(lambda _: ""), "What is the capital of Portugal?"
+
+    def request(options: BatchOptions) -> GenerationRequest:
+        return plan_item(options, question, engine)["answer_relevance"].request
+
     for mode in ("cot", "fast"):
-        options = CHECKS.model_copy(update={"mode": mode})
-        assert request_for_options(options, "answer_relevance") == CHECK_REQUEST
-    assert request_for_options(BatchOptions(prompt="answer_relevance@juiz-1"), "answer_relevance") != CHECK_REQUEST
-    assert request_for_options(BatchOptions(), "answer_relevance") == CHECK_REQUEST  # the default is check-based
+        assert request(CHECKS.model_copy(update={"mode": mode})) == CHECK_REQUEST
+    assert request(BatchOptions(prompt="answer_relevance@juiz-1")) != CHECK_REQUEST
+    assert request(BatchOptions()) == CHECK_REQUEST  # the default is check-based
 
 
 def test_metrics_whose_check_prompts_share_the_item_prefix_send_one_first_check_per_item() -> None:

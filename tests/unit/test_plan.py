@@ -18,7 +18,7 @@ from juiz.plan import (
     plan_or_reason,
     provenance_by_metric,
     provenance_of,
-    request_for_options,
+    score_sampling,
     select_prompt,
 )
 from juiz.result_cache import cache_key
@@ -35,7 +35,7 @@ def checks_plan(template: prompts.PromptTemplate) -> MetricPlan:
     )
 
 
-def test_a_plan_is_what_select_prompt_and_request_for_options_choose_metric_by_metric() -> None:
+def test_a_plan_is_what_select_prompt_chooses_with_the_sampling_its_kind_asks_metric_by_metric() -> None:
     for options in (
         BatchOptions(metrics=ALL),
         BatchOptions(metrics=ALL, prompt="answer_relevance@juiz-1.en", mode="fast"),
@@ -45,7 +45,8 @@ def test_a_plan_is_what_select_prompt_and_request_for_options_choose_metric_by_m
         assert list(plan) == options.metrics  # in the batch's order: the cache key depends on it
         for metric, chosen in plan.items():
             assert chosen.template == select_prompt(options, ITEM.question, metric)
-            assert chosen.request == request_for_options(options, metric)
+            checks = chosen.template.kind == "checks"
+            assert chosen.request == (CHECK_REQUEST if checks else score_sampling(options, metric))
             assert chosen.provenance == provenance_of(ENGINE, metric, chosen.template, chosen.request, options.mode)
 
 
