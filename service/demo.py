@@ -25,7 +25,8 @@ from juiz.agreement import format_agreement
 from juiz.client import JuizClient
 from juiz.errors import InputError
 from juiz.processes import child, free_port, private_redis, redis_pings, wait_until
-from juiz.readers import read_triples
+from juiz.readers import read_triples, write_judgements
+from juiz.report import write_report
 from juiz.settings import Settings
 from schemas import BatchView, Judgement, Triple
 
@@ -127,6 +128,10 @@ def run_demo(seeds_dir: Path = SEEDS, out: TextIO = sys.stdout) -> int:
         order = {t.id: n for n, t in enumerate(triples)}
         judgements = sorted(client.results(batch.id), key=lambda j: order.get(j.id, len(order)))
         print("", results_table(judgements), "", sep="\n", file=out)
+        # Kept beside the logs: the demo's Redis (or queue) is gone once it ends, and with it each grade's evidence.
+        write_judgements(judgements, workdir / "results.jsonl")
+        write_report(judgements, workdir / "report.md")
+        print(f"results: {workdir / 'results.jsonl'}; the seeds' report: {workdir / 'report.md'}", file=out)
         print(format_agreement(client.agreement(batch.id)), file=out)
         print(
             f"\n{final.counts.done} graded ({final.status.value}) in {graded_s:.1f}s after submission; "
