@@ -68,6 +68,8 @@ CELLS = {
     # checks-8: checks-7 with its grader veto read against the same question asked of the judge's own reference
     # points, and the key points weighted by whether a complete answer has to state them (rule-7).
     "checks-8": Cell("checks-8", "fast", {"answer_relevance": "checks-8", "groundedness": "checks-4"}),
+    # checks-9: checks-8's conversations, groundedness checks-5: the least supported sentence decides (rule-8).
+    "checks-9": Cell("checks-9", "fast", {"answer_relevance": "checks-8", "groundedness": "checks-5"}),
 }
 # What `make bench` grades: the default judge, the chain-of-thought baseline beside it, and context relevance (fast-v2);
 # the earlier answer-relevance-only cells (cot-v1, fast-v1) and the other check versions are opt-in.

@@ -14,8 +14,9 @@ equally), the cuts fitted on dev and, for dev and test, each metric's and the de
 κ and per-class recall. Writes bench/results/rule_fit.json.
 
 `--dev` (or `--test`) may also name the judgements `bench.judge_quality --save-judgements` kept
-(bench/work/judgements/<split>_<cell>.jsonl): each item's checks are then combined again under its prompt's current
-rule, so a rule's new combination of the same checks is fitted without asking them again.
+(bench/work/judgements/<split>_<cell>.jsonl): each item's checks are then combined again under the rules of the
+`--cell`'s prompts, so a rule's new combination of the same checks is fitted without asking them again (checks-9
+on a checks-8 grading: the same conversations, groundedness read by its least supported sentence).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ import prompts
 from bench.check_report import GRID, fit_cut_arrays
 from bench.common import RESULTS, save, table
 from bench.judge_quality import _spearman
-from bench.labelled import CLASSES, labelled_set
+from bench.labelled import CELLS, CLASSES, labelled_set
 from juiz.check_rule import apply_rule
 from juiz.labels import DEFAULT_VERDICT
 from schemas import Judgement
@@ -47,7 +48,7 @@ TEST = RESULTS / "judge_quality_test_checks-8_cot-v2.json"
 def recorded(path: Path, cell: str) -> dict[str, Any]:
     """Labels (0 I, 1 P, 2 C) and, per metric, strengths and vetoes of a recorded run's labelled items."""
     if path.suffix == ".jsonl":
-        return rescored(path)
+        return rescored(path, cell)
     replies = json.loads(path.read_text(encoding="utf-8"))["replies"][cell]
     out: dict[str, Any] = {"y": np.array([CLASSES[r["label"]] for r in replies])}
     for metric in METRICS:
@@ -62,9 +63,11 @@ def recorded(path: Path, cell: str) -> dict[str, Any]:
     return out
 
 
-def rescored(path: Path) -> dict[str, Any]:
-    """Labels, strengths and vetoes from saved judgements, each metric's checks combined under its prompt's current
-    rule (the prompt id and language its provenance names)."""
+def rescored(path: Path, cell: str) -> dict[str, Any]:
+    """Labels, strengths and vetoes from saved judgements, each metric's checks combined under the rule of the
+    cell's prompt for it, in the language its provenance names (a cell whose prompt only reads the same checks
+    another way, e.g. checks-9's groundedness, is measured on a grading made with the other)."""
+    versions = CELLS[cell].versions
     split = path.stem.split("_", 1)[0]
     labels = {t.id: t.manual_label for t in labelled_set(split, None)}
     judgements = [Judgement.model_validate_json(line) for line in path.read_text(encoding="utf-8").splitlines()]
@@ -75,7 +78,7 @@ def rescored(path: Path) -> dict[str, Any]:
             result = (j.metrics or {})[metric]
             assert result.provenance is not None and result.checks is not None, f"{path.name}: {metric} has no checks"
             name, version, lang = prompts.parse_prompt_id(result.provenance.prompt)
-            outcome = apply_rule(prompts.load(name, version, lang or "en"), result.checks)
+            outcome = apply_rule(prompts.load(name, versions.get(name, version), lang or "en"), result.checks)
             assert outcome.ok and outcome.strength is not None, f"{path.name}: {j.id}'s {metric} is not graded"
             strengths.append(outcome.strength)
             vetoes.append("vetoed:" in outcome.supporting_evidence)

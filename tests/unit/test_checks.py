@@ -232,6 +232,39 @@ def test_checks_3_is_checks_2_with_the_refitted_cuts_only() -> None:
             assert new.rule.cuts != old.rule.cuts
 
 
+def test_groundedness_checks_5_is_checks_4_with_the_least_supported_sentence_deciding() -> None:
+    """checks-5 asks exactly checks-4's conversations (a recorded checks-4 grading is a checks-5 grading); only how
+    its rule reads the sentences differs."""
+    for lang in ("en", "pt"):
+        old, new = prompts.load("groundedness", "checks-4", lang), prompts.load("groundedness", "checks-5", lang)
+        assert new.rule is not None and old.rule is not None
+        assert (new.system, new.user, new.reply_check, new.checks) == (
+            old.system,
+            old.user,
+            old.reply_check,
+            old.checks,
+        )
+        assert (old.rule.sentence_aggregate, new.rule.sentence_aggregate) == ("mean", "min")
+        assert replace(new.rule, version=old.rule.version, sentence_aggregate="mean") == old.rule
+
+
+def test_under_rule_8_one_unsupported_sentence_sinks_groundedness() -> None:
+    template = prompts.load("groundedness", "checks-5", "en")
+    [spec] = [c for c in template.checks if c.ask == "per_sentence"]
+
+    def sentence(n: int, p_yes: float) -> CheckResult:
+        return CheckResult(
+            name=spec.name, question=spec.question, role=spec.role, target=f"s{n}", p_yes=p_yes, mass=0.99, status="ok"
+        )
+
+    supported = [sentence(n, 0.95) for n in range(3)]
+    assert apply_rule(template, supported).score == 3
+    sunk = apply_rule(template, [*supported, sentence(3, 0.2)])
+    assert sunk.score == 0 and sunk.strength == pytest.approx(0.2)
+    # checks-4's mean over the same sentences lets the true ones carry the answer past the gate
+    assert apply_rule(prompts.load("groundedness", "checks-4", "en"), [*supported, sentence(3, 0.2)]).score == 3
+
+
 def test_a_result_with_a_failed_check_is_not_reused_from_the_cache() -> None:
     """A check that failed (aborted on a cancel, timed out) leaves its metric graded from the others: that result
     must not answer the same triple later (a later call would read the check, and calibration needs it)."""
