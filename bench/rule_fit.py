@@ -22,6 +22,7 @@ on a checks-8 grading: the same conversations, groundedness read by its least su
 from __future__ import annotations
 
 import argparse
+import gzip
 import itertools
 import json
 from pathlib import Path
@@ -47,7 +48,7 @@ TEST = RESULTS / "judge_quality_test_checks-8_cot-v2.json"
 
 def recorded(path: Path, cell: str) -> dict[str, Any]:
     """Labels (0 I, 1 P, 2 C) and, per metric, strengths and vetoes of a recorded run's labelled items."""
-    if path.suffix == ".jsonl":
+    if path.name.endswith((".jsonl", ".jsonl.gz")):
         return rescored(path, cell)
     replies = json.loads(path.read_text(encoding="utf-8"))["replies"][cell]
     out: dict[str, Any] = {"y": np.array([CLASSES[r["label"]] for r in replies])}
@@ -68,9 +69,11 @@ def rescored(path: Path, cell: str) -> dict[str, Any]:
     cell's prompt for it, in the language its provenance names (a cell whose prompt only reads the same checks
     another way, e.g. checks-9's groundedness, is measured on a grading made with the other)."""
     versions = CELLS[cell].versions
-    split = path.stem.split("_", 1)[0]
+    split = path.name.split("_", 1)[0]
     labels = {t.id: t.manual_label for t in labelled_set(split, None)}
-    judgements = [Judgement.model_validate_json(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    # Committed gradings are gzipped (bench/results/judgements); bench/work's are as judge_quality wrote them.
+    text = gzip.decompress(path.read_bytes()).decode("utf-8") if path.suffix == ".gz" else path.read_text("utf-8")
+    judgements = [Judgement.model_validate_json(line) for line in text.splitlines()]
     out: dict[str, Any] = {"y": np.array([CLASSES[str(labels[j.id])] for j in judgements])}
     for metric in METRICS:
         strengths, vetoes = [], []
