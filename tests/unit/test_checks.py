@@ -216,18 +216,18 @@ def test_check_prompts_of_one_version_share_system_and_layout(version: str) -> N
         assert ar.system == grounded.system and ar.user == grounded.user and ar.reply_check == grounded.reply_check
 
 
+def asks_the_same(old: prompts.PromptTemplate, new: prompts.PromptTemplate) -> bool:
+    """Whether two versions ask the judge exactly the same conversations (so one's grading serves the other)."""
+    return (new.system, new.user, new.reply_check, new.checks) == (old.system, old.user, old.reply_check, old.checks)
+
+
 def test_checks_3_is_checks_2_with_the_refitted_cuts_only() -> None:
     """checks-3 only changes the rule's cuts (bench.rule_fit): its dev and test figures come from the checks-2 runs."""
     for metric in ("answer_relevance", "groundedness"):
         for lang in ("en", "pt"):
             old, new = prompts.load(metric, "checks-2", lang), prompts.load(metric, "checks-3", lang)
             assert new.rule is not None and old.rule is not None
-            assert (new.system, new.user, new.reply_check, new.checks) == (
-                old.system,
-                old.user,
-                old.reply_check,
-                old.checks,
-            )
+            assert asks_the_same(old, new)
             assert new.rule.version == "rule-3" and new.rule.veto_below == old.rule.veto_below
             assert new.rule.cuts != old.rule.cuts
 
@@ -238,12 +238,7 @@ def test_groundedness_checks_5_is_checks_4_with_the_least_supported_sentence_dec
     for lang in ("en", "pt"):
         old, new = prompts.load("groundedness", "checks-4", lang), prompts.load("groundedness", "checks-5", lang)
         assert new.rule is not None and old.rule is not None
-        assert (new.system, new.user, new.reply_check, new.checks) == (
-            old.system,
-            old.user,
-            old.reply_check,
-            old.checks,
-        )
+        assert asks_the_same(old, new)
         assert (old.rule.sentence_aggregate, new.rule.sentence_aggregate) == ("mean", "min")
         # cuts refitted on dev for the verdict (bench.rule_fit): the first moves, which the verdict never sees
         assert replace(new.rule, version=old.rule.version, sentence_aggregate="mean", cuts=old.rule.cuts) == old.rule
