@@ -14,9 +14,10 @@ equally), the cuts fitted on dev and, for dev and test, each metric's and the de
 κ and per-class recall. Writes bench/results/rule_fit.json.
 
 `--dev` (or `--test`) may also name the judgements `bench.judge_quality --save-judgements` kept
-(bench/work/judgements/<split>_<cell>.jsonl): each item's checks are then combined again under the rules of the
-`--cell`'s prompts, so a rule's new combination of the same checks is fitted without asking them again (checks-9
-on a checks-8 grading: the same conversations, groundedness read by its least supported sentence).
+(bench/work/judgements/<split>_<cell>.jsonl, or a gzipped copy committed in bench/results/judgements): each item's
+checks are then combined again under the rules of the `--cell`'s prompts, so a rule's new combination of the same
+checks is fitted without asking them again (checks-9 on a checks-8 grading: the same conversations, groundedness read
+by its least supported sentence).
 """
 
 from __future__ import annotations
