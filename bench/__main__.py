@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from bench.common import WORK, exit_on_sigterm, results_dir, save, table
-from juiz.models import DEFAULT_MODEL, TEST_MODEL
+from juiz.engines.models import DEFAULT_MODEL, TEST_MODEL
 
 # name → (arguments of `make bench`, arguments for --quick). `make bench` must fit an hour on a 2-core CPU, so the
 # slowest engine benchmarks run at their smaller sizes there; --full adds the issue's larger ones (FULL).
@@ -34,7 +34,7 @@ BENCHMARKS: dict[str, tuple[list[str], list[str]]] = {
     "prefix_caching": (["--n", "32", "--modes", "fast"], ["--n", "8", "--modes", "fast"]),
     "trulens_peer": (["--n", "32", "--threads", "1,16", "--sequential-n", "4"], ["--n", "6", "--threads", "1,4"]),
     "openai_backend": (["--n", "32"], ["--n", "6"]),
-    "cpu_dtype": ([], ["--items", "1"]),  # the CPU engine in bf16 and in float32 (juiz.vllm_engine.cpu_dtype)
+    "cpu_dtype": ([], ["--items", "1"]),  # the CPU engine in bf16 and in float32 (juiz.engines.vllm_engine.cpu_dtype)
     "on_paper": ([], []),  # arithmetic from the token counts measured above; no engine
     "scale_out": ([], ["--workers", "1,2", "--batches", "2", "--no-recovery"]),  # FAKE engine, 1/2/4/8 processes
     # issue 17, FAKE engine: Redis restarted 20 times under a 2,000-item batch; a small batch behind a 40×256 backlog;

@@ -34,14 +34,14 @@ import numpy as np
 
 from bench.common import WORK, close_engine, load_engine, save, setup_logging, table
 from bench.labelled import CELLS, labelled_set, save_judgements, saved_judgements
-from juiz.agreement import compute_agreement, metric_signal, verdict_signal
+from juiz.agreement.labels import class_of_label, with_default_verdict
+from juiz.agreement.statistics import compute_agreement, metric_signal, verdict_signal
 from juiz.calibration.agreement import calibrated_probabilities, calibrated_signal, compute_calibrated_agreement
 from juiz.calibration.figures import figures
 from juiz.calibration.fitting import CLASS_WEIGHTS, CalibrationUnavailable, fit_from_results
 from juiz.calibration.grades import apply_calibration
-from juiz.judge import Judge
-from juiz.labels import class_of_label, with_default_verdict
-from juiz.models import DEFAULT_MODEL, TEST_MODEL
+from juiz.engines.models import DEFAULT_MODEL, TEST_MODEL
+from juiz.judging.judge import Judge
 from schemas import BatchOptions, Judgement, JudgementStatus, LabelMapping, Provenance, Triple
 from schemas.judgement import MetricResult, MetricStatus
 

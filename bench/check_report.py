@@ -30,7 +30,7 @@ from bench.common import WORK, table
 from bench.judge_quality import _auc, _spearman
 from bench.labelled import CLASSES
 from juiz.calibration.features import check_feature
-from juiz.check_rule import apply_rule
+from juiz.judging.check_rule import apply_rule
 from schemas import Judgement
 from schemas.judgement import MetricStatus
 

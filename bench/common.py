@@ -22,12 +22,12 @@ from pathlib import Path
 from typing import Any, cast
 
 from bench.machine import describe_machine
-from juiz.backend import build_engine
-from juiz.engine import Completion, Conversation, GenerationRequest
-from juiz.plan import COT_REQUEST, FAST_REQUEST, select_prompt
-from juiz.readers import read_triples
-from juiz.settings import Settings
-from juiz.vllm_engine import VLLMEngine
+from juiz.engines.base import Completion, Conversation, GenerationRequest
+from juiz.engines.vllm_engine import VLLMEngine
+from juiz.formats.readers import read_triples
+from juiz.judging.backend import build_engine
+from juiz.judging.plan import COT_REQUEST, FAST_REQUEST, select_prompt
+from juiz.runtime.settings import Settings
 from schemas import BatchOptions, Triple
 
 log = logging.getLogger(__name__)
@@ -97,8 +97,8 @@ def conversations(triples: Sequence[Triple], options: BatchOptions) -> list[Conv
 
 
 def load_engine(model: str) -> VLLMEngine:
-    """juiz's own in-process engine, built by the builder `juiz score` and the worker use (juiz.backend: the JUIZ_*
-    settings, `model` winning, and warmed up, so no measurement pays for compiling the reply grammar)."""
+    """juiz's own in-process engine, built by the builder `juiz score` and the worker use (juiz.judging.backend: the
+    JUIZ_* settings, `model` winning, and warmed up, so no measurement pays for compiling the reply grammar)."""
     engine = build_engine(Settings.from_env(None, engine="vllm", model=model), say=log.info)
     assert isinstance(engine, VLLMEngine)  # engine="vllm": the in-process back end
     log.info("engine %s ready in %.1fs", model, engine.startup_s)

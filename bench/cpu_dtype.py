@@ -4,7 +4,8 @@ how far the two dtypes' P(yes) lie apart.
     .venv/bin/python -m bench.cpu_dtype [--items 3] [--model qwen2.5-coder-1.5b-instruct]
 
 Why: vLLM's CPU kernels compute bf16 natively only with AVX-512 BF16 or AMX; on other x86 CPUs (AVX2, or AVX-512
-without BF16) bf16 is emulated. `juiz.vllm_engine.cpu_dtype` then runs the model in float32 (`JUIZ_DTYPE` overrides).
+without BF16) bf16 is emulated. `juiz.engines.vllm_engine.cpu_dtype` then runs the model in float32 (`JUIZ_DTYPE`
+overrides).
 Each dtype gets its own engine, one after the other, the same conversations (one answer-relevance check of the first
 `--items` dev items, each with the first segment of its context, a few hundred tokens: prefill-bound, as check-based
 grading is, and short enough that an emulated-bf16 step stays inside vLLM's 300 s step timeout: a whole context did
@@ -22,12 +23,12 @@ from typing import Any
 import prompts
 from bench.common import ratio, save, setup_logging
 from bench.labelled import labelled_set
-from juiz.checks import CHECK_REQUEST, CheckJob
-from juiz.engine import Conversation
-from juiz.judge import context_segments
-from juiz.models import resolve_model
-from juiz.settings import DEFAULT_MODEL
-from juiz.vllm_engine import NATIVE_BF16_FLAGS, VLLMEngine, cpu_flags
+from juiz.engines.base import Conversation
+from juiz.engines.models import resolve_model
+from juiz.engines.vllm_engine import NATIVE_BF16_FLAGS, VLLMEngine, cpu_flags
+from juiz.judging.checks import CHECK_REQUEST, CheckJob
+from juiz.judging.judge import context_segments
+from juiz.runtime.settings import DEFAULT_MODEL
 
 log = logging.getLogger("bench.cpu_dtype")
 

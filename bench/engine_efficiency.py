@@ -40,9 +40,9 @@ from bench.common import (
     triple_dicts,
 )
 from bench.stack import service
-from juiz.judge import Judge
-from juiz.models import DEFAULT_MODEL
-from juiz.plan import COT_REQUEST
+from juiz.engines.models import DEFAULT_MODEL
+from juiz.judging.judge import Judge
+from juiz.judging.plan import COT_REQUEST
 from schemas import BatchOptions, JudgementStatus
 
 log = logging.getLogger("bench.engine_efficiency")

@@ -40,8 +40,8 @@ from redis import Redis
 from bench.common import COT_PROMPT, build_triples, save, setup_logging, table
 from bench.fake_worker import CALLS_KEY
 from bench.scale_out import fleet, registered, wait_for, warm_up
-from juiz.processes import private_redis
-from juiz.settings import Settings
+from juiz.runtime.processes import private_redis
+from juiz.runtime.settings import Settings
 from juiz.store import Store
 from schemas import BatchOptions
 

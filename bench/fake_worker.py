@@ -49,10 +49,10 @@ from redis.exceptions import TimeoutError as RedisTimeoutError
 from tenacity import Retrying, retry_if_exception_type, stop_after_delay, wait_fixed
 
 import prompts
-from juiz.engine import CallControl, Completion, Conversation, GenerationRequest, aborted
-from juiz.errors import EngineDeadError
-from juiz.fake_engine import FakeEngine
-from juiz.settings import Settings
+from juiz.engines.base import CallControl, Completion, Conversation, GenerationRequest, aborted
+from juiz.engines.fake import FakeEngine
+from juiz.runtime.errors import EngineDeadError
+from juiz.runtime.settings import Settings
 
 FAKE_MODEL_ID = "FAKE-engine (no model; benchmark of the API only)"
 # JUIZ_FAKE_COUNT

@@ -31,12 +31,12 @@ from sklearn.metrics import roc_auc_score
 
 from bench.common import GOLDEN, WORK, close_engine, load_engine, save, setup_logging, table
 from bench.labelled import CELLS, DATA, DEFAULT_CELLS, Cell, labelled_set, save_judgements
-from juiz.agreement import Signal, compute_agreement, metric_signal, verdict_signal
-from juiz.engine import CallControl, Completion, Conversation, GenerationRequest, JudgeEngine
-from juiz.judge import Judge
-from juiz.labels import DEFAULT_VERDICT, metric_of, with_default_verdict
-from juiz.models import DEFAULT_MODEL, TEST_MODEL
-from juiz.readers import read_triples
+from juiz.agreement.labels import DEFAULT_VERDICT, metric_of, with_default_verdict
+from juiz.agreement.statistics import Signal, compute_agreement, metric_signal, verdict_signal
+from juiz.engines.base import CallControl, Completion, Conversation, GenerationRequest, JudgeEngine
+from juiz.engines.models import DEFAULT_MODEL, TEST_MODEL
+from juiz.formats.readers import read_triples
+from juiz.judging.judge import Judge
 from schemas import Judgement, LabelMapping, Triple
 from schemas.judgement import MetricStatus
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bench.common import REPO, WORK
-from juiz.readers import read_triples
+from juiz.formats.readers import read_triples
 from schemas import BatchOptions, Judgement, Triple
 
 log = logging.getLogger("bench.labelled")

@@ -6,7 +6,7 @@ import os
 import platform
 from importlib.metadata import PackageNotFoundError, version
 
-from juiz.vllm_engine import NATIVE_BF16_FLAGS, cpu_flags
+from juiz.engines.vllm_engine import NATIVE_BF16_FLAGS, cpu_flags
 
 
 def _cpu_model() -> str:
@@ -50,7 +50,7 @@ def describe_machine() -> dict[str, object]:
     return {
         "cpu": _cpu_model(),
         "cores": os.cpu_count(),
-        # The engine's speed on CPU turns on these (juiz.vllm_engine.cpu_dtype): without them bf16 is emulated.
+        # The engine's speed on CPU turns on these (juiz.engines.vllm_engine.cpu_dtype): without them bf16 is emulated.
         "cpu_native_bf16": sorted(NATIVE_BF16_FLAGS & cpu_flags()),
         "memory_gib": _mem_gib(),
         "gpu": gpu,

@@ -45,12 +45,12 @@ from bench.common import (
     table,
 )
 from bench.trulens_peer import SERVED_NAME, server_command
-from juiz.engine import CallControl, Completion, Conversation, GenerationRequest, JudgeEngine
-from juiz.judge import Judge
-from juiz.models import DEFAULT_MODEL, resolve_model
-from juiz.openai_engine import OpenAIEngine
-from juiz.processes import child, free_port, wait_until
-from juiz.vllm_engine import cpu_defaults
+from juiz.engines.base import CallControl, Completion, Conversation, GenerationRequest, JudgeEngine
+from juiz.engines.models import DEFAULT_MODEL, resolve_model
+from juiz.engines.openai_server import OpenAIEngine
+from juiz.engines.vllm_engine import cpu_defaults
+from juiz.judging.judge import Judge
+from juiz.runtime.processes import child, free_port, wait_until
 from schemas import BatchOptions, Judgement, JudgementStatus, Triple
 
 log = logging.getLogger("bench.openai_backend")

@@ -40,9 +40,9 @@ from bench.common import (
     setup_logging,
     table,
 )
-from juiz.engine import Conversation
-from juiz.models import DEFAULT_MODEL, resolve_model
-from juiz.vllm_engine import CPU_BLOCK_SIZE, VLLMEngine
+from juiz.engines.base import Conversation
+from juiz.engines.models import DEFAULT_MODEL, resolve_model
+from juiz.engines.vllm_engine import CPU_BLOCK_SIZE, VLLMEngine
 from schemas import BatchOptions, Triple
 
 log = logging.getLogger("bench.prefix_caching")

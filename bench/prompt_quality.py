@@ -22,11 +22,11 @@ from sklearn.metrics import roc_auc_score
 
 from bench.common import load_engine
 from bench.machine import describe_machine
-from juiz.agreement import compute_agreement
-from juiz.judge import Judge
-from juiz.labels import label_unit_value, resolve_numeric_scale
-from juiz.models import DEFAULT_MODEL
-from juiz.readers import read_triples
+from juiz.agreement.labels import label_unit_value, resolve_numeric_scale
+from juiz.agreement.statistics import compute_agreement
+from juiz.engines.models import DEFAULT_MODEL
+from juiz.formats.readers import read_triples
+from juiz.judging.judge import Judge
 from schemas import BatchOptions, LabelMapping, Triple
 
 REPO = Path(__file__).resolve().parent.parent

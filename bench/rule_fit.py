@@ -37,8 +37,8 @@ from bench.check_report import GRID, fit_cut_arrays
 from bench.common import RESULTS, save, table
 from bench.judge_quality import _spearman
 from bench.labelled import CELLS, CLASSES, labelled_set
-from juiz.check_rule import apply_rule
-from juiz.labels import DEFAULT_VERDICT
+from juiz.agreement.labels import DEFAULT_VERDICT
+from juiz.judging.check_rule import apply_rule
 from schemas import Judgement
 
 METRICS = ("answer_relevance", "groundedness")
@@ -110,7 +110,8 @@ def fit_gate_cuts(y: np.ndarray, held: np.ndarray, strength: np.ndarray, vetoed:
 
 
 def scores(strength: np.ndarray, vetoed: np.ndarray, cuts: tuple[float, ...]) -> np.ndarray:
-    """The rule's 0–3 score (juiz.check_rule.apply_rule): 0 when vetoed, else how many cuts the strength reaches."""
+    """The rule's 0–3 score (juiz.judging.check_rule.apply_rule): 0 when vetoed, else how many cuts the strength
+    reaches."""
     return np.where(vetoed, 0, (strength[:, None] >= np.array(cuts)[None, :]).sum(axis=1))
 
 

@@ -3,7 +3,8 @@ on dev, its agreement read by 5-fold cross-validation by topic on dev, then once
 
     .venv/bin/python -m bench.rule_variants [--dev RESULT.json] [--test RESULT.json] [--cell checks-7]
 
-A variant recombines the checks a run already asked (the evidence line `juiz.check_rule` writes: each check's value,
+A variant recombines the checks a run already asked (the evidence line `juiz.judging.check_rule` writes: each check's
+value,
 each sentence's and each point's), so a design that only drops a check or changes how the checks combine is measured
 on the very replies the released rule graded; groundedness keeps its recorded score. Variants:
 - `released`: the rule as released, cuts refitted (it must reproduce the recorded figures);
@@ -15,8 +16,8 @@ on the very replies the released rule graded; groundedness keeps its recorded sc
 Writes bench/results/rule_variants.json.
 
 It re-implements rule-6's combination (an unweighted covers mean, the veto read raw), so it reads checks-6's and
-checks-7's runs only; checks-8's weighted covers and baselined veto are recombined by `juiz.check_rule` itself in
-`bench.rule_fit` on saved judgements.
+checks-7's runs only; checks-8's weighted covers and baselined veto are recombined by `juiz.judging.check_rule` itself
+in `bench.rule_fit` on saved judgements.
 """
 
 from __future__ import annotations
@@ -86,7 +87,8 @@ def load(path: Path, cell: str) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class Variant:
-    """Rule-6 (juiz.check_rule) over these core checks; with `soft`, the veto band (low, high) described above."""
+    """Rule-6 (juiz.judging.check_rule) over these core checks; with `soft`, the veto band (low, high) described
+    above."""
 
     core: tuple[str, ...]
     soft: tuple[float, float] | None = None

@@ -54,8 +54,8 @@ from rq import Queue, Worker
 
 from bench.common import COT_PROMPT, build_triples, save, setup_logging, table
 from bench.fake_worker import CALLS_KEY, HOLD_MARKER, RELEASE_KEY
-from juiz.processes import private_redis
-from juiz.settings import ENV_PREFIX, Settings
+from juiz.runtime.processes import private_redis
+from juiz.runtime.settings import ENV_PREFIX, Settings
 from juiz.store import Store
 from schemas import BatchOptions
 

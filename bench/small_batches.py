@@ -23,7 +23,7 @@ from typing import Any
 
 from bench.common import COT_PROMPT, build_triples, rate, ratio, save, setup_logging, table, triple_dicts
 from bench.stack import Stack, service
-from juiz.models import DEFAULT_MODEL
+from juiz.engines.models import DEFAULT_MODEL
 from schemas import BatchOptions, BatchView
 
 log = logging.getLogger("bench.small_batches")

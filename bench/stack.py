@@ -30,10 +30,10 @@ from redis.exceptions import RedisError
 from rq import Queue, Worker
 
 from bench.common import WORK
-from juiz.client import JuizClient
-from juiz.errors import StartError
-from juiz.processes import Child, child, free_port, private_redis, redis_pings, stop, wait_until
-from juiz.settings import Settings
+from juiz.clients.http import JuizClient
+from juiz.runtime.errors import StartError
+from juiz.runtime.processes import Child, child, free_port, private_redis, redis_pings, stop, wait_until
+from juiz.runtime.settings import Settings
 from juiz.store import ENGINE_CALL_BUCKETS, Store
 
 READY_TIMEOUT_S = 1800  # a first engine start on CPU can take minutes

@@ -57,13 +57,13 @@ from bench.common import (
     token_counts,
     triple_dicts,
 )
-from juiz.engine import CallControl, Completion, Conversation, GenerationRequest
-from juiz.judge import Judge
-from juiz.models import DEFAULT_MODEL, resolve_model
-from juiz.parsing import COT_MAX_TOKENS
-from juiz.processes import child, free_port, wait_until
-from juiz.settings import Settings
-from juiz.vllm_engine import CPU_BLOCK_SIZE, VLLMEngine, cpu_defaults, engine_dtype, has_cuda
+from juiz.engines.base import CallControl, Completion, Conversation, GenerationRequest
+from juiz.engines.models import DEFAULT_MODEL, resolve_model
+from juiz.engines.vllm_engine import CPU_BLOCK_SIZE, VLLMEngine, cpu_defaults, engine_dtype, has_cuda
+from juiz.judging.judge import Judge
+from juiz.judging.parsing import COT_MAX_TOKENS
+from juiz.runtime.processes import child, free_port, wait_until
+from juiz.runtime.settings import Settings
 from schemas import BatchOptions, Judgement, JudgementStatus
 
 log = logging.getLogger("bench.trulens_peer")

@@ -39,7 +39,7 @@ from bench.api_only import latency_stats
 from bench.common import COT_PROMPT, add_nice_flag, build_triples, save, setup_logging, triple_dicts
 from bench.fake_worker import FAKE_MODEL_ID
 from bench.stack import Stack, service
-from juiz.client import JuizClient
+from juiz.clients.http import JuizClient
 
 log = logging.getLogger("bench.uncertain_pages")
 

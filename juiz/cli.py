@@ -14,20 +14,20 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from juiz import __version__
-from juiz.errors import InputError, JuizError
+from juiz.runtime.errors import InputError, JuizError
 
 EXIT_INPUT = 2
 EXIT_FAILURE = 1
 
 
 def _add_options(parser: argparse.ArgumentParser) -> None:
-    from juiz.options import add_option_flags
+    from juiz.formats.options import add_option_flags
 
     add_option_flags(parser)  # derived from schemas.BatchOptions: one flag per option
 
 
 def _add_label_mapping(parser: argparse.ArgumentParser) -> None:
-    from juiz.options import add_option_flags
+    from juiz.formats.options import add_option_flags
 
     add_option_flags(parser, only=["label_mapping"])
 
@@ -169,7 +169,7 @@ def main(argv: Sequence[str] | None = None, extra: Sequence[Command] = ()) -> in
 
 
 def _options(args: argparse.Namespace):  # type: ignore[no-untyped-def]
-    from juiz.options import options_from_args
+    from juiz.formats.options import options_from_args
 
     return options_from_args(args)
 
@@ -178,14 +178,14 @@ def _calibration(path: Path | None):  # type: ignore[no-untyped-def]
     """--calibration FILE of `juiz agreement`: a calibration JSON from `juiz calibrate`, checked against its sha256."""
     if path is None:
         return None
-    from juiz.options import json_option
+    from juiz.formats.options import json_option
 
     return json_option("calibration", str(path))
 
 
 def _label_mapping(value: str | None):  # type: ignore[no-untyped-def]
     """--label-mapping: inline JSON, or a file holding it; a clear error naming the flag otherwise."""
-    from juiz.options import json_option
+    from juiz.formats.options import json_option
 
     return json_option("label_mapping", value)
 
@@ -193,10 +193,10 @@ def _label_mapping(value: str | None):  # type: ignore[no-untyped-def]
 def _score(args: argparse.Namespace) -> int:
     from tqdm import tqdm
 
-    from juiz.judge import Judge
-    from juiz.plan import validate_options
-    from juiz.readers import read_triples, write_judgements
-    from juiz.summary import summarize
+    from juiz.agreement.summary import summarize
+    from juiz.formats.readers import read_triples, write_judgements
+    from juiz.judging.judge import Judge
+    from juiz.judging.plan import validate_options
 
     triples = read_triples(args.input, _field_map(args.field_map))
     options = _options(args)
@@ -219,7 +219,7 @@ def _score(args: argparse.Namespace) -> int:
         engine.close()  # the engine's processes, or a judge server's connections, now rather than at exit
     elapsed = time.perf_counter() - started
     if args.uncertain_first:
-        from juiz.uncertainty import uncertain_first
+        from juiz.judging.uncertainty import uncertain_first
 
         judgements = uncertain_first(judgements)
     write_judgements(judgements, args.output)
@@ -230,7 +230,7 @@ def _score(args: argparse.Namespace) -> int:
 
 def _check_labels(triples, options, source: Path) -> None:  # type: ignore[no-untyped-def]
     """Manual labels the label mapping does not know stop the run before any grading (exit 2 naming the item)."""
-    from juiz.labels import check_labels
+    from juiz.agreement.labels import check_labels
 
     try:
         check_labels([t.manual_label for t in triples], options.label_mapping)
@@ -241,9 +241,9 @@ def _check_labels(triples, options, source: Path) -> None:  # type: ignore[no-un
 
 def _engine(args: argparse.Namespace):  # type: ignore[no-untyped-def]
     """The engine `--engine`, `--base-url` and `--model` choose over the JUIZ_* settings, built as the worker builds
-    its own (juiz.backend), its start-up told on stderr."""
-    from juiz import backend
-    from juiz.settings import Settings
+    its own (juiz.judging.backend), its start-up told on stderr."""
+    from juiz.judging import backend
+    from juiz.runtime.settings import Settings
 
     flags = {
         "engine": "openai" if args.base_url else args.engine,
@@ -281,7 +281,7 @@ def _add_field_map(parser: argparse.ArgumentParser) -> None:
 
 
 def _field_map(value: str | None):  # type: ignore[no-untyped-def]
-    from juiz.readers import FieldMap
+    from juiz.formats.readers import FieldMap
 
     return FieldMap.parse(value)
 
@@ -314,9 +314,9 @@ def _add_check(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 
 def _check(args: argparse.Namespace) -> int:
-    from juiz.gate import Thresholds, evaluate, parse_share_below, write_junit
-    from juiz.plan import validate_options
-    from juiz.readers import read_triples, write_judgements
+    from juiz.agreement.gate import Thresholds, evaluate, parse_share_below, write_junit
+    from juiz.formats.readers import read_triples, write_judgements
+    from juiz.judging.plan import validate_options
 
     thresholds = Thresholds(
         min_mean=args.min_mean,
@@ -329,12 +329,12 @@ def _check(args: argparse.Namespace) -> int:
     validate_options(options)
     _check_labels(triples, options, args.input)
     if args.server:
-        from juiz.settings import Settings
+        from juiz.runtime.settings import Settings
 
         api_key = args.api_key or Settings.from_env().api_key.get_secret_value() or None
         judgements = _grade_on_server(args.server, api_key, triples, options)
     else:
-        from juiz.judge import Judge
+        from juiz.judging.judge import Judge
 
         engine = _engine(args)
         try:
@@ -368,11 +368,11 @@ def _add_submit(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 def _submit(args: argparse.Namespace) -> int:
     from pydantic import TypeAdapter, ValidationError
 
-    from juiz.client import ApiError, JuizClient
-    from juiz.plan import validate_options
-    from juiz.readers import read_triples, write_judgements
-    from juiz.settings import Settings
-    from juiz.summary import summarize
+    from juiz.agreement.summary import summarize
+    from juiz.clients import ApiError, JuizClient
+    from juiz.formats.readers import read_triples, write_judgements
+    from juiz.judging.plan import validate_options
+    from juiz.runtime.settings import Settings
     from schemas import BatchName
 
     if args.output is not None and not args.wait:
@@ -409,7 +409,7 @@ def _submit(args: argparse.Namespace) -> int:
 
 
 def _grade_on_server(url: str, api_key: str | None, triples, options):  # type: ignore[no-untyped-def]
-    from juiz.client import ApiError, JuizClient
+    from juiz.clients import ApiError, JuizClient
 
     with JuizClient(url, api_key=api_key, timeout_s=600) as client:
         try:
@@ -424,8 +424,8 @@ def _grade_on_server(url: str, api_key: str | None, triples, options):  # type: 
 
 
 def _agreement(args: argparse.Namespace) -> int:
-    from juiz.agreement import compute_agreement, format_agreement
-    from juiz.readers import read_judgements
+    from juiz.agreement.statistics import compute_agreement, format_agreement
+    from juiz.formats.readers import read_judgements
 
     mapping = _label_mapping(args.label_mapping)
     judgements = read_judgements(args.results)
@@ -435,7 +435,7 @@ def _agreement(args: argparse.Namespace) -> int:
 
         calibrated = compute_calibrated_agreement(judgements, mapping, resamples=args.resamples, folds=args.folds)
     if args.by_metric:
-        from juiz.agreement import compute_agreement_by_metric, format_agreement_by_metric
+        from juiz.agreement.statistics import compute_agreement_by_metric, format_agreement_by_metric
 
         by_metric = compute_agreement_by_metric(judgements, mapping, resamples=args.resamples)
         by_metric.calibration = calibrated
@@ -457,7 +457,7 @@ def _agreement(args: argparse.Namespace) -> int:
     if args.calibration is not None:
         print("\n" + _held_out_calibration(judgements, mapping, args.calibration, args.resamples))
     if args.uncertain_first is not None:
-        from juiz.uncertainty import format_uncertain
+        from juiz.judging.uncertainty import format_uncertain
 
         print("\n" + format_uncertain(judgements, mapping, args.uncertain_first))
     return 0
@@ -465,7 +465,7 @@ def _agreement(args: argparse.Namespace) -> int:
 
 def _held_out_calibration(judgements, mapping, path: Path, resamples: int) -> str:  # type: ignore[no-untyped-def]
     """A saved calibration applied to these labelled results: its agreement beside the raw one, same items."""
-    from juiz.agreement import compute_agreement, verdict_signal
+    from juiz.agreement.statistics import compute_agreement, verdict_signal
     from juiz.calibration.agreement import calibrated_signal
     from juiz.calibration.grades import apply_calibration
 
@@ -498,7 +498,7 @@ def _calibrate(args: argparse.Namespace) -> int:
 
     from juiz.calibration.agreement import compute_calibrated_agreement, format_calibrated_agreement
     from juiz.calibration.fitting import CalibrationUnavailable, fit_from_results
-    from juiz.readers import read_judgements
+    from juiz.formats.readers import read_judgements
 
     mapping = _label_mapping(args.label_mapping)
     judgements = read_judgements(args.results)
@@ -517,8 +517,8 @@ def _calibrate(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    from juiz.readers import read_judgements
-    from juiz.report import write_report
+    from juiz.formats.readers import read_judgements
+    from juiz.formats.report import write_report
 
     judgements = read_judgements(args.results)
     write_report(judgements, args.output, args.lang)
@@ -527,7 +527,7 @@ def _report(args: argparse.Namespace) -> int:
 
 
 def _models(args: argparse.Namespace) -> int:
-    from juiz import models
+    from juiz.engines import models
 
     if args.models_command == "list":
         for name, spec in models.DEV_MODELS.items():
@@ -543,7 +543,7 @@ def _models(args: argparse.Namespace) -> int:
 def _admin(args: argparse.Namespace) -> int:
     from redis import Redis
 
-    from juiz.settings import Settings
+    from juiz.runtime.settings import Settings
     from juiz.store.orphans import collect
 
     settings = Settings.from_env(None)

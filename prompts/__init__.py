@@ -19,7 +19,8 @@ from prompts.neutralise import neutralise
 Mode = Literal["cot", "fast"]
 
 # The version a metric uses when a request names none: check-based prompts where there are (yes/no checks read from
-# token probabilities, see juiz.checks; answer relevance's checks-8 scales its item checks by how many key points of
+# token probabilities, see juiz.judging.checks; answer relevance's checks-8 scales its item checks by how many key
+# points of
 # the judge's own answer from the context the answer states, weighted by whether a complete answer must state them,
 # and vetoes an answer with a sentence that speaks to a grader more than the judge's own points do; groundedness's
 # checks-4 asks each sentence of the answer beside the context segments it is about), else the chain-of-thought
@@ -46,21 +47,22 @@ class CheckSpec:
     """One yes/no question of a check-based prompt.
 
     `ask`: once per item, once per sentence of the answer (`{sentence}` in the question), with the judge's own
-    reference answer (`{reference}`), or once per point of that reference (`{point}`: its lines, juiz.checks).
+    reference answer (`{reference}`), or once per point of that reference (`{point}`: its lines, juiz.judging.checks).
     `role`: a veto can sink the answer alone, core checks make the score, scale checks multiply it
-    (juiz.check_rule), info checks are recorded (and may feed a calibration) but do not move the score. `user`
+    (juiz.judging.check_rule), info checks are recorded (and may feed a calibration) but do not move the score. `user`
     replaces the item's layout for this check (e.g. the reference before the answer, to ask a comparison in both
     orders), and `system` the prompt's system message. `examples` are worked cases shown before the item as earlier
     turns (the layout's fields and the reply): a small judge's yes/no probabilities on a narrow question are far
     better placed when it has seen both answers given once; they share one prefix across every item, so the engine
-    computes them once. `min_words`: the shortest sentence a per-sentence check asks about (juiz.sentences.MIN_WORDS
+    computes them once. `min_words`: the shortest sentence a per-sentence check asks about
+    (juiz.judging.sentences.MIN_WORDS
     when unset). `passages`: a per-sentence check that shows, as `{passage}`, only this many context segments, those
-    that share the sentence's words (juiz.passages), instead of the whole context. `yes_means`: what a yes says of
-    the answer; most checks ask so that yes means good, a few are clearer to this judge the other way round (e.g.
-    "does this sentence speak to a grader?"), and their value is P(no) (juiz.check_rule). `baseline`: for a
+    that share the sentence's words (juiz.judging.passages), instead of the whole context. `yes_means`: what a yes says
+    of the answer; most checks ask so that yes means good, a few are clearer to this judge the other way round (e.g.
+    "does this sentence speak to a grader?"), and their value is P(no) (juiz.judging.check_rule). `baseline`: for a
     per-sentence check, a per-point check asking the same question of the judge's own reference points; the
     sentences are then read against what this judge says of text written for the asker on the same item, in the same
-    language (juiz.check_rule). `weighted_by`: for a per-point check, a per-point check whose P(yes) weighs each
+    language (juiz.judging.check_rule). `weighted_by`: for a per-point check, a per-point check whose P(yes) weighs each
     point (e.g. "does a complete answer have to state this point?")."""
 
     name: str
@@ -92,7 +94,7 @@ class CheckExample:
 
 @dataclass(frozen=True)
 class CheckRule:
-    """How a check-based prompt's checks become a 0–3 score and an expected score (juiz.check_rule)."""
+    """How a check-based prompt's checks become a 0–3 score and an expected score (juiz.judging.check_rule)."""
 
     version: str
     veto_below: float  # a veto check whose P(yes) is below this sinks the answer to 0
@@ -101,10 +103,10 @@ class CheckRule:
     # how a per-point check's P(yes) over the reference's points enters
     point_aggregate: Literal["min", "mean"] = "mean"
     # the expected score: the strength itself (rules before rule-6), or the strength placed between the cuts on the
-    # score's own 0–1 scale, so that it falls in the same class as the score (juiz.check_rule.banded)
+    # score's own 0–1 scale, so that it falls in the same class as the score (juiz.judging.check_rule.banded)
     expected: Literal["strength", "banded"] = "strength"
     # a check read against a baseline (CheckSpec.baseline) sinks the answer when its sentences' flag exceeds the
-    # baseline's by more than this (juiz.check_rule)
+    # baseline's by more than this (juiz.judging.check_rule)
     baseline_margin: float = 0.0
 
 
@@ -245,6 +247,17 @@ _RULE_CHOICES = {
     "point_aggregate": ("min", "mean"),
     "expected": ("strength", "banded"),
 }
+
+
+def template_for(prompt_id: str | None) -> PromptTemplate | None:
+    """The prompt a result records (`provenance.prompt`), or None when there is none or it is unknown here."""
+    if prompt_id is None:
+        return None
+    try:
+        metric, version, lang = parse_prompt_id(prompt_id)
+        return load(metric, version, lang or "en")
+    except PromptNotFound:
+        return None
 
 
 def _check_rule(raw: object, where: str) -> CheckRule:

@@ -26,7 +26,7 @@ import unicodedata
 from collections.abc import Iterable
 
 # Bumped whenever the rendering of user text changes: results graded under an older rule are not served from the
-# result cache (juiz.result_cache.cache_key), since the prompt file's sha256 alone does not change.
+# result cache (juiz.judging.result_cache.cache_key), since the prompt file's sha256 alone does not change.
 VERSION = 2  # 1: the prompt's own tags only, exact spelling
 OPEN, CLOSE = "‹", "›"  # U+2039 / U+203A: unchanged by NFKC, never part of a special token
 OPEN_BRACKET, CLOSE_BRACKET = "⟦", "⟧"

@@ -25,7 +25,7 @@ import anyio
 from pydantic import BaseModel
 from redis.asyncio import Redis as AsyncRedis
 
-from juiz.agreement import compute_agreement, compute_agreement_by_metric, metric_columns
+from juiz.agreement.statistics import compute_agreement, compute_agreement_by_metric, metric_columns
 from juiz.calibration.agreement import compute_calibrated_agreement
 from juiz.calibration.fitting import fit_from_results
 from juiz.store import BatchRecord, Store

@@ -17,7 +17,7 @@ from litestar.di import Provide
 from litestar.exceptions import HTTPException
 from redis import Redis
 
-from juiz.settings import Settings
+from juiz.runtime.settings import Settings
 from juiz.store import Store
 from juiz.store.connection import async_redis_client, redis_client
 from service.auth import provide_tenant

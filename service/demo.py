@@ -1,7 +1,7 @@
 """`juiz demo` (`make demo`): the whole service on this machine, grading the seeds' triples over HTTP.
 
     Redis (a private redis-server when none answers at JUIZ_REDIS_URL) → the API (`juiz serve`) → one real worker
-    (`juiz worker`, vLLM on JUIZ_MODEL, default qwen2.5-coder-1.5b-instruct) → submit the seeds with juiz.client →
+    (`juiz worker`, vLLM on JUIZ_MODEL, default qwen2.5-coder-1.5b-instruct) → submit the seeds with juiz.clients.http →
     progress → scores, automated vs manual labels → the agreement report the API computed → seconds end to end
 
 Everything it starts it stops at the end, also on Ctrl-C or an error. The queues get names of their own, so a
@@ -21,13 +21,13 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import TextIO
 
-from juiz.agreement import format_agreement
-from juiz.client import JuizClient
-from juiz.errors import InputError
-from juiz.processes import child, free_port, private_redis, redis_pings, wait_until
-from juiz.readers import read_triples, write_judgements
-from juiz.report import write_report
-from juiz.settings import Settings
+from juiz.agreement.statistics import format_agreement
+from juiz.clients import JuizClient
+from juiz.formats.readers import read_triples, write_judgements
+from juiz.formats.report import write_report
+from juiz.runtime.errors import InputError
+from juiz.runtime.processes import child, free_port, private_redis, redis_pings, wait_until
+from juiz.runtime.settings import Settings
 from schemas import BatchView, Judgement, Triple
 
 SEEDS = Path(__file__).resolve().parent.parent / "examples" / "seeds"

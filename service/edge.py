@@ -23,7 +23,7 @@ from litestar.exceptions import NotAuthorizedException, PermissionDeniedExceptio
 from litestar.handlers import BaseRouteHandler
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
-from juiz.errors import InputError
+from juiz.runtime.errors import InputError
 from service.openapi import DOCS_PATH
 from service.views import API_PREFIX
 

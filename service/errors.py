@@ -1,10 +1,10 @@
 """Every error the API answers, mapped to HTTP in this one place. Bodies are `schemas.ErrorBody` and name the field.
 
-juiz.errors.InputError        422  field, and the item's index (JSON body) or line (JSONL upload)
-juiz.errors.PromptError       422  field options.prompt
+juiz.runtime.errors.InputError        422  field, and the item's index (JSON body) or line (JSONL upload)
+juiz.runtime.errors.PromptError       422  field options.prompt
 LimitExceeded                 413  limit max_items, with the maximum
 RequestEntityTooLarge         413  limit max_body_bytes (Litestar stops reading the body there)
-juiz.errors.IdempotencyConflict 409 field Idempotency-Key
+juiz.runtime.errors.IdempotencyConflict 409 field Idempotency-Key
 ValidationException (Litestar) 422 a typed body, path or query parameter Litestar refused (its default is 400)
 HTTPException (Litestar)      its own status (401, 404 …), field when known
 redis ConnectionError         503  Redis is unreachable
@@ -23,7 +23,7 @@ from pydantic import ValidationError
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
-from juiz.errors import IdempotencyConflict, InputError, JuizError, PromptError
+from juiz.runtime.errors import IdempotencyConflict, InputError, JuizError, PromptError
 from schemas import ErrorBody
 from service.edge import baseline_headers
 

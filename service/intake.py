@@ -21,18 +21,18 @@ from litestar import Request
 from litestar.exceptions import HTTPException
 from pydantic import TypeAdapter, ValidationError, model_validator
 
-from juiz.errors import InputError
-from juiz.judge import context_segments
-from juiz.labels import check_labels
-from juiz.options import OPTIONS, loads_strict, options_from_text
-from juiz.options import validate_options as validate_option_fields
-from juiz.plan import validate_options
-from juiz.readers import (
+from juiz.agreement.labels import check_labels
+from juiz.formats.options import OPTIONS, loads_strict, options_from_text
+from juiz.formats.options import validate_options as validate_option_fields
+from juiz.formats.readers import (
     FieldMap,
     parse_triples_jsonl,
     validate_triple,  # the readers' one validator: InputError naming the field (as the user wrote it)
 )
-from juiz.settings import Settings
+from juiz.judging.judge import context_segments
+from juiz.judging.plan import validate_options
+from juiz.runtime.errors import InputError
+from juiz.runtime.settings import Settings
 from schemas import BatchName, BatchOptions, BatchSubmission, GradeRequest, Triple
 from service.errors import ITEMS_SOURCE, LimitExceeded, body_error
 
@@ -41,8 +41,8 @@ JSON = "application/json"
 JSONL_TYPES = (NDJSON, "application/jsonl", "application/x-jsonlines")
 # A route handler's `opt` key: it reads a JSONL upload itself (its typed `data` is None then).
 READS_JSONL = "reads_jsonl"
-# The JSONL upload's query parameters: every option (juiz.options derives them from BatchOptions), field_map and the
-# batch's name (both fields of schemas.BatchSubmission beside its items and options).
+# The JSONL upload's query parameters: every option (juiz.formats.options derives them from BatchOptions), field_map
+# and the batch's name (both fields of schemas.BatchSubmission beside its items and options).
 QUERY_PARAMETERS = (*OPTIONS, "field_map", "name")
 _NAME = TypeAdapter(BatchName)
 LENGTH_SETTINGS = {
@@ -247,7 +247,7 @@ def _check_item(item: Triple, settings: Settings, source: str, index: int | None
 
 
 def _check_labels(items: list[Triple], options: BatchOptions, *, source: str, lines: list[int] | None) -> None:
-    """juiz.labels.check_labels, naming the item by its index (JSON) or line (JSONL)."""
+    """juiz.agreement.labels.check_labels, naming the item by its index (JSON) or line (JSONL)."""
     try:
         check_labels([item.manual_label for item in items], options.label_mapping)
     except InputError as exc:

@@ -9,8 +9,8 @@ import time
 from litestar.datastructures import State
 from litestar.exceptions import NotFoundException
 
-from juiz.errors import InputError, JuizError
-from juiz.labels import class_of_label, resolve_numeric_scale
+from juiz.agreement.labels import class_of_label, resolve_numeric_scale
+from juiz.runtime.errors import InputError, JuizError
 from juiz.store import PREFIX, BatchRecord, Store
 from schemas import Judgement
 from schemas.calibration import CalibrationSpec

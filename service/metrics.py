@@ -14,7 +14,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from rq import Worker
 
 from juiz.store import ENGINE_CALL_BUCKETS, ITEM_BUCKETS, Store, text
-from juiz.sweeper import stalled_batches
+from juiz.store.sweeper import stalled_batches
 from schemas import WorkerView
 
 STATUSES = ("ok", "parse_error", "failed")

@@ -20,9 +20,9 @@ from typing import Literal
 
 from litestar.datastructures import State
 
-from juiz.agreement import Signal, compute_agreement
-from juiz.errors import InputError
-from juiz.labels import class_of_label, class_of_score, label_for, metric_of, resolve_numeric_scale
+from juiz.agreement.labels import class_of_label, class_of_score, label_for, metric_of, resolve_numeric_scale
+from juiz.agreement.statistics import Signal, compute_agreement
+from juiz.runtime.errors import InputError
 from juiz.store import BatchRecord, Store
 from schemas import AgreementReport, Judgement
 from schemas.agreement import CalibratedAgreement

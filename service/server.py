@@ -7,8 +7,8 @@ import logging
 
 import uvicorn
 
-from juiz.errors import InputError
-from juiz.settings import Settings
+from juiz.runtime.errors import InputError
+from juiz.runtime.settings import Settings
 from service.app import create_app
 
 

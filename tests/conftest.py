@@ -31,8 +31,8 @@ def tiny_engine():  # type: ignore[no-untyped-def]
 
     Shared by tests/engine and the end-to-end service test. Skips with the reason when the model was never pulled.
     """
-    from juiz.models import TEST_MODEL, model_dir
-    from juiz.vllm_engine import VLLMEngine
+    from juiz.engines.models import TEST_MODEL, model_dir
+    from juiz.engines.vllm_engine import VLLMEngine
 
     if not (model_dir(TEST_MODEL) / "config.json").exists():
         pytest.skip(f"{TEST_MODEL} is not provisioned: run `juiz models pull {TEST_MODEL}`")

@@ -39,7 +39,7 @@ def select_gpus(spec: str | None) -> list[str]:
         return detect_gpus()
     gpus = [part.strip() for part in spec.split(",") if part.strip()]
     if not all(g.isdigit() for g in gpus):
-        from juiz.errors import InputError
+        from juiz.runtime.errors import InputError
 
         raise InputError("expected 'all' or GPU indices like 0,1", source="--gpus")
     return gpus

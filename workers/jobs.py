@@ -29,15 +29,16 @@ Faults:
 - Redis away at any step: every read and chunk state change is retried with backoff for up to `redis_retry_s`, and
   each is idempotent (a claim is read back from the owned set, a release repeated gives the same chunks back, the
   stored-marker makes a repeated store harmless). A job that gives up never drops owner entries of chunks it could
-  not give back; what it leaves, RQ's abandoned-job handling or the sweeper (juiz.sweeper) requeues.
+  not give back; what it leaves, RQ's abandoned-job handling or the sweeper (juiz.store.sweeper) requeues.
 - Any other failure of the whole call is permanent: the items are stored as `failed` with the reason — retrying
   never re-rolls a grade. When RQ gives up on a job, `on_chunk_failure` stores its remaining items as `failed`.
 - A batch cancelled during the call: `CallControl.cancelled` reports its items (one Redis round trip per poll) and
   the engine aborts their requests; the call's deadline is the job's timeout, so RQ's own timeout is a backstop.
 
-Result cache: each item is planned once (`juiz.plan.plan_or_reason`: its metrics' prompts, sampling and provenance,
+Result cache: each item is planned once (`juiz.judging.plan.plan_or_reason`: its metrics' prompts, sampling and
+provenance,
 or why it can't be graded); the cache keys on that plan, the judge grades by it and a failed result records it. What
-a key covers and what a hit keeps are `juiz.result_cache`'s rules; a hit is finished with the fresh grades.
+a key covers and what a hit keeps are `juiz.judging.result_cache`'s rules; a hit is finished with the fresh grades.
 
 The job reaches the worker process's one `Judge` through `bind()`, called by the worker at start-up.
 """
@@ -55,14 +56,14 @@ from rq import get_current_job
 from rq.exceptions import AbandonedJobError
 from rq.worker import Worker
 
-from juiz.engine import CallControl, JudgeEngine
-from juiz.errors import EngineDeadError, TransientEngineError
-from juiz.judge import Judge
-from juiz.judgements import failed_judgement, finished, from_cache
-from juiz.plan import plan_or_reason, provenance_by_metric
-from juiz.result_cache import cache_key, cacheable, reusable
-from juiz.retry import REDIS_ERRORS, while_redis_away
-from juiz.settings import Settings
+from juiz.engines.base import CallControl, JudgeEngine
+from juiz.judging.judge import Judge
+from juiz.judging.judgements import failed_judgement, finished, from_cache
+from juiz.judging.plan import plan_or_reason, provenance_by_metric
+from juiz.judging.result_cache import cache_key, cacheable, reusable
+from juiz.runtime.errors import EngineDeadError, TransientEngineError
+from juiz.runtime.retry import REDIS_ERRORS, while_redis_away
+from juiz.runtime.settings import Settings
 from juiz.store import BatchRecord, ChunkRef, Store
 from schemas import BatchOptions, Judgement, Triple
 
@@ -164,7 +165,7 @@ def _give_back(b: Binding, queue: str, job_id: str, own: ChunkRef, taken: list[C
     owned set and busy marker go. The own chunk goes back too with `own_requeue`; without it, it stays this job's
     for RQ's retry to claim again (out of `pending`, so no other job grades it before the retry's backoff is over;
     if RQ gives up, `on_chunk_failure` settles it). Owner entries are dropped only by a release that got through,
-    so one that never did leaves them for the sweeper (juiz.sweeper) rather than orphaning the chunks."""
+    so one that never did leaves them for the sweeper (juiz.store.sweeper) rather than orphaning the chunks."""
     store, settings = b.store, b.settings
     while_redis_away(settings.redis_retry_s, lambda: store.release(queue, job_id, _union(taken, store.owned(job_id))))
     if own_requeue:

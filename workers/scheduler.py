@@ -12,7 +12,7 @@ from redis import Redis
 from rq.scheduler import RQScheduler
 from rq.serializers import JSONSerializer
 
-from juiz.settings import Settings
+from juiz.runtime.settings import Settings
 
 log = logging.getLogger(__name__)
 

@@ -69,14 +69,14 @@ from tenacity import (
     wait_exponential,
 )
 
-from juiz.backend import build_engine
-from juiz.engine import JudgeEngine
-from juiz.errors import EngineDeadError, InputError
-from juiz.retry import REDIS_ERRORS
-from juiz.settings import Settings
+from juiz.engines.base import JudgeEngine
+from juiz.judging.backend import build_engine
+from juiz.runtime.errors import EngineDeadError, InputError
+from juiz.runtime.retry import REDIS_ERRORS
+from juiz.runtime.settings import Settings
 from juiz.store import Store
 from juiz.store.connection import redis_client
-from juiz.sweeper import sweep
+from juiz.store.sweeper import sweep
 from workers import jobs
 from workers.scheduler import SchedulerThread, enqueue_due_retries
 
@@ -221,7 +221,8 @@ class JuizWorker(SimpleWorker):
             self.wait_for_redis()
 
     def sweep(self) -> None:
-        """The sweeper's pass, when this worker gets its lease (juiz.sweeper): chunks no job will grade, requeued."""
+        """The sweeper's pass, when this worker gets its lease (juiz.store.sweeper): chunks no job will grade,
+        requeued."""
         try:
             sweep(jobs.bound().store, self.name)
         except REDIS_ERRORS:
@@ -363,7 +364,7 @@ class Heartbeat(threading.Thread):
 
 def build_worker(settings: Settings, redis: Redis, engine: JudgeEngine, name: str | None = None) -> JuizWorker:
     """A worker for this process's one engine; binds the job module to it. Used by `run` and by tests."""
-    from juiz.judge import Judge
+    from juiz.judging.judge import Judge
 
     store = Store(redis, settings)
     queues = [store.rq_queue(name) for name in settings.queues]
@@ -437,7 +438,7 @@ def _retried(step: Any) -> None:
 def load_prompts() -> None:
     """Every prompt file parses, and the default options can be served; fail before loading a model otherwise."""
     import prompts
-    from juiz.plan import validate_options
+    from juiz.judging.plan import validate_options
     from schemas import BatchOptions
 
     for prompt_id in prompts.available():

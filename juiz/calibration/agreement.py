@@ -1,5 +1,5 @@
 """Raw vs calibrated agreement with the manual labels, side by side; applied calibrations read as an agreement signal
-(juiz.agreement.Signal)."""
+(juiz.agreement.statistics.Signal)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from juiz.agreement import _TITLES, compute_agreement, top_level_signal, verdict_signal
+from juiz.agreement.statistics import _TITLES, compute_agreement, top_level_signal, verdict_signal
 from juiz.calibration.features import labelled_features
 from juiz.calibration.figures import figures
 from juiz.calibration.fitting import DEFAULT_FOLDS, CalibrationUnavailable, check_fittable, cross_fit_weighting
@@ -124,8 +124,8 @@ def format_calibrated_agreement(report: CalibratedAgreement) -> str:
 
 
 def calibrated_signal(mapping: LabelMapping) -> Callable[[Judgement], tuple[int, float, float] | None]:
-    """An agreement signal (juiz.agreement.Signal) reading each result's applied calibration: the calibrated class,
-    Σ p(k)·k to rank by, and the probability-weighted class value on 0–1. None where no calibrated label."""
+    """An agreement signal (juiz.agreement.statistics.Signal) reading each result's applied calibration: the calibrated
+    class, Σ p(k)·k to rank by, and the probability-weighted class value on 0–1. None where no calibrated label."""
     values = _class_values(mapping)
 
     def read(j: Judgement) -> tuple[int, float, float] | None:

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from juiz.check_rule import template_of
-from juiz.errors import InputError
-from juiz.labels import class_of_label, metric_of, resolve_numeric_scale
+import prompts
+from juiz.agreement.labels import class_of_label, metric_of, resolve_numeric_scale
+from juiz.runtime.errors import InputError
 from schemas.judgement import METRICS, CheckStatus, Judgement, MetricResult, MetricStatus
 from schemas.labels import LabelMapping
 
@@ -53,7 +53,7 @@ def check_feature(result: MetricResult, name: str) -> float | None:
 
 
 def _asked_per_point(result: MetricResult, name: str) -> bool:
-    template = template_of(result)
+    template = prompts.template_for(result.provenance.prompt if result.provenance else None)
     return template is not None and any(c.name == name and c.ask == "per_point" for c in template.checks)
 
 

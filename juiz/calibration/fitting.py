@@ -24,7 +24,7 @@ from sklearn.preprocessing import StandardScaler
 from juiz.calibration.features import labelled_features
 from juiz.calibration.figures import brier_score, expected_calibration_error, reliability_table
 from juiz.calibration.model import Calibration
-from juiz.errors import JuizError
+from juiz.runtime.errors import JuizError
 from schemas.judgement import Judgement
 from schemas.labels import LabelMapping
 

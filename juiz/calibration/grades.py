@@ -1,4 +1,4 @@
-"""A calibration applied to a judgement: its `calibrated` grade and `provenance.calibration` (juiz.judgements
+"""A calibration applied to a judgement: its `calibrated` grade and `provenance.calibration` (juiz.judging.judgements
 applies the batch's calibration to every result)."""
 
 from __future__ import annotations

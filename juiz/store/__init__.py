@@ -27,8 +27,8 @@ from typing import Any
 from redis import Redis
 from rq import Queue
 
-from juiz.errors import IdempotencyConflict
-from juiz.settings import Settings
+from juiz.runtime.errors import IdempotencyConflict
+from juiz.runtime.settings import Settings
 from juiz.store import keys
 from juiz.store.batches import COUNT_FIELDS, TERMINAL, Batches, BatchRecord, batch_from_hash
 from juiz.store.cache import ResultCache

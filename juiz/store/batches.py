@@ -15,8 +15,8 @@ from typing import Any
 from redis import Redis
 from redis.exceptions import WatchError
 
-from juiz.errors import IdempotencyConflict
-from juiz.settings import Settings
+from juiz.runtime.errors import IdempotencyConflict
+from juiz.runtime.settings import Settings
 from juiz.store.cache import ResultCache
 from juiz.store.chunks import ChunkRef, Chunks
 from juiz.store.keys import (

@@ -23,7 +23,7 @@ from typing import Any, NamedTuple
 
 from redis import Redis
 
-from juiz.settings import Settings
+from juiz.runtime.settings import Settings
 from juiz.store.keys import (
     LUA_KEYS,
     batch_key,

@@ -14,7 +14,7 @@ from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 from redis.retry import Retry
 
-from juiz.settings import Settings
+from juiz.runtime.settings import Settings
 
 RETRIED = (RedisConnectionError, RedisTimeoutError, ConnectionResetError)
 

@@ -23,7 +23,7 @@ node. Every key of a batch carries `{batch id}`; every key of a queue's scheduli
     grading:worker-key    string  the job a worker is grading (TTL renewed by its heartbeat): busy workers
     idem:tenant:sha       string  "batch_id fingerprint" for an Idempotency-Key
     tenant:t:batches      zset    the tenant's batch ids by creation time (the web page's list, newest first)
-    active                zset    ids of batches not known to be over, by creation time (what juiz.sweeper checks)
+    active                zset    ids of batches not known to be over, by creation time (what juiz.store.sweeper checks)
     cache:sha             string  a reusable result for (question, answer, prompt, prompt sha, model, sampling)
     metrics, hist:*, rate:*       counters and histograms /metrics reads at scrape time
 

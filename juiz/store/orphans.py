@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from redis import Redis
 
-from juiz.settings import Settings
+from juiz.runtime.settings import Settings
 from juiz.store.batches import TERMINAL, batch_from_hash, script_keys
 from juiz.store.keys import PREFIX, active_key, batch_key, text
 

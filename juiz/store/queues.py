@@ -15,7 +15,7 @@ from rq.job import Job
 from rq.registry import ScheduledJobRegistry
 from rq.serializers import JSONSerializer
 
-from juiz.settings import Settings
+from juiz.runtime.settings import Settings
 from juiz.store.keys import batch_key, text
 
 JOB_FUNCTION = "workers.jobs.grade_chunk"  # by name: the API never imports the worker side

@@ -3,7 +3,7 @@ most uncertain first.
 
 Results are stored by one Lua script that checks the stored-marker, appends, counts and closes the batch in one
 step, so a worker that re-runs a chunk (after a crash, or a Redis outage) can never store an item twice. The same
-step indexes each result in `batch:{id}:uncertain`, a sorted set scored by `juiz.uncertainty.uncertainty_rank`
+step indexes each result in `batch:{id}:uncertain`, a sorted set scored by `juiz.judging.uncertainty.uncertainty_rank`
 whose members are "item index:position in the results list" (the index zero-padded, so ties keep input order):
 a page of the most-uncertain-first order is one script (`UNCERTAIN_PAGE`: a ZRANGE and one LINDEX per result, in
 Redis), never the whole batch.
@@ -17,11 +17,11 @@ from collections.abc import Sequence
 
 from redis import Redis
 
-from juiz.settings import Settings
+from juiz.judging.uncertainty import uncertainty_rank
+from juiz.runtime.settings import Settings
 from juiz.store.batches import RETAIN_LUA, BatchRecord, script_keys
 from juiz.store.keys import batch_key, text
 from juiz.store.metrics import Metrics
-from juiz.uncertainty import uncertainty_rank
 from schemas import Judgement
 
 # KEYS: the batch's `script_keys`. ARGV: now, retention_s, then (index, status, entry, uncertainty rank) 4-tuples.
@@ -151,8 +151,8 @@ class Results:
         ]
 
     def uncertain_first(self, batch_id: str, offset: int, limit: int) -> list[Judgement]:
-        """A page of the results stored so far, most uncertain first (`juiz.uncertainty.uncertain_first`'s order),
-        read from the index: `limit` results in memory, whatever the batch's size."""
+        """A page of the results stored so far, most uncertain first (`juiz.judging.uncertainty.uncertain_first`'s
+        order), read from the index: `limit` results in memory, whatever the batch's size."""
         if limit <= 0:
             return []
         reply = self._uncertain_page(keys=uncertain_page_keys(batch_id), args=[offset, offset + limit - 1])

@@ -21,9 +21,9 @@ from litestar.response import Stream
 from redis.asyncio import Redis as AsyncRedis
 
 from juiz.calibration.fitting import CalibrationUnavailable
-from juiz.errors import InputError
-from juiz.options import OPTIONS
-from juiz.report import render_report
+from juiz.formats.options import OPTIONS
+from juiz.formats.report import render_report
+from juiz.runtime.errors import InputError
 from juiz.store import TERMINAL, Store, batch_from_hash
 from juiz.store.results import UNCERTAIN_PAGE, uncertain_page_keys
 from schemas import (
@@ -65,8 +65,8 @@ BatchId = Annotated[
 
 
 async def _uncertain_page(redis: AsyncRedis, tenant: str, batch_id: str, offset: int, limit: int) -> Response[Any]:
-    """A page of the results stored so far, most uncertain first (juiz.uncertainty.uncertain_first), read from the
-    batch's index, never the whole batch; while the batch runs, new results can reorder the pages (next_cursor is
+    """A page of the results stored so far, most uncertain first (juiz.judging.uncertainty.uncertain_first), read from
+    the batch's index, never the whole batch; while the batch runs, new results can reorder the pages (next_cursor is
     null once the batch is over and read). Script calls on the event loop (juiz.store.results.UNCERTAIN_PAGE), the
     stored JSON as it is: no thread hop, no Judgement parsed and serialised again (20 concurrent readers of such
     pages held the event loop: another tenant's poll p99 1.6 s). At most UNCERTAIN_RANKS_PER_CALL results per call,
@@ -114,7 +114,8 @@ class SubmissionOperation(Operation):
 
 
 def _query_parameters() -> list[OpenAPIParameter]:
-    """The JSONL upload's query parameters, one per option of schemas.BatchOptions (juiz.options) and field_map."""
+    """The JSONL upload's query parameters, one per option of schemas.BatchOptions (juiz.formats.options) and
+    field_map."""
     parameters = []
     for spec in OPTIONS.values():
         if spec.kind == "list":

@@ -7,7 +7,7 @@ from litestar import Controller, get
 from litestar.di import NamedDependency
 from litestar.params import Parameter
 
-from juiz.compare import compare_runs
+from juiz.agreement.compare import compare_runs
 from juiz.store import Store
 from schemas import Judgement
 from schemas.compare import CompareReport

@@ -15,9 +15,9 @@ from litestar.di import NamedDependency
 from litestar.params import FromPath, QueryParameter
 from litestar.response import Redirect
 
-from juiz.errors import InputError, PromptError
-from juiz.options import OPTIONS, options_from_text
-from juiz.readers import JSONL_SUFFIXES, REPORT_SUFFIXES, read_triples
+from juiz.formats.options import OPTIONS, options_from_text
+from juiz.formats.readers import JSONL_SUFFIXES, REPORT_SUFFIXES, read_triples
+from juiz.runtime.errors import InputError, PromptError
 from juiz.store import BatchRecord, Store
 from schemas import MAX_NAME_CHARS
 from schemas.judgement import METRICS

@@ -11,7 +11,7 @@ from litestar.datastructures import State
 from litestar.di import NamedDependency
 from litestar.params import FromPath
 
-from juiz.errors import InputError
+from juiz.runtime.errors import InputError
 from juiz.store import BatchRecord, Store
 from schemas import AgreementReport
 from service.ownership import owned_batch

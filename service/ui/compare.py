@@ -12,7 +12,7 @@ from litestar.datastructures import State
 from litestar.di import NamedDependency
 from litestar.exceptions import NotFoundException
 
-from juiz.compare import compare_runs
+from juiz.agreement.compare import compare_runs
 from juiz.store import Store
 from schemas.compare import CompareReport
 from service.agreement import capped_resamples

@@ -13,7 +13,7 @@ from litestar.di import NamedDependency
 from litestar.params import FromPath
 from litestar.response import Stream
 
-from juiz.report import render_report
+from juiz.formats.report import render_report
 from juiz.store import BatchRecord, Store
 from schemas import Judgement
 from schemas.judgement import METRICS

@@ -18,8 +18,8 @@ from litestar.exceptions import HTTPException, NotFoundException, PermissionDeni
 from litestar.response import Redirect
 from litestar.static_files import create_static_files_router
 
-from juiz.errors import InputError
-from juiz.settings import Settings
+from juiz.runtime.errors import InputError
+from juiz.runtime.settings import Settings
 from service.errors import http_exception as api_http_exception
 from service.ui.annotate import AnnotationController
 from service.ui.batch_list import BatchListController

@@ -54,8 +54,8 @@ from litestar.utils.empty import value_or_default
 from litestar.utils.scope.state import ScopeState
 from redis.asyncio import Redis as AsyncRedis
 
-from juiz.errors import JuizError
-from juiz.settings import Settings
+from juiz.runtime.errors import JuizError
+from juiz.runtime.settings import Settings
 from juiz.store import PREFIX, Store, text
 from service.auth import OPEN_TENANT
 from service.ratelimit import WINDOW_S

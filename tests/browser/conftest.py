@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from juiz.processes import child, free_port, private_redis, wait_until
+from juiz.runtime.processes import child, free_port, private_redis, wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

@@ -18,7 +18,7 @@ from selenium.webdriver.support import expected_conditions as ec
 from selenium.webdriver.support.select import Select
 from selenium.webdriver.support.ui import WebDriverWait
 
-from juiz.readers import read_triples
+from juiz.formats.readers import read_triples
 from tests.browser.conftest import REPO, Stack
 
 XSS_ANSWER = '<script>document.title="pwned"</script><img src=x onerror="document.title=\'pwned\'"><b>bold?</b>'

@@ -6,9 +6,9 @@ then `generating` right before each call, and never returns on its own.
 
 from __future__ import annotations
 
-from juiz.engine import GenerationRequest
-from juiz.models import TEST_MODEL, model_dir
-from juiz.vllm_engine import VLLMEngine
+from juiz.engines.base import GenerationRequest
+from juiz.engines.models import TEST_MODEL, model_dir
+from juiz.engines.vllm_engine import VLLMEngine
 
 
 def main() -> None:

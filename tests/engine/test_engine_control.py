@@ -13,10 +13,10 @@ from collections.abc import Callable, Collection
 import pytest
 from rq.timeouts import JobTimeoutException
 
-from juiz.engine import IN_PROCESS, CallControl, Conversation, GenerationRequest
-from juiz.errors import EngineDeadError
-from juiz.judge import Judge
-from juiz.vllm_engine import VLLMEngine
+from juiz.engines.base import IN_PROCESS, CallControl, Conversation, GenerationRequest
+from juiz.engines.vllm_engine import VLLMEngine
+from juiz.judging.judge import Judge
+from juiz.runtime.errors import EngineDeadError
 from schemas import BatchOptions, JudgementStatus, Triple
 
 pytestmark = pytest.mark.engine

@@ -19,7 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from juiz.models import TEST_MODEL, model_dir
+from juiz.engines.models import TEST_MODEL, model_dir
 
 pytestmark = pytest.mark.engine
 

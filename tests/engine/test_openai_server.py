@@ -17,13 +17,13 @@ from pathlib import Path
 import httpx
 import pytest
 
-from juiz.engine import CallControl
-from juiz.judge import Judge
-from juiz.models import TEST_MODEL, model_dir
-from juiz.openai_engine import OpenAIEngine
-from juiz.plan import COT_REQUEST
-from juiz.processes import child, free_port, wait_until
-from juiz.vllm_engine import cpu_defaults
+from juiz.engines.base import CallControl
+from juiz.engines.models import TEST_MODEL, model_dir
+from juiz.engines.openai_server import OpenAIEngine
+from juiz.engines.vllm_engine import cpu_defaults
+from juiz.judging.judge import Judge
+from juiz.judging.plan import COT_REQUEST
+from juiz.runtime.processes import child, free_port, wait_until
 from schemas import BatchOptions, JudgementStatus, Triple
 
 pytestmark = pytest.mark.engine

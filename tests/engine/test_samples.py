@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from juiz.engine import JudgeEngine
-from juiz.judge import Judge
+from juiz.engines.base import JudgeEngine
+from juiz.judging.judge import Judge
 from schemas import BatchOptions, Triple
 
 pytestmark = pytest.mark.engine

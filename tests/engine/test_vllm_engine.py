@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import pytest
 
-from juiz.engine import JudgeEngine
-from juiz.judge import Judge
-from juiz.models import TEST_MODEL
-from juiz.readers import read_triples
+from juiz.engines.base import JudgeEngine
+from juiz.engines.models import TEST_MODEL
+from juiz.formats.readers import read_triples
+from juiz.judging.judge import Judge
 from schemas import BatchOptions, JudgementStatus, Triple
 
 pytestmark = pytest.mark.engine
@@ -83,7 +83,7 @@ def test_grading_is_deterministic_at_temperature_zero(tiny_engine: JudgeEngine) 
 def test_yes_no_probabilities_are_read_by_token_id(tiny_engine: JudgeEngine) -> None:
     """`logprob_token_ids` gives every yes/no spelling's probability at the first reply token, whatever the top-k:
     the groups' sums are probabilities, and a reply that starts with one of the words puts mass on its group."""
-    from juiz.checks import CHECK_REQUEST
+    from juiz.judging.checks import CHECK_REQUEST
 
     conversation = [{"role": "user", "content": "Is Paris the capital of France? Reply with one word: Yes or No."}]
     [completion] = tiny_engine.generate([conversation], CHECK_REQUEST)

@@ -17,7 +17,7 @@ from litestar.testing import TestClient
 from redis import Redis
 
 from bench.fake_worker import FakeWorkerEngine
-from juiz.settings import Settings
+from juiz.runtime.settings import Settings
 from service.app import create_app
 from tests.integration.helpers import free_port, make_settings
 from workers import jobs

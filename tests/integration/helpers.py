@@ -8,7 +8,7 @@ from typing import Any
 from redis import Redis
 from rq import Queue
 
-from juiz.settings import Settings
+from juiz.runtime.settings import Settings
 
 # /metrics and /ready answer loopback clients or this key; Litestar's test client is neither ("testclient").
 METRICS_KEY = "test-metrics-key"

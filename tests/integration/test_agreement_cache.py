@@ -12,7 +12,7 @@ import pytest
 from litestar import Litestar
 from litestar.testing import TestClient
 
-from juiz.settings import Settings
+from juiz.runtime.settings import Settings
 from schemas import AgreementReport
 from service import agreement
 from tests.integration.helpers import triples

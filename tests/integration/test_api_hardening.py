@@ -16,8 +16,8 @@ from rq.job import JobStatus
 from rq.queue import Queue
 from rq.serializers import JSONSerializer
 
-from juiz.errors import InputError
-from juiz.settings import Settings
+from juiz.runtime.errors import InputError
+from juiz.runtime.settings import Settings
 from service.agreement import cache_key, capped_resamples
 from service.server import check_not_open
 from tests.integration.helpers import METRICS_HEADERS, juiz_keys, make_settings, queued_jobs, triples

@@ -10,7 +10,7 @@ import pytest
 from litestar.testing import AsyncTestClient
 from redis import Redis
 
-from juiz.client import ApiError, AsyncJuizClient, JuizClient
+from juiz.clients import ApiError, AsyncJuizClient, JuizClient
 from schemas import BatchView
 from service.app import create_app
 from tests.integration.helpers import METRICS_KEY, make_settings, triples

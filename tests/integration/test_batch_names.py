@@ -13,10 +13,10 @@ from litestar import Litestar
 from litestar.testing import TestClient
 from redis import Redis
 
-from juiz import client as client_module
 from juiz.cli import main
-from juiz.client import JuizClient
-from juiz.settings import Settings
+from juiz.clients import JuizClient
+from juiz.clients import http as client_module
+from juiz.runtime.settings import Settings
 from tests.integration.helpers import juiz_keys, make_settings, triples
 from tests.integration.test_ui import KEYS, sign_in
 

@@ -11,12 +11,12 @@ from litestar.testing import TestClient
 from redis import Redis
 
 from bench.fake_worker import GRADED_KEY, FakeWorkerEngine, fake_reply
-from juiz.fake_engine import FakeEngine
-from juiz.settings import Settings
+from juiz.engines.fake import FakeEngine
+from juiz.runtime.settings import Settings
 from tests.integration.helpers import METRICS_HEADERS, juiz_keys, make_settings, queued_jobs, triples
 
 # Tests counting engine calls pin the CoT prompt: one conversation per item in one call. The default (check-based) asks
-# several yes/no questions per item in two waves (juiz.checks); the fake worker answers both.
+# several yes/no questions per item in two waves (juiz.judging.checks); the fake worker answers both.
 COT = {"prompt": "answer_relevance@juiz-1"}
 
 MakeClient = Callable[[Settings], TestClient[Litestar]]

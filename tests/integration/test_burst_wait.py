@@ -7,8 +7,8 @@ import time
 
 from redis import Redis
 
-from juiz.fake_engine import FakeEngine
-from juiz.judge import Judge
+from juiz.engines.fake import FakeEngine
+from juiz.judging.judge import Judge
 from juiz.store import Store
 from schemas import BatchOptions, Triple
 from tests.integration.helpers import make_settings, triples

@@ -10,7 +10,7 @@ from litestar import Litestar
 from litestar.testing import TestClient
 
 from juiz.calibration.fitting import fit_from_results
-from juiz.settings import Settings
+from juiz.runtime.settings import Settings
 from schemas import Judgement, LabelMapping
 from tests.integration.helpers import triples
 

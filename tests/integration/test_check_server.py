@@ -12,9 +12,9 @@ import pytest
 from litestar import Litestar
 from litestar.testing import TestClient
 
-from juiz import client as client_module
 from juiz.cli import main
-from juiz.settings import Settings
+from juiz.clients import http as client_module
+from juiz.runtime.settings import Settings
 
 
 def test_check_through_the_api(

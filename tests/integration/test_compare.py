@@ -9,7 +9,7 @@ from typing import Any
 from litestar import Litestar
 from litestar.testing import TestClient
 
-from juiz.settings import Settings
+from juiz.runtime.settings import Settings
 from service.rows import _BOOTSTRAPS
 from tests.integration.helpers import triples
 from tests.integration.test_ui import submit
@@ -64,7 +64,7 @@ def test_compare_page_lists_the_changed_items_sortable(
 def test_the_sync_client_compares_and_renames(
     client: TestClient[Litestar], settings: Settings, run_worker: Any
 ) -> None:
-    from juiz.client import JuizClient
+    from juiz.clients import JuizClient
 
     a, b = two_runs(client, settings, run_worker)
     juiz = JuizClient(http=client)

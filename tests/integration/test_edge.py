@@ -16,7 +16,7 @@ import pytest
 from litestar import Litestar
 from litestar.testing import TestClient
 
-from juiz.settings import Settings
+from juiz.runtime.settings import Settings
 from tests.integration.helpers import METRICS_HEADERS, free_port, make_settings, triples
 
 MakeClient = Callable[[Settings], TestClient[Litestar]]

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 from redis import Redis
 
-from juiz.models import TEST_MODEL
-from juiz.readers import read_triples
+from juiz.engines.models import TEST_MODEL
+from juiz.formats.readers import read_triples
 from tests.integration.helpers import make_settings, triples
 
 pytestmark = pytest.mark.engine

@@ -11,7 +11,7 @@ import pytest
 from redis import Redis
 from rq import Queue, Worker
 
-from juiz.settings import Settings
+from juiz.runtime.settings import Settings
 from juiz.store import ChunkRef, Claim, Store, text
 from schemas import BatchOptions, Triple
 from tests.integration.helpers import make_settings, triples

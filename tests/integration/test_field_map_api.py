@@ -9,8 +9,8 @@ from litestar import Litestar
 from litestar.testing import TestClient
 from redis import Redis
 
-from juiz.client import JuizClient
-from juiz.settings import Settings
+from juiz.clients import JuizClient
+from juiz.runtime.settings import Settings
 from tests.integration.helpers import juiz_keys, queued_jobs
 
 

@@ -15,7 +15,7 @@ from redis import Redis
 from redis.commands.core import Script
 from redis.crc import key_slot
 
-from juiz.settings import Settings
+from juiz.runtime.settings import Settings
 from juiz.store import ChunkRef, Store, keys
 from juiz.store.keys import CROSS_SLOT_SCRIPTS
 from schemas import BatchOptions, Triple

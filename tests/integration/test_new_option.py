@@ -27,8 +27,8 @@ from redis import Redis
 
 import schemas
 from juiz.cli import build_parser
-from juiz.options import options_from_args
-from juiz.settings import Settings
+from juiz.formats.options import options_from_args
+from juiz.runtime.settings import Settings
 from service.app import create_app
 
 assert schemas.__file__.startswith(sys.argv[2]), schemas.__file__  # the copy with the new field

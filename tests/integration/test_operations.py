@@ -15,8 +15,8 @@ from redis import Redis
 from rq import Queue
 
 from bench.fake_worker import FakeWorkerEngine
-from juiz.client import ApiError, JuizClient
-from juiz.settings import Settings
+from juiz.clients import ApiError, JuizClient
+from juiz.runtime.settings import Settings
 from schemas import BatchView
 from tests.integration.helpers import METRICS_HEADERS, make_settings, triples
 from workers.worker import build_worker

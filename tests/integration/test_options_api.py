@@ -10,8 +10,8 @@ from litestar import Litestar
 from litestar.testing import TestClient
 from redis import Redis
 
-from juiz.options import OPTIONS
-from juiz.settings import Settings
+from juiz.formats.options import OPTIONS
+from juiz.runtime.settings import Settings
 from tests.integration.helpers import juiz_keys, make_settings, triples
 
 NDJSON = {"Content-Type": "application/x-ndjson"}

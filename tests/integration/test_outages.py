@@ -20,9 +20,9 @@ from redis import Redis
 from rq.worker import Worker
 
 from bench.fake_worker import FakeWorkerEngine
-from juiz.engine import CallControl, Completion, Conversation, GenerationRequest
-from juiz.errors import TransientEngineError
-from juiz.settings import Settings
+from juiz.engines.base import CallControl, Completion, Conversation, GenerationRequest
+from juiz.runtime.errors import TransientEngineError
+from juiz.runtime.settings import Settings
 from juiz.store import Store
 from schemas import BatchOptions, Triple
 from tests.integration.conftest import REDIS_SERVER

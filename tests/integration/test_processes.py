@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from juiz.errors import StartError
-from juiz.processes import child, private_redis, redis_pings, wait_until
+from juiz.runtime.errors import StartError
+from juiz.runtime.processes import child, private_redis, redis_pings, wait_until
 
 pytestmark = pytest.mark.integration
 

@@ -11,10 +11,10 @@ import anyio
 from redis import Redis
 from redis.asyncio import Redis as AsyncRedis
 
-from juiz.fake_engine import FakeEngine
-from juiz.judgements import failed_judgement
-from juiz.plan import provenance_by_metric
-from juiz.settings import Settings
+from juiz.engines.fake import FakeEngine
+from juiz.judging.judgements import failed_judgement
+from juiz.judging.plan import provenance_by_metric
+from juiz.runtime.settings import Settings
 from juiz.store import Store
 from schemas import BatchOptions, Triple
 from service.progress import START, wait_for_progress

@@ -11,7 +11,7 @@ from litestar.testing import TestClient
 from redis import Redis
 
 from juiz.cli import main
-from juiz.settings import Settings
+from juiz.runtime.settings import Settings
 from juiz.store import Store
 from juiz.store.orphans import collect
 from schemas import BatchOptions, Triple

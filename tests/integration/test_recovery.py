@@ -23,9 +23,9 @@ from rq.serializers import JSONSerializer
 from rq.worker_registration import get_keys
 
 from bench.fake_worker import ABORTED_KEY, GRADED_KEY, RUNNING_KEY, STARTED_KEY, FakeWorkerEngine
-from juiz.engine import CallControl, Completion, Conversation, GenerationRequest
-from juiz.errors import EngineError, TransientEngineError
-from juiz.settings import ENV_PREFIX, Settings
+from juiz.engines.base import CallControl, Completion, Conversation, GenerationRequest
+from juiz.runtime.errors import EngineError, TransientEngineError
+from juiz.runtime.settings import ENV_PREFIX, Settings
 from juiz.store import ChunkRef, Store, text
 from schemas import BatchOptions, Triple
 from tests.integration.helpers import make_settings, queued_jobs, triples
@@ -35,8 +35,8 @@ from workers.worker import build_worker
 
 REPO = Path(__file__).resolve().parents[2]
 # Tests counting engine calls, attempts or aborted requests pin the CoT prompt: one conversation per item in one call.
-# The default (check-based) asks several yes/no questions per item in two waves (juiz.checks); the fake worker answers
-# both, and counts an item graded once per metric either way.
+# The default (check-based) asks several yes/no questions per item in two waves (juiz.judging.checks); the fake worker
+# answers both, and counts an item graded once per metric either way.
 COT = {"prompt": "answer_relevance@juiz-1"}
 MakeClient = Callable[[Settings], TestClient[Litestar]]
 # Guards against a hang, not timing assertions: every wait below ends on an event long before these.

@@ -16,7 +16,7 @@ from redis import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 
 from bench.fake_worker import GRADED_KEY, RUNNING_KEY
-from juiz.settings import Settings
+from juiz.runtime.settings import Settings
 from juiz.store import IdempotencyConflict, Store
 from juiz.store.batches import Batches
 from schemas import BatchOptions, Triple

@@ -8,7 +8,7 @@ from typing import Any
 from litestar import Litestar
 from litestar.testing import TestClient
 
-from juiz.settings import Settings
+from juiz.runtime.settings import Settings
 from tests.integration.helpers import triples
 
 

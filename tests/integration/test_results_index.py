@@ -1,5 +1,6 @@
 """Issue 17 item 4: `order=uncertain` pages are served from the batch's sorted-set index, written when results are
-stored, never from the whole batch in memory; the pages match the full sort (juiz.uncertainty.uncertain_first)."""
+stored, never from the whole batch in memory; the pages match the full sort
+(juiz.judging.uncertainty.uncertain_first)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,10 @@ from litestar.testing import TestClient
 from redis import Redis
 from redis.commands.core import AsyncScript
 
-from juiz.settings import Settings
+from juiz.judging.uncertainty import uncertain_first
+from juiz.runtime.settings import Settings
 from juiz.store import Store
 from juiz.store.results import UNCERTAIN_PAGE, Results
-from juiz.uncertainty import uncertain_first
 from schemas import Judgement
 from service.controllers import batches
 from tests.integration.helpers import triples

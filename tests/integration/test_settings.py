@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from juiz.errors import InputError
-from juiz.settings import Settings, settings_table
+from juiz.runtime.errors import InputError
+from juiz.runtime.settings import Settings, settings_table
 from service.auth import tenant_for
 from workers.gpus import select_gpus
 

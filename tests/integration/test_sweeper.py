@@ -1,4 +1,4 @@
-"""The sweeper (juiz.sweeper): chunks no job would grade are queued again; chunks with a live job are left alone.
+"""The sweeper (juiz.store.sweeper): chunks no job would grade are queued again; chunks with a live job are left alone.
 Real Redis and real RQ workers on the FAKE engine."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ from redis import Redis
 from rq import Queue
 from rq.registry import ScheduledJobRegistry
 
-from juiz.errors import TransientEngineError
-from juiz.settings import Settings
+from juiz.runtime.errors import TransientEngineError
+from juiz.runtime.settings import Settings
 from juiz.store import ChunkRef, Store
-from juiz.sweeper import sweep
+from juiz.store.sweeper import sweep
 from schemas import BatchOptions, Triple
 from service.metrics import registry_for
 from tests.integration.helpers import make_settings, triples

@@ -12,7 +12,7 @@ from litestar import Litestar
 from litestar.testing import TestClient
 from redis import Redis
 
-from juiz.settings import Settings
+from juiz.runtime.settings import Settings
 from service.rows import _BOOTSTRAPS
 from tests.integration.helpers import make_settings, triples
 

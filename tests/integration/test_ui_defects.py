@@ -13,7 +13,7 @@ import pytest
 from litestar import Litestar
 from litestar.testing import TestClient
 
-from juiz.settings import Settings
+from juiz.runtime.settings import Settings
 from tests.integration.helpers import make_settings, triples
 from tests.integration.test_ui import KEYS, csrf_of, sign_in, submit
 

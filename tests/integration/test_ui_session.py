@@ -13,7 +13,7 @@ from litestar import Litestar
 from litestar.testing import TestClient
 from redis import Redis
 
-from juiz.settings import Settings
+from juiz.runtime.settings import Settings
 from service.ui import session as ui_session
 from tests.integration.helpers import make_settings
 from tests.integration.test_ui import KEYS, csrf_of

@@ -12,9 +12,9 @@ from litestar import Litestar
 from litestar.testing import TestClient
 
 import prompts
-from juiz import plan
-from juiz.errors import PromptError
-from juiz.settings import Settings
+from juiz.judging import plan
+from juiz.runtime.errors import PromptError
+from juiz.runtime.settings import Settings
 from schemas import BatchOptions
 from tests.integration.helpers import make_settings, triples
 

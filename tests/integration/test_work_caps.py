@@ -11,7 +11,7 @@ from litestar import Litestar
 from litestar.testing import TestClient
 from redis import Redis
 
-from juiz.settings import Settings
+from juiz.runtime.settings import Settings
 from tests.integration.helpers import juiz_keys, make_settings, triples
 
 MakeClient = Callable[[Settings], TestClient[Litestar]]

@@ -20,7 +20,7 @@ from rq import Queue
 from rq.worker_registration import REDIS_WORKER_KEYS, WORKERS_BY_QUEUE_KEY, clean_worker_registry, get_keys
 
 from bench.fake_worker import RUNNING_KEY
-from juiz.settings import Settings
+from juiz.runtime.settings import Settings
 from juiz.store import Store, text
 from schemas import BatchOptions, Triple
 from tests.integration.helpers import make_settings, triples

@@ -7,8 +7,8 @@ import warnings
 
 import pytest
 
-from juiz.agreement import compute_agreement, format_agreement
-from juiz.errors import InputError
+from juiz.agreement.statistics import compute_agreement, format_agreement
+from juiz.runtime.errors import InputError
 from schemas.agreement import AgreementReport
 from schemas.judgement import Judgement, JudgementStatus
 from schemas.labels import LabelMapping

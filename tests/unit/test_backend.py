@@ -1,4 +1,5 @@
-"""`juiz.backend.build_engine`, the one builder `juiz score`/`juiz check` and the worker share (issue 16: it was two,
+"""`juiz.judging.backend.build_engine`, the one builder `juiz score`/`juiz check` and the worker share (issue 16: it
+was two,
 and the CLI's vLLM engine ignored JUIZ_MAX_MODEL_LEN). The engine classes are replaced by FAKE ones that record how
 they were built: no model is loaded and no server is reached."""
 
@@ -12,12 +13,14 @@ from typing import Any
 
 import pytest
 
-from juiz import backend, openai_engine, vllm_engine
 from juiz.cli import main
-from juiz.engine import Conversation
-from juiz.errors import InputError
-from juiz.fake_engine import FakeEngine
-from juiz.settings import Settings
+from juiz.engines import openai_server as openai_engine
+from juiz.engines import vllm_engine
+from juiz.engines.base import Conversation
+from juiz.engines.fake import FakeEngine
+from juiz.judging import backend
+from juiz.runtime.errors import InputError
+from juiz.runtime.settings import Settings
 from workers import worker
 
 COT = ["--prompt", "answer_relevance@juiz-1"]  # replies the fake can give as text: no probabilities read
@@ -28,7 +31,7 @@ def _reply(conversation: Conversation) -> str:
 
 
 class FakeVLLM(FakeEngine):
-    """A FAKE in-process engine: records the arguments juiz.vllm_engine.VLLMEngine would have been given."""
+    """A FAKE in-process engine: records the arguments juiz.engines.vllm_engine.VLLMEngine would have been given."""
 
     def __init__(self, model: str, *, model_id: str, **kwargs: Any) -> None:
         super().__init__(_reply, model_id=model_id)
@@ -36,7 +39,8 @@ class FakeVLLM(FakeEngine):
 
 
 class FakeServer(FakeEngine):
-    """A FAKE judge-server client: records the arguments juiz.openai_engine.OpenAIEngine would have been given."""
+    """A FAKE judge-server client: records the arguments juiz.engines.openai_server.OpenAIEngine would have been
+    given."""
 
     def __init__(self, base_url: str, model: str, **kwargs: Any) -> None:
         super().__init__(_reply, model_id=model)

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from juiz.agreement import compute_agreement_by_metric, format_agreement_by_metric
+from juiz.agreement.statistics import compute_agreement_by_metric, format_agreement_by_metric
 from juiz.cli import build_parser, main
-from juiz.engine import Conversation
-from juiz.fake_engine import FakeEngine
-from juiz.judge import Judge
-from juiz.readers import read_triples, write_judgements
-from juiz.report import render_report
+from juiz.engines.base import Conversation
+from juiz.engines.fake import FakeEngine
+from juiz.formats.readers import read_triples, write_judgements
+from juiz.formats.report import render_report
+from juiz.judging.judge import Judge
 from schemas import BatchOptions, Judgement, LabelMapping, Segment, Triple
 
 ALL = ["answer_relevance", "groundedness", "context_relevance"]

@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from juiz import backend
 from juiz.cli import main
-from juiz.engine import Conversation
-from juiz.fake_engine import FakeEngine
-from juiz.readers import read_judgements, write_judgements
+from juiz.engines.base import Conversation
+from juiz.engines.fake import FakeEngine
+from juiz.formats.readers import read_judgements, write_judgements
+from juiz.judging import backend
 from schemas import Judgement, JudgementStatus, Provenance
 from schemas.calibration import CalibrationSpec
 from schemas.judgement import MetricResult, MetricStatus

@@ -258,8 +258,8 @@ def _renamed(spec: dict, feature: str) -> dict:  # type: ignore[type-arg]
 
 
 def test_judge_applies_the_batchs_calibration_to_every_result() -> None:
-    from juiz.fake_engine import FakeEngine
-    from juiz.judge import Judge
+    from juiz.engines.fake import FakeEngine
+    from juiz.judging.judge import Judge
 
     fitted = fit_from_results(_labelled_results(), LabelMapping())
 

@@ -10,8 +10,8 @@ import pytest
 
 import bench.calibration_quality as cq
 import bench.labelled as labelled
-from juiz.engine import Conversation
-from juiz.fake_engine import FakeEngine
+from juiz.engines.base import Conversation
+from juiz.engines.fake import FakeEngine
 from schemas import Judgement, JudgementStatus, Provenance, Triple
 
 SCORES = {"I": 0, "P": 2, "C": 3}

@@ -8,17 +8,17 @@ from dataclasses import replace
 import pytest
 
 import prompts
+from juiz.agreement.labels import class_of_score, class_of_value
 from juiz.calibration.features import check_feature
-from juiz.check_rule import apply_rule, banded
-from juiz.checks import CHECK_REQUEST, YES_NO, Ask, read_check, reference_points
-from juiz.engine import Completion, Conversation, GenerationRequest, group_probs_from_text, spellings
-from juiz.fake_engine import FakeEngine
-from juiz.judge import Judge
-from juiz.labels import class_of_score, class_of_value
-from juiz.openai_engine import completion_from_choice
-from juiz.parsing import parse_reply
-from juiz.passages import passage_for
-from juiz.plan import plan_item
+from juiz.engines.base import Completion, Conversation, GenerationRequest, group_probs_from_text, spellings
+from juiz.engines.fake import FakeEngine
+from juiz.engines.openai_server import completion_from_choice
+from juiz.judging.check_rule import apply_rule, banded
+from juiz.judging.checks import CHECK_REQUEST, YES_NO, Ask, read_check, reference_points
+from juiz.judging.judge import Judge
+from juiz.judging.parsing import parse_reply
+from juiz.judging.passages import passage_for
+from juiz.judging.plan import plan_item
 from schemas import BatchOptions, JudgementStatus, LabelMapping, Segment, Triple
 from schemas.judgement import CheckResult, CheckStatus, MetricStatus
 
@@ -265,7 +265,7 @@ def test_under_rule_8_one_unsupported_sentence_sinks_groundedness() -> None:
 def test_a_result_with_a_failed_check_is_not_reused_from_the_cache() -> None:
     """A check that failed (aborted on a cancel, timed out) leaves its metric graded from the others: that result
     must not answer the same triple later (a later call would read the check, and calibration needs it)."""
-    from juiz.result_cache import reusable
+    from juiz.judging.result_cache import reusable
 
     def no_reference(conversation: Conversation) -> str:
         return "" if "one or two short sentences" in conversation[-1]["content"] else "Yes"

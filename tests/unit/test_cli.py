@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from juiz.cli import main
-from juiz.readers import write_judgements
+from juiz.formats.readers import write_judgements
 from schemas import Judgement, JudgementStatus, Provenance
 
 PROVENANCE = Provenance(

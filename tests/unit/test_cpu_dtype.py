@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from juiz.errors import InputError
-from juiz.settings import Settings
-from juiz.vllm_engine import cpu_dtype, engine_dtype
+from juiz.engines.vllm_engine import cpu_dtype, engine_dtype
+from juiz.runtime.errors import InputError
+from juiz.runtime.settings import Settings
 
 AVX2 = frozenset({"avx", "avx2", "fma"})
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 from collections.abc import Collection
 
-from juiz.engine import CallControl, Conversation, GenerationRequest
-from juiz.fake_engine import FakeEngine
+from juiz.engines.base import CallControl, Conversation, GenerationRequest
+from juiz.engines.fake import FakeEngine
 
 REQUEST = GenerationRequest(max_tokens=8)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import prompts
 from bench.fake_worker import fake_reply
-from juiz.parsing import parse_reply
+from juiz.judging.parsing import parse_reply
 
 
 def cot(question: str) -> list[dict[str, str]]:

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from juiz.errors import InputError
-from juiz.readers import FieldMap, parse_triples_jsonl, read_triples
+from juiz.formats.readers import FieldMap, parse_triples_jsonl, read_triples
+from juiz.runtime.errors import InputError
 
 RAGAS_ROW = {
     "user_input": "What is mitosis?",

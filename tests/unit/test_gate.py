@@ -14,10 +14,10 @@ from pathlib import Path
 import pytest
 
 import prompts
+from juiz.agreement.gate import Thresholds, evaluate, parse_share_below, write_junit
 from juiz.cli import main
-from juiz.errors import InputError
-from juiz.gate import Thresholds, evaluate, parse_share_below, write_junit
-from juiz.testing import assert_quality
+from juiz.clients.testing import assert_quality
+from juiz.runtime.errors import InputError
 from schemas import Judgement, JudgementStatus, Provenance
 
 PROVENANCE = Provenance(model="fake", prompt="p", prompt_sha256="0" * 64, sampling={}, juiz_version="t")

@@ -8,11 +8,11 @@ from typing import Any
 import pytest
 
 import prompts
-from juiz.engine import IN_PROCESS, CallControl, Completion, Conversation, GenerationRequest, JudgeEngine
-from juiz.errors import EngineDeadError, EngineError, TransientEngineError
-from juiz.fake_engine import FakeEngine
-from juiz.judge import Judge
-from juiz.parsing import COT_REPLY_REGEX, SEGMENT_REPLY_REGEX
+from juiz.engines.base import IN_PROCESS, CallControl, Completion, Conversation, GenerationRequest, JudgeEngine
+from juiz.engines.fake import FakeEngine
+from juiz.judging.judge import Judge
+from juiz.judging.parsing import COT_REPLY_REGEX, SEGMENT_REPLY_REGEX
+from juiz.runtime.errors import EngineDeadError, EngineError, TransientEngineError
 from schemas import BatchOptions, JudgementStatus, Triple
 from schemas.judgement import CheckStatus
 

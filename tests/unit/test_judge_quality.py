@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 import bench.judge_quality as jq
-from juiz.engine import Conversation
-from juiz.fake_engine import FakeEngine
+from juiz.engines.base import Conversation
+from juiz.engines.fake import FakeEngine
 
 
 def reply(conversation: Conversation) -> str:

@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from juiz.errors import InputError
-from juiz.labels import automated_label, class_of_label, class_of_score, label_unit_value, resolve_numeric_scale
+from juiz.agreement.labels import (
+    automated_label,
+    class_of_label,
+    class_of_score,
+    label_unit_value,
+    resolve_numeric_scale,
+)
+from juiz.runtime.errors import InputError
 from schemas.labels import LabelClass, LabelMapping
 
 I, P, C = 0, 1, 2  # noqa: E741 - the class names the graders use

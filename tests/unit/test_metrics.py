@@ -8,12 +8,12 @@ from collections.abc import Collection, Sequence
 import pytest
 from pydantic import ValidationError
 
-from juiz.engine import CallControl, Completion, Conversation, GenerationRequest
-from juiz.fake_engine import FakeEngine
-from juiz.judge import Judge
-from juiz.judgements import failed_judgement
-from juiz.labels import DEFAULT_VERDICT, label_for, with_default_verdict
-from juiz.plan import FAST_REQUEST, SEGMENT_COT_REQUEST, provenance_by_metric
+from juiz.agreement.labels import DEFAULT_VERDICT, label_for, with_default_verdict
+from juiz.engines.base import CallControl, Completion, Conversation, GenerationRequest
+from juiz.engines.fake import FakeEngine
+from juiz.judging.judge import Judge
+from juiz.judging.judgements import failed_judgement
+from juiz.judging.plan import FAST_REQUEST, SEGMENT_COT_REQUEST, provenance_by_metric
 from schemas import BatchOptions, JudgementStatus, LabelMapping, Segment, Triple
 from schemas.judgement import MetricStatus
 from schemas.labels import VerdictLevel

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 import prompts
-from juiz import models
+from juiz.engines import models
 from prompts.neutralise import fold, neutralise
 
 TAGS = {"question", "answer", "context", "segment"}

@@ -16,17 +16,16 @@ from typing import Any
 import httpx
 import pytest
 
-from juiz.engine import CallControl, GenerationRequest
-from juiz.errors import EngineError, ModelError, TransientEngineError
-from juiz.judge import Judge
-from juiz.openai_engine import (
-    COT_REPLY_GBNF,
+from juiz.engines.base import CallControl, GenerationRequest
+from juiz.engines.openai_server import (
     OpenAIEngine,
     completion_from_choice,
 )
-from juiz.parsing import COT_REPLY_REGEX
-from juiz.plan import COT_REQUEST, FAST_REQUEST
-from juiz.retry import WaitRetryAfter, retry_after_s
+from juiz.judging.judge import Judge
+from juiz.judging.parsing import COT_REPLY_GBNF, COT_REPLY_REGEX
+from juiz.judging.plan import COT_REQUEST, FAST_REQUEST
+from juiz.runtime.errors import EngineError, ModelError, TransientEngineError
+from juiz.runtime.retry import WaitRetryAfter, retry_after_s
 from schemas import BatchOptions, JudgementStatus, Triple
 
 REPLY = "Criteria: the question asks X.\nSupporting Evidence: the answer says X.\nScore: 2"
@@ -196,7 +195,7 @@ def test_429_with_retry_after_is_retried_and_honoured() -> None:
 def test_the_wait_is_the_servers_retry_after() -> None:
     from tenacity import RetryCallState
 
-    from juiz.openai_engine import ServerError
+    from juiz.engines.openai_server import ServerError
 
     state = RetryCallState(retry_object=None, fn=None, args=(), kwargs={})  # type: ignore[arg-type]
     state.set_exception((ServerError, ServerError(429, "busy", retry_after_s=7.0), None))

@@ -11,8 +11,8 @@ import pytest
 from pydantic import BaseModel, ValidationError
 
 from juiz.cli import build_parser, main
-from juiz.errors import InputError
-from juiz.options import OPTIONS, add_option_flags, options_from_args, options_from_text, validate_options
+from juiz.formats.options import OPTIONS, add_option_flags, options_from_args, options_from_text, validate_options
+from juiz.runtime.errors import InputError
 from schemas import BatchOptions
 
 
@@ -33,7 +33,7 @@ def test_every_option_has_a_flag_and_the_old_spellings_still_work() -> None:
 
 def test_a_new_option_field_gets_a_flag_and_a_query_parameter(monkeypatch: pytest.MonkeyPatch) -> None:
     """Adding a batch option is one field in schemas/: derive the specs from a subclass with one more field."""
-    import juiz.options as options_module
+    import juiz.formats.options as options_module
 
     class WithNewOption(BatchOptions):
         max_reasons: int = 3

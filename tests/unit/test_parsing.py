@@ -7,7 +7,8 @@ import re
 
 import pytest
 
-from juiz.parsing import (
+from juiz.formats.readers import read_triples
+from juiz.judging.parsing import (
     COT_MAX_TOKENS,
     COT_REPLY_REGEX,
     CRITERIA_MAX_CHARS,
@@ -15,7 +16,6 @@ from juiz.parsing import (
     expected_score,
     parse_reply,
 )
-from juiz.readers import read_triples
 
 # (reply, expected score or None)
 TABLE = [

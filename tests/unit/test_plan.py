@@ -8,11 +8,11 @@ from dataclasses import replace
 import pytest
 
 import prompts
-from juiz.checks import ASKING_VERSION, CHECK_REQUEST
-from juiz.fake_engine import FakeEngine
-from juiz.judge import Judge
-from juiz.judgements import failed_judgement
-from juiz.plan import (
+from juiz.engines.fake import FakeEngine
+from juiz.judging.checks import ASKING_VERSION, CHECK_REQUEST
+from juiz.judging.judge import Judge
+from juiz.judging.judgements import failed_judgement
+from juiz.judging.plan import (
     MetricPlan,
     plan_item,
     plan_or_reason,
@@ -21,7 +21,7 @@ from juiz.plan import (
     score_sampling,
     select_prompt,
 )
-from juiz.result_cache import cache_key
+from juiz.judging.result_cache import cache_key
 from schemas import BatchOptions, JudgementStatus, Triple
 
 ALL = ["answer_relevance", "groundedness", "context_relevance"]
@@ -107,7 +107,7 @@ def test_the_cache_key_covers_how_the_checks_are_asked(monkeypatch: pytest.Monke
     plan = plan_item(options, ITEM.question, ENGINE)
     assert plan["answer_relevance"].provenance.sampling["asking"] == ASKING_VERSION
     before = cache_key(ITEM, options, plan, "t")
-    monkeypatch.setattr("juiz.plan.ASKING_VERSION", ASKING_VERSION + 1)
+    monkeypatch.setattr("juiz.judging.plan.ASKING_VERSION", ASKING_VERSION + 1)
     after = cache_key(ITEM, options, plan_item(options, ITEM.question, ENGINE), "t")
     assert before != after
     cot = BatchOptions(metrics=["answer_relevance"], prompt="answer_relevance@juiz-2", mode="cot")

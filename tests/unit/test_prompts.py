@@ -7,9 +7,9 @@ import re
 import pytest
 
 import prompts
-from juiz.errors import PromptError
-from juiz.language import detect_language
-from juiz.plan import select_prompt, validate_options
+from juiz.judging.language import detect_language
+from juiz.judging.plan import select_prompt, validate_options
+from juiz.runtime.errors import PromptError
 from schemas import BatchOptions
 
 

@@ -1,4 +1,4 @@
-"""juiz.readers: every input format, the seeds' reports, and errors that name file, line and field."""
+"""juiz.formats.readers: every input format, the seeds' reports, and errors that name file, line and field."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from juiz.errors import InputError
-from juiz.readers import parse_triples_jsonl, read_judgements, read_triples, write_judgements
+from juiz.formats.readers import parse_triples_jsonl, read_judgements, read_triples, write_judgements
+from juiz.runtime.errors import InputError
 from schemas.judgement import Judgement, JudgementStatus, Provenance
 from schemas.triple import Segment
 

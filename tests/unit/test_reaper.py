@@ -21,7 +21,7 @@ import pytest
 
 OWNER = """
 import subprocess, sys, time
-from juiz.reaper import Reaper
+from juiz.runtime.reaper import Reaper
 
 reaper = Reaper()
 early = subprocess.Popen(["sleep", "600"])  # started while the engine starts: recorded by the reaper's polling
@@ -112,7 +112,7 @@ def test_a_clean_close_kills_nothing() -> None:
 
 
 def test_a_reused_pid_is_never_killed() -> None:
-    from juiz.reaper import kill
+    from juiz.runtime.reaper import kill
 
     sleeper = subprocess.Popen(["sleep", "600"])
     try:

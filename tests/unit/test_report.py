@@ -1,4 +1,4 @@
-"""juiz.report: the seeds' markdown layout, and a rendered report reads back through juiz.readers."""
+"""juiz.formats.report: the seeds' markdown layout, and a rendered report reads back through juiz.formats.readers."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from juiz.readers import read_triples
-from juiz.report import render_report, write_report
+from juiz.formats.readers import read_triples
+from juiz.formats.report import render_report, write_report
 from schemas.judgement import Judgement, JudgementStatus, Provenance
 from schemas.triple import Segment, Triple
 

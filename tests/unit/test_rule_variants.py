@@ -6,7 +6,7 @@ import pytest
 
 import prompts
 from bench.rule_variants import VARIANTS, read_checks
-from juiz.check_rule import apply_rule
+from juiz.judging.check_rule import apply_rule
 from schemas.judgement import CheckResult
 
 

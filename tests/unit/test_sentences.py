@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from juiz.sentences import MAX_SENTENCES, split_sentences
+from juiz.judging.sentences import MAX_SENTENCES, split_sentences
 
 
 @pytest.mark.parametrize(

@@ -8,10 +8,10 @@ from collections.abc import Iterator
 import pytest
 from pydantic import ValidationError
 
-from juiz.engine import Conversation
-from juiz.fake_engine import FakeEngine
-from juiz.judge import Judge
-from juiz.uncertainty import MIN_MAJORITY_SHARE, assess, uncertain_first
+from juiz.engines.base import Conversation
+from juiz.engines.fake import FakeEngine
+from juiz.judging.judge import Judge
+from juiz.judging.uncertainty import MIN_MAJORITY_SHARE, assess, uncertain_first
 from schemas import BatchOptions, Judgement, Triple
 
 ITEM = Triple(id="q1", question="What is a B-tree?", answer="A balanced search tree.")

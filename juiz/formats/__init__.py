@@ -1,0 +1,1 @@
+"""Input and output formats: readers, the seeds' markdown report, options as text."""

@@ -1,0 +1,1 @@
+"""The judging procedure: plan, prompts rendered into conversations, checks, the rule, results."""

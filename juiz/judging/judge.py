@@ -1,0 +1,399 @@
+"""The judge: triples in, judgements out, every item and metric of a run in one batched engine call per setting.
+
+render (prompts) → generate (engine, one call per sampling setting) → parse (parsing) → judgement (schemas).
+The CLI and the benchmarks grade through `Judge.grade_many`; the service's workers through `grade_unfinished`, to
+finish their results together with their cache hits.
+
+Several metrics per item (issue 8): answer_relevance (question + answer), groundedness (context + question + answer)
+and context_relevance (question + one segment, for each segment). Every (item, metric[, segment]) is one
+conversation; conversations with the same sampling setting go to the engine together, and identical conversations
+(e.g. the same question's segments for several answers) are generated once. The top-level fields of a result repeat
+answer_relevance when it was requested, else the first requested metric; `metrics` holds each one.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import prompts
+from juiz.engines.base import CANCELLED, CallControl, Completion, Conversation, GenerationRequest, JudgeEngine, aborted
+from juiz.judging.checks import CHECK_REQUEST, Ask, CheckJob, read_check, reference_text
+from juiz.judging.judgements import finished, judgement_of
+from juiz.judging.metric_results import checks_result, parsed_fields, rounded, sampled_fields
+from juiz.judging.plan import COT_REQUEST, FAST_REQUEST, SEGMENT_COT_REQUEST, ItemPlan, plan_item
+from juiz.runtime.errors import EngineDeadError, TransientEngineError
+from schemas import BatchOptions, Judgement, Provenance, Segment, Triple
+from schemas.judgement import NEEDS_CONTEXT, CheckResult, MetricResult, MetricStatus, SegmentGrade
+
+log = logging.getLogger(__name__)
+
+# How context_relevance's item score comes from its segments' scores (see README, "Metrics").
+CONTEXT_AGGREGATE = "max"
+# What a check prompt shows as the context of an item that has none (answer relevance needs none).
+NO_CONTEXT = "(none)"
+
+
+def context_segments(context: str | list[Segment] | None) -> list[str]:
+    """The context's segment texts; a plain-text context is one segment; blank ones are left out."""
+    if context is None:
+        return []
+    if isinstance(context, str):
+        return [context] if context.strip() else []
+    return [s.text for s in context if s.text.strip()]
+
+
+@dataclass(frozen=True)
+class _Task:
+    """One conversation to generate: item `item`'s grade for `metric` (and one segment for context relevance)."""
+
+    item: int
+    metric: str
+    segment: int | None
+    conversation: Conversation
+    request: GenerationRequest
+    # What the metric's result records (its plan's); None for a check's or a reference's conversation, whose
+    # metric's result is made from all of them (`_grade_checks`).
+    provenance: Provenance | None
+
+
+@dataclass(frozen=True)
+class _Reply:
+    completion: Completion
+    latency_s: float
+
+
+@dataclass
+class Judge:
+    engine: JudgeEngine
+
+    def warm_up(self) -> float:
+        """Compile the reply grammars before real work: xgrammar builds its token masks once per engine (seconds on a
+        CPU, more under load), and vLLM drops requests whose grammar takes longer than its compile timeout."""
+        started = time.perf_counter()
+        conversation = [{"role": "user", "content": "Warm-up."}]
+        for request in (COT_REQUEST, SEGMENT_COT_REQUEST, FAST_REQUEST):
+            self.engine.generate([conversation], replace(request, max_tokens=1))
+        return time.perf_counter() - started
+
+    def grade(self, triples: Sequence[Triple], options: BatchOptions | None = None) -> list[Judgement]:
+        options = options or BatchOptions()
+        return self.grade_many([(t, options) for t in triples])
+
+    def grade_many(
+        self,
+        items: Sequence[tuple[Triple, BatchOptions]],
+        control: CallControl | None = None,
+        plans: Sequence[ItemPlan | None] | None = None,
+    ) -> list[Judgement]:
+        """Grade items that may carry different options (e.g. chunks of several batches) in as few calls as possible.
+
+        Prompts differ per item and metric, so they still share one call; only a different sampling setting (cot,
+        the shorter per-segment cot, fast) needs a call of its own. `control.cancelled()` names ITEM indices.
+        `plans`: each item's `plan_item`, when the caller made it already; an item without one is planned here,
+        before anything else. Each result is `finished` with its batch's label mapping and calibration.
+        """
+        graded = self.grade_unfinished(items, control, plans)
+        return [finished(judgement, options) for judgement, (_, options) in zip(graded, items, strict=True)]
+
+    def grade_unfinished(
+        self,
+        items: Sequence[tuple[Triple, BatchOptions]],
+        control: CallControl | None = None,
+        plans: Sequence[ItemPlan | None] | None = None,
+    ) -> list[Judgement]:
+        """`grade_many`, its results not yet `finished`: for a caller that finishes them together with results of
+        other origins (the worker: cache hits), in one place."""
+        planned = [
+            plan if plan is not None else plan_item(options, triple.question, self.engine)
+            for (triple, options), plan in zip(items, plans or [None] * len(items), strict=True)
+        ]
+        tasks, jobs, skipped = self._tasks(items, planned)
+        replies = self._run(tasks, control)
+        by_item: list[dict[str, MetricResult]] = [dict(skipped.get(i, {})) for i in range(len(items))]
+        for (item, metric), result in self._grade_checks(jobs, control).items():
+            by_item[item][metric] = result
+        segment_grades: dict[tuple[int, str], list[tuple[_Task, _Reply]]] = {}
+        for task, reply in zip(tasks, replies, strict=True):
+            if task.segment is None:
+                by_item[task.item][task.metric] = _metric_result(task, reply)
+            else:
+                segment_grades.setdefault((task.item, task.metric), []).append((task, reply))
+        for (item, metric), graded in segment_grades.items():
+            by_item[item][metric] = _context_relevance(graded)
+        return [
+            judgement_of(triple, options, {m: by_item[i][m] for m in options.metrics})
+            for i, (triple, options) in enumerate(items)
+        ]
+
+    def _tasks(
+        self, items: Sequence[tuple[Triple, BatchOptions]], plans: Sequence[ItemPlan]
+    ) -> tuple[list[_Task], list[tuple[CheckJob, Provenance]], dict[int, dict[str, MetricResult]]]:
+        """The conversations each item's plan asks for; a check-based metric's go to juiz.judging.checks."""
+        tasks: list[_Task] = []
+        jobs: list[tuple[CheckJob, Provenance]] = []
+        skipped: dict[int, dict[str, MetricResult]] = {}
+        for i, ((triple, options), plan) in enumerate(zip(items, plans, strict=True)):
+            segments = context_segments(triple.context)
+            for metric, chosen in plan.items():
+                template, request = chosen.template, chosen.request
+                if metric in NEEDS_CONTEXT and not segments:
+                    skipped.setdefault(i, {})[metric] = MetricResult(
+                        status=MetricStatus.SKIPPED,
+                        error=f"{metric} needs a context and this item has none",
+                        provenance=chosen.provenance,
+                    )
+                    continue
+                if metric == "context_relevance":
+                    for n, text in enumerate(segments):
+                        conversation = template.render(question=triple.question, segment=text, mode=options.mode)
+                        tasks.append(_Task(i, metric, n, conversation, request, chosen.provenance))
+                    continue
+                fields = {"question": triple.question, "answer": triple.answer}
+                if metric == "groundedness" or template.kind == "checks":
+                    # Check prompts of every metric show the same item (the context too), so one cached prefix serves
+                    # all of an item's checks, whatever the metric.
+                    fields["context"] = prompts.format_context(segments) if segments else NO_CONTEXT
+                if template.kind == "checks":
+                    jobs.append((CheckJob.plan(i, metric, template, fields, segments), chosen.provenance))
+                    continue
+                conversation = template.render(mode=options.mode, **fields)
+                tasks.append(_Task(i, metric, None, conversation, request, chosen.provenance))
+        return tasks, jobs, skipped
+
+    def _grade_checks(
+        self, planned_jobs: list[tuple[CheckJob, Provenance]], control: CallControl | None
+    ) -> dict[tuple[int, str], MetricResult]:
+        """Check-based metrics in three waves (juiz.judging.checks): the references, each item's first check (so its
+        prefix is cached), then every other check; each wave is one engine call."""
+        if not planned_jobs:
+            return {}
+        started = time.perf_counter()
+        jobs = [job for job, _ in planned_jobs]
+        with_reference = [job for job in jobs if job.needs_reference]
+        reference_replies = self._run(
+            [
+                _Task(job.item, job.metric, None, job.reference_conversation(), job.reference_request, None)
+                for job in with_reference
+            ],
+            control,
+        )
+        references = {id(job): reply.completion for job, reply in zip(with_reference, reference_replies, strict=True)}
+        planned: list[tuple[CheckJob, list[Ask], list[CheckResult]]] = []
+        for job in jobs:
+            reference = references.get(id(job))
+            if reference is None:
+                asks, unasked = job.asks(None)
+            else:  # a reference that could not be written fails its checks with the reason (e.g. cancelled)
+                asks, unasked = job.asks(reference_text(reference), reference.error or "no reference answer")
+            planned.append((job, asks, unasked))
+        # One check per distinct prefix goes first (an item's; a check's own worked examples, shared by every item),
+        # so the prefix is cached before the checks sharing it are scheduled; an item whose reference was written under
+        # the prompt's own system message has its prefix cached already (one under a system message of its own has not).
+        first: list[tuple[int, int]] = []
+        prefixes: set[tuple[object, ...]] = set()
+        for n, (job, asks, _) in enumerate(planned):
+            for k, ask in enumerate(asks):
+                if ask.prefix_key in prefixes:
+                    continue
+                prefixes.add(ask.prefix_key)
+                if not (job.reference_shares_prefix and ask.prefix_key == job.prefix_key):
+                    first.append((n, k))
+        first_set = set(first)
+        rest = [(n, k) for n, (_, asks, _) in enumerate(planned) for k in range(len(asks)) if (n, k) not in first_set]
+        read: dict[tuple[int, int], CheckResult] = {}
+        for wave in (first, rest):
+            wave_replies = self._run(
+                [
+                    _Task(
+                        planned[n][0].item,
+                        planned[n][0].metric,
+                        None,
+                        planned[n][1][k].conversation,
+                        CHECK_REQUEST,
+                        None,
+                    )
+                    for n, k in wave
+                ],
+                control,
+            )
+            for (n, k), reply in zip(wave, wave_replies, strict=True):
+                read[(n, k)] = read_check(planned[n][1][k], reply.completion)
+        latency = round(time.perf_counter() - started, 4)
+        results: dict[tuple[int, str], MetricResult] = {}
+        for n, ((job, asks, unasked), (_, provenance)) in enumerate(zip(planned, planned_jobs, strict=True)):
+            checks = [read[(n, k)] for k in range(len(asks))] + unasked
+            reference = references.get(id(job))
+            results[(job.item, job.metric)] = checks_result(
+                job, checks, reference_text(reference) if reference is not None else None, latency, provenance
+            )
+        return results
+
+    def _run(self, tasks: list[_Task], control: CallControl | None) -> list[_Reply]:
+        """One engine call per sampling setting; identical conversations in it are generated once."""
+        replies: list[_Reply | None] = [None] * len(tasks)
+        for request in dict.fromkeys(t.request for t in tasks):
+            unique: dict[str, int] = {}  # rendered conversation → position in this call
+            conversations: list[Conversation] = []
+            owners: list[set[int]] = []  # items each conversation serves
+            slots: list[tuple[int, int]] = []  # (task index, position in this call)
+            for index, task in enumerate(tasks):
+                if task.request != request:
+                    continue
+                key = json.dumps(task.conversation, ensure_ascii=False)
+                if key not in unique:
+                    unique[key] = len(conversations)
+                    conversations.append(task.conversation)
+                    owners.append(set())
+                owners[unique[key]].add(task.item)
+                slots.append((index, unique[key]))
+            # Work whose every item was cancelled before the call (e.g. between the waves of a check-based metric) is
+            # not sent: it comes back aborted, as if cancelled during the call.
+            gone = set(control.cancelled()) if control is not None and control.cancelled is not None else set()
+            send = [p for p, items in enumerate(owners) if not (items and items <= gone)]
+            completions = [aborted(CANCELLED)] * len(conversations)
+            started = time.perf_counter()
+            if send:
+                sent = self._generate_isolating_failures(
+                    [conversations[p] for p in send], request, _engine_control(control, [owners[p] for p in send])
+                )
+                for p, completion in zip(send, sent, strict=True):
+                    completions[p] = completion
+            latency = time.perf_counter() - started
+            for index, position in slots:
+                replies[index] = _Reply(completions[position], latency)
+        return [r for r in replies if r is not None]
+
+    def _generate_isolating_failures(
+        self, conversations: list[Conversation], request: GenerationRequest, control: CallControl | None = None
+    ) -> list[Completion]:
+        """One batched call; if the engine rejects the batch, split it to find and fail only the bad items.
+
+        Any exception is taken as "some item in here was rejected" (vLLM raises e.g. VLLMValidationError from
+        VLLMError(Exception)) except those about the call as a whole, which propagate: a transient fault (the worker
+        retries the chunk later), a dead engine, a job timeout. An error text lands only in the result of the one
+        item that caused it, never in its call-mates' (they may be another tenant's).
+        """
+        try:
+            return self.engine.generate(conversations, request, control)
+        except Exception as exc:
+            _raise_if_call_level(exc)
+            if len(conversations) == 1:
+                log.warning("engine rejected one item: %s", exc)
+                return [Completion(text="", error=f"{type(exc).__name__}: {exc}")]
+            half = len(conversations) // 2
+            log.warning(
+                "engine rejected a batch of %d (%s); splitting to isolate the bad item", len(conversations), exc
+            )
+            return self._generate_isolating_failures(
+                conversations[:half], request, _shifted(control, 0, half)
+            ) + self._generate_isolating_failures(
+                conversations[half:], request, _shifted(control, half, len(conversations))
+            )
+
+
+def _raise_if_call_level(exc: Exception) -> None:
+    """Re-raise an exception about the whole call rather than one item in it; vLLM's dead engine as juiz's.
+
+    vLLM and RQ are looked up only if already imported: an exception can't be theirs otherwise, and the judge
+    imports neither.
+    """
+    if isinstance(exc, (TransientEngineError, EngineDeadError)):
+        raise exc
+    # Infrastructure faults (a socket, a timeout, Redis restarting under an engine that uses it) say nothing about
+    # the items: the worker sends the chunk back to the queue (bounded retries) instead of failing them for good.
+    redis_errors = sys.modules.get("redis.exceptions")
+    transient: tuple[type[BaseException], ...] = (OSError, TimeoutError)
+    if redis_errors is not None:
+        transient += (redis_errors.ConnectionError, redis_errors.TimeoutError)
+    if isinstance(exc, transient):
+        raise TransientEngineError(f"{type(exc).__name__}: {exc}") from exc
+    vllm_errors = sys.modules.get("vllm.v1.engine.exceptions")
+    if vllm_errors is not None and isinstance(exc, vllm_errors.EngineDeadError):
+        raise EngineDeadError(f"the vLLM engine died: {exc}") from exc
+    rq_timeouts = sys.modules.get("rq.timeouts")
+    if rq_timeouts is not None and isinstance(exc, rq_timeouts.BaseTimeoutException):
+        raise exc  # the job's time is up (SIGALRM): splitting would run on past it
+
+
+def _engine_control(control: CallControl | None, owners: list[set[int]]) -> CallControl | None:
+    """The item-level control as one engine call sees it: a conversation is cancelled once every item it serves is."""
+    if control is None or control.cancelled is None:
+        return control
+    item_cancelled = control.cancelled
+
+    def cancelled() -> Collection[int]:
+        gone = set(item_cancelled())
+        return [position for position, items in enumerate(owners) if items and items <= gone] if gone else []
+
+    return replace(control, cancelled=cancelled)
+
+
+def _shifted(control: CallControl | None, start: int, stop: int) -> CallControl | None:
+    """The control for conversations[start:stop] of a call, re-indexed from 0."""
+    if control is None or control.cancelled is None:
+        return control
+    call_cancelled = control.cancelled
+
+    def cancelled() -> Collection[int]:
+        return [i - start for i in call_cancelled() if start <= i < stop]
+
+    return replace(control, cancelled=cancelled)
+
+
+def _metric_result(task: _Task, reply: _Reply) -> MetricResult:
+    return MetricResult(
+        **sampled_fields(reply.completion, task.request),
+        latency_s=round(reply.latency_s, 4),
+        provenance=task.provenance,
+    )
+
+
+def _context_relevance(graded: list[tuple[_Task, _Reply]]) -> MetricResult:
+    """Per-segment grades and their aggregate: the best segment's score (see CONTEXT_AGGREGATE).
+
+    The max answers "does the context hold what the question needs", which is what makes a grounded answer possible;
+    retrievers return a fixed number of segments, so a mean would mostly measure how many distractors k lets in (it
+    is reported too, as `mean_score`). A segment that failed or did not parse makes the aggregate unknown unless an
+    ok segment already scores 3.
+    """
+    task = graded[0][0]
+    segments = [
+        SegmentGrade(index=t.segment if t.segment is not None else 0, **parsed_fields(r.completion, t.request))
+        for t, r in graded
+    ]
+    common: dict[str, Any] = {
+        "latency_s": round(max(r.latency_s for _, r in graded), 4),
+        "provenance": task.provenance,
+        "segments": segments,
+        "aggregate": CONTEXT_AGGREGATE,
+    }
+    ok = [s for s in segments if s.status is MetricStatus.OK and s.score is not None]
+    bad = [s for s in segments if s.status is not MetricStatus.OK]
+    best = max(ok, key=lambda s: (s.score or 0, s.expected_score or 0.0), default=None)
+    if bad and (best is None or best.score != 3):
+        status = MetricStatus.FAILED if all(s.status is MetricStatus.FAILED for s in bad) else MetricStatus.PARSE_ERROR
+        reasons = "; ".join(f"segment {s.index + 1}: {s.error}" for s in bad[:3])
+        return MetricResult(
+            status=status, error=f"{len(bad)} of {len(segments)} segments not graded ({reasons})", **common
+        )
+    assert best is not None and best.score is not None
+    relevant = [str(s.index + 1) for s in ok if (s.score or 0) >= 2]
+    expected = [s.expected_score for s in ok if s.expected_score is not None]
+    return MetricResult(
+        status=MetricStatus.OK,
+        score=best.score,
+        normalized_score=round(best.score / 3, 6),
+        expected_score=rounded(max(expected)) if len(expected) == len(ok) else None,
+        mean_score=rounded(sum(s.score or 0 for s in ok) / 3 / len(ok)),
+        criteria=f"the best of {len(segments)} segments ({CONTEXT_AGGREGATE})",
+        supporting_evidence=(
+            f"segments scoring 2 or more: {', '.join(relevant)}" if relevant else "no segment scores 2 or more"
+        ),
+        **common,
+    )

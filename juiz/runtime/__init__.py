@@ -1,0 +1,1 @@
+"""Process management and configuration: settings, the error tree, retries, child processes and reaping."""
