@@ -110,4 +110,4 @@ class ConsensusRule(BaseModel):
         about = f" on {self.metric}" if self.metric else ""
         if self.kind == "annotator":
             return f"annotator {self.annotator}'s label{about}"
-        return f"majority of the annotators' labels{about} (a tie leaves the item without a reference label)"
+        return f"majority of the annotators' labels{about}; a tie leaves the item out"

@@ -317,8 +317,10 @@ def format_agreement(report: AgreementReport) -> str:
     lines = [
         f"{report.n} items compared" + (f" (excluded: {excluded})" if excluded else ""),
         f"95% CI: percentile bootstrap, {report.bootstrap.resamples} resamples, seed {report.bootstrap.seed}",
-        "",
     ]
+    if report.reference != "manual_label":
+        lines.append(f"compared with: {report.reference}")
+    lines.append("")
     rows = [["statistic", "value", "95% CI"]]
     for name, title in TITLES.items():
         stat: Statistic = getattr(report, name)

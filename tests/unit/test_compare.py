@@ -95,7 +95,12 @@ def test_fixed_regressed_unchanged_sideways_and_the_paired_difference() -> None:
     assert report.mcnemar is not None
     assert (report.mcnemar.only_a_right, report.mcnemar.only_b_right) == (1, 2)
     assert report.mcnemar.p_value == pytest.approx(1.0)
-    assert {i.id: i.movement for i in report.changed} == {"t0": "fixed", "t1": "regressed", "t2": "fixed", "t3": "sideways"}
+    assert {i.id: i.movement for i in report.changed} == {
+        "t0": "fixed",
+        "t1": "regressed",
+        "t2": "fixed",
+        "t3": "sideways",
+    }
     text = format_comparison(report)
     assert "fixed: t0, t2" in text and "regressed: t1" in text and "McNemar (exact binomial)" in text
 
