@@ -38,11 +38,11 @@ def _statistic(compute: Callable[[], float]) -> Statistic:
 def _alpha(data: np.ndarray, n_classes: int, level: Literal["ordinal", "nominal"]) -> Statistic:
     if data.shape[0] < 2:
         return Statistic(reason="fewer than two annotators")
-    if int((np.sum(~np.isnan(data), axis=0) >= 2).sum()) == 0:
+    pairable = data[:, np.sum(~np.isnan(data), axis=0) >= 2]  # alpha reads only items labelled twice or more
+    if pairable.shape[1] == 0:
         return Statistic(reason="no item labelled by two annotators")
-    values = data[~np.isnan(data)]
-    if len(np.unique(values)) < 2:
-        return Statistic(reason="only one class present")
+    if len(np.unique(pairable[~np.isnan(pairable)])) < 2:
+        return Statistic(reason="only one class present on the items labelled twice or more")
     return _statistic(
         lambda: float(
             krippendorff.alpha(reliability_data=data, level_of_measurement=level, value_domain=list(range(n_classes)))

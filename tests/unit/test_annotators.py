@@ -124,7 +124,7 @@ def test_alpha_is_null_with_a_reason_when_undefined() -> None:
     assert report.krippendorff_alpha_ordinal.reason == "fewer than two annotators"
     same = [item(0, ("alice", "C"), ("bob", "C")), item(1, ("alice", "C"), ("bob", "C"))]
     report = inter_annotator(same, MAPPING, apply_consensus(same, MAPPING, ConsensusRule()))
-    assert report.krippendorff_alpha_nominal.reason == "only one class present"
+    assert report.krippendorff_alpha_nominal.reason == "only one class present on the items labelled twice or more"
 
 
 def test_a_labels_file_joins_the_items_by_triple_or_id() -> None:

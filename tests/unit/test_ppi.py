@@ -109,9 +109,7 @@ def test_estimate_shares_from_results_is_the_estimator_per_class() -> None:
     rng = np.random.default_rng(3)
     truth, judged, labelled = simulate(JUDGES["lenient (calls too much C)"], rng)
     judged_or_failed = [None if n % 50 == 0 else int(c) for n, c in enumerate(judged)]  # six failed: kept
-    items = [
-        result(n, c, "IPC"[truth[n]] if labelled[n] else None) for n, c in enumerate(judged_or_failed)
-    ]
+    items = [result(n, c, "IPC"[truth[n]] if labelled[n] else None) for n, c in enumerate(judged_or_failed)]
     shares = estimate_shares(items, LabelMapping(), reference="majority")
     assert (shares.of, shares.n_items, shares.n_labelled, shares.n_ungraded) == ("share", 300, 60, 6)
     f = np.array([[c == k for k in range(3)] if c is not None else [False] * 3 for c in judged_or_failed], float)
