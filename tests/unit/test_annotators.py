@@ -15,7 +15,7 @@ from juiz.runtime.errors import InputError
 from schemas.annotation import Annotation, AnnotationRecord, ConsensusRule
 from schemas.judgement import Judgement, JudgementStatus
 from schemas.labels import LabelMapping
-from tests.unit.test_compare import PROVENANCE
+from tests.unit.test_agreement import PROVENANCE
 
 MAPPING = LabelMapping()
 

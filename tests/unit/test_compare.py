@@ -13,14 +13,7 @@ from juiz.runtime.errors import InputError
 from schemas.judgement import Judgement, JudgementStatus
 from schemas.labels import LabelMapping
 from schemas.triple import Segment, Triple, content_key
-
-PROVENANCE = {
-    "model": "tiny",
-    "prompt": "answer_relevance@juiz-1.en",
-    "prompt_sha256": "0" * 64,
-    "sampling": {},
-    "juiz_version": "0.1.0",
-}
+from tests.unit.test_agreement import PROVENANCE
 
 
 def result(

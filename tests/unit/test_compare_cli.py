@@ -11,7 +11,7 @@ from juiz.cli import main
 from juiz.formats.readers import write_judgements
 from schemas import Judgement, JudgementStatus
 from schemas.annotation import Annotation
-from tests.unit.test_compare import PROVENANCE
+from tests.unit.test_agreement import PROVENANCE
 
 LABELS = "CCIPPCICCI"
 

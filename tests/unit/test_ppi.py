@@ -10,7 +10,7 @@ from juiz.agreement.compare import format_shares
 from juiz.agreement.ppi import classical_mean, estimate_share_difference, estimate_shares, ppi_mean
 from schemas.judgement import Judgement, JudgementStatus
 from schemas.labels import LabelMapping
-from tests.unit.test_compare import PROVENANCE
+from tests.unit.test_agreement import PROVENANCE
 
 SIMULATIONS = 1000
 ITEMS, LABELLED = 300, 60
