@@ -496,11 +496,14 @@ def _references(
     from juiz.agreement.consensus import apply_consensus
     from juiz.formats.readers import read_annotations
     from schemas.annotation import ConsensusRule
+    from schemas.labels import METRIC_NAMES
 
+    if args.label_metric is not None and args.label_metric not in METRIC_NAMES:
+        raise InputError(f"unknown metric; known: {', '.join(METRIC_NAMES)}", source="--label-metric")
     try:
         rule = ConsensusRule.parse(args.consensus, args.label_metric)
     except ValueError as exc:
-        raise InputError(str(exc).splitlines()[-1].strip(), source="--consensus") from None
+        raise InputError(str(exc), source="--consensus") from None
     for path in args.labels:
         judgements, unmatched = attach(judgements, read_annotations(path))
         if unmatched:

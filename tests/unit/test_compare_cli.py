@@ -76,6 +76,7 @@ def test_compare_pairs_fresh_ids_by_content_and_takes_three_runs(
         (["ONE", "FAILED"], "FAILED: nothing graded (2 items, none ok)"),
         (["ONE", "ONE", "--consensus", "loudest"], "--consensus: unknown consensus rule 'loudest'"),
         (["ONE", "ONE", "--resamples", "-1"], "--resamples: must be 0"),
+        (["ONE", "ONE", "--label-metric", "fluency"], "--label-metric: unknown metric; known: answer_relevance"),
         (["ONE", "missing.jsonl"], "no such file"),
     ],
 )
