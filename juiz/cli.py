@@ -12,9 +12,15 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from juiz import __version__
 from juiz.runtime.errors import InputError, JuizError
+
+if TYPE_CHECKING:
+    from schemas.agreement import InterAnnotatorReport
+    from schemas.judgement import Judgement
+    from schemas.labels import LabelMapping
 
 EXIT_INPUT = 2
 EXIT_FAILURE = 1
@@ -94,7 +100,28 @@ def build_parser(extra: Sequence[Command] = ()) -> argparse.ArgumentParser:
         metavar="N",
         help="also list the N most uncertain results (default 20): where a human label helps most",
     )
+    _add_label_sources(agreement)
     _add_label_mapping(agreement)
+
+    compare = sub.add_parser(
+        "compare",
+        help="compare two runs or more on the same items, each against the first: every agreement statistic's "
+        "difference with a paired 95%% interval, McNemar's test, the items fixed and regressed",
+    )
+    compare.add_argument(
+        "runs", type=Path, nargs="+", metavar="RESULTS", help="results JSONL files; the first is the baseline"
+    )
+    compare.add_argument("--json", action="store_true", help="print the report as JSON")
+    compare.add_argument("--resamples", type=int, default=1000, help="paired bootstrap resamples for the 95%% CIs")
+    compare.add_argument("--seed", type=int, default=0, help="the bootstrap's seed")
+    compare.add_argument(
+        "--match",
+        choices=("auto", "id", "content"),
+        default="auto",
+        help="pair items by id, or by their triple's content; auto: by id when the runs share one, else by content",
+    )
+    _add_label_sources(compare)
+    _add_label_mapping(compare)
 
     calibrate = sub.add_parser(
         "calibrate", help="fit a calibration of the judge's signals to the manual labels in a results file"
@@ -148,6 +175,7 @@ def main(argv: Sequence[str] | None = None, extra: Sequence[Command] = ()) -> in
     handlers = {
         "score": _score,
         "agreement": _agreement,
+        "compare": _compare,
         "check": _check,
         "submit": _submit,
         "calibrate": _calibrate,
@@ -423,12 +451,81 @@ def _grade_on_server(url: str, api_key: str | None, triples, options):  # type: 
         return list(client.results(batch.id))
 
 
+def _add_label_sources(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--labels",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a labels file (JSONL: annotator, label, and the item's id or its triple's content key; optional at, "
+        "comment, metric) whose labels join the results' own; repeatable",
+    )
+    parser.add_argument(
+        "--consensus",
+        default="majority",
+        metavar="RULE",
+        help="the label the judge is compared with where several annotators labelled an item: majority (a tie "
+        "leaves the item out) or annotator:NAME (default: majority)",
+    )
+    parser.add_argument(
+        "--label-metric",
+        default=None,
+        metavar="METRIC",
+        help="count the annotators' labels about this metric (default: their labels of the answer as a whole)",
+    )
+
+
+@dataclass(frozen=True)
+class _References:
+    """Results with each item's reference label as its manual_label, where it came from, and the annotators' own
+    agreement (None when the results carry no annotations)."""
+
+    judgements: list[Judgement]
+    reference: str
+    annotators: InterAnnotatorReport | None
+
+
+def _references(
+    args: argparse.Namespace, results: Path, judgements: list[Judgement], mapping: LabelMapping
+) -> _References:
+    """--labels files joined to the results, then --consensus applied where the items carry annotations (or a rule
+    other than the default was asked for); plain manual labels otherwise, as they are."""
+    from juiz.agreement.annotations import attach
+    from juiz.agreement.annotators import inter_annotator
+    from juiz.agreement.consensus import apply_consensus
+    from juiz.formats.readers import read_annotations
+    from schemas.annotation import ConsensusRule
+    from schemas.labels import METRIC_NAMES
+
+    if args.label_metric is not None and args.label_metric not in METRIC_NAMES:
+        raise InputError(f"unknown metric; known: {', '.join(METRIC_NAMES)}", source="--label-metric")
+    try:
+        rule = ConsensusRule.parse(args.consensus, args.label_metric)
+    except ValueError as exc:
+        raise InputError(str(exc), source="--consensus") from None
+    for path in args.labels:
+        judgements, unmatched = attach(judgements, read_annotations(path))
+        if unmatched:
+            print(f"juiz: {path}: {unmatched} labels name no item of {results}", file=sys.stderr)
+    annotated = any(j.annotations for j in judgements)
+    if not annotated and rule == ConsensusRule():
+        return _References(judgements, "manual_label", None)
+    consensus = apply_consensus(judgements, mapping, rule)
+    annotators = inter_annotator(judgements, mapping, consensus) if annotated else None
+    return _References(consensus.judgements, rule.describe(), annotators)
+
+
 def _agreement(args: argparse.Namespace) -> int:
+    from juiz.agreement.compare import format_shares
+    from juiz.agreement.ppi import estimate_shares
     from juiz.agreement.statistics import compute_agreement, format_agreement
     from juiz.formats.readers import read_judgements
 
     mapping = _label_mapping(args.label_mapping)
-    judgements = read_judgements(args.results)
+    references = _references(args, args.results, read_judgements(args.results), mapping)
+    judgements = references.judgements
+    shares = estimate_shares(judgements, mapping, reference=references.reference)
     calibrated = None
     if not args.no_calibration:
         from juiz.calibration.agreement import compute_calibrated_agreement
@@ -439,17 +536,28 @@ def _agreement(args: argparse.Namespace) -> int:
 
         by_metric = compute_agreement_by_metric(judgements, mapping, resamples=args.resamples)
         by_metric.calibration = calibrated
+        by_metric.reference, by_metric.annotators, by_metric.shares = (
+            references.reference,
+            references.annotators,
+            shares,
+        )
         text = format_agreement_by_metric(by_metric)
         json_text = by_metric.model_dump_json(indent=2)
     else:
         report = compute_agreement(judgements, mapping, resamples=args.resamples)
         report.calibration = calibrated
+        report.reference, report.annotators, report.shares = references.reference, references.annotators, shares
         text = format_agreement(report)
         json_text = report.model_dump_json(indent=2)
     if args.json:
         print(json_text)
         return 0
     print(text)
+    if references.annotators is not None:
+        from juiz.agreement.annotators import format_inter_annotator
+
+        print("\n" + format_inter_annotator(references.annotators))
+    print("\n" + "\n".join(format_shares(shares)))
     if calibrated is not None:
         from juiz.calibration.agreement import format_calibrated_agreement
 
@@ -491,6 +599,30 @@ def _held_out_calibration(judgements, mapping, path: Path, resamples: int) -> st
             cells.append("n/a" if stat.value is None else f"{stat.value:.3f}")
         lines.append(f"  {title}: raw {cells[0]}, calibrated {cells[1]}")
     return "\n".join(lines)
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from juiz.agreement.compare import compare_experiment, format_experiment
+    from juiz.formats.readers import read_judgements
+
+    if len(args.runs) < 2:
+        raise InputError("needs two results files or more (the first is the baseline)", source="compare")
+    if args.resamples < 0:
+        raise InputError("must be 0 (no intervals) or a positive number", source="--resamples")
+    mapping = _label_mapping(args.label_mapping)
+    runs = []
+    used = set()
+    for path in args.runs:
+        references = _references(args, path, read_judgements(path), mapping)
+        used.add(references.reference)
+        runs.append((str(path), list(enumerate(references.judgements))))
+    # One rule for every run: a run whose items carry no annotations keeps its plain manual labels under it.
+    reference = next((r for r in used if r != "manual_label"), "manual_label")
+    report = compare_experiment(
+        runs, mapping, resamples=args.resamples, seed=args.seed, match=args.match, shares=True, reference=reference
+    )
+    print(report.model_dump_json(indent=2) if args.json else format_experiment(report))
+    return 0
 
 
 def _calibrate(args: argparse.Namespace) -> int:

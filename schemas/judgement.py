@@ -7,8 +7,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from schemas.annotation import Annotation
 from schemas.calibration import CalibratedGrade, CalibrationRef
-from schemas.triple import Label, Segment
+from schemas.triple import Label, Segment, content_key
 from schemas.uncertainty import SampleSummary, Uncertainty
 
 
@@ -160,6 +161,11 @@ class Judgement(BaseModel):
     supporting_evidence: str | None = None
     raw_output: str | None = None
     manual_label: Label | None = None
+    annotations: list[Annotation] | None = Field(
+        default=None,
+        description="Every annotator's label on this triple (one per annotator and metric). When present, the label "
+        "the judge is compared with comes from them by a consensus rule, not from manual_label.",
+    )
     automated_label: str | None = None
     latency_s: float | None = None
     provenance: Provenance
@@ -187,3 +193,7 @@ class Judgement(BaseModel):
         description="Reused from the result cache: an identical item graded before for the same tenant (or, with "
         "JUIZ_SHARED_RESULT_CACHE, any tenant) with the same prompts, options and model.",
     )
+
+    def content_key(self) -> str:
+        """The graded triple's identity (`schemas.triple.content_key`): what labels attach to across runs."""
+        return content_key(self.question, self.answer, self.context)

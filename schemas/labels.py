@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 # Metric names as schemas.judgement spells them (not imported: judgement imports this module's neighbours).
-_METRICS = ("answer_relevance", "groundedness", "context_relevance")
+METRIC_NAMES = ("answer_relevance", "groundedness", "context_relevance")
 
 
 class LabelClass(BaseModel):
@@ -89,9 +89,9 @@ class LabelMapping(BaseModel):
             metrics += list(level.when)
             if any(not 0 <= v <= 3 for v in level.when.values()):
                 raise ValueError("verdict minimums are on the 0–3 scale")
-        unknown = [m for m in metrics if m not in _METRICS]
+        unknown = [m for m in metrics if m not in METRIC_NAMES]
         if unknown:
-            raise ValueError(f"unknown metric {unknown[0]!r}; known: {', '.join(_METRICS)}")
+            raise ValueError(f"unknown metric {unknown[0]!r}; known: {', '.join(METRIC_NAMES)}")
         if self.thresholds is not None:
             if len(self.thresholds) != len(self.classes) - 1:
                 raise ValueError(f"thresholds needs {len(self.classes) - 1} cut points, one between each two classes")

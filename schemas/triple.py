@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import unicodedata
 import uuid
 from typing import Annotated
 
@@ -47,6 +49,27 @@ def _not_a_bool(value: object) -> object:
 
 Label = Annotated[str | int | float, BeforeValidator(_not_a_bool)]
 
+# Bumped if what makes two triples the same ever changes: keys of another version never match.
+CONTENT_KEY_VERSION = "t1"
+
+
+def _canonical(text: str) -> str:
+    return unicodedata.normalize("NFC", text).strip()
+
+
+def content_key(question: str, answer: str, context: str | list[Segment] | None) -> str:
+    """The triple's identity: what a label is about, whatever id a submission gave the item.
+
+    Two triples are the same when their question, answer and context texts are (after Unicode NFC and trimming each
+    text's ends): a string context is one segment; no context, "" and [] are the same; a segment's source, offsets
+    and retriever score are not part of it (the label judges the text), nor are blank segments.
+    Returns "t1:" + the sha256 hex of the canonical JSON."""
+    segments = [s.text for s in context] if isinstance(context, list) else [context or ""]
+    texts = [_canonical(segment) for segment in segments]
+    payload = [_canonical(question), _canonical(answer), [t for t in texts if t]]
+    digest = hashlib.sha256(json.dumps(payload, ensure_ascii=False).encode()).hexdigest()
+    return f"{CONTENT_KEY_VERSION}:{digest}"
+
 
 class Triple(BaseModel):
     """A graded unit. Unknown extra fields are kept and passed through to the judgement."""
@@ -83,6 +106,10 @@ class Triple(BaseModel):
             context = len(self.context or "")
         extra = len(json.dumps(self.model_extra, ensure_ascii=False, default=str)) if self.model_extra else 0
         return {"question": len(self.question), "answer": len(self.answer), "context": context, "extra": extra}
+
+    def content_key(self) -> str:
+        """The triple's identity (`content_key`): what labels attach to across runs."""
+        return content_key(self.question, self.answer, self.context)
 
     def passthrough(self) -> dict[str, object]:
         """The extra fields the user sent, to be copied onto the judgement."""

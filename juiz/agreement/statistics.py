@@ -38,12 +38,12 @@ from schemas.labels import LabelMapping
 _MIN_DEFINED_SHARE = 0.5  # below this share of defined resamples, an interval would describe a biased subset
 
 
-class _Undefined(Exception):
+class Undefined(Exception):
     """The statistic has no value for this sample; the message is the reason shown to the user."""
 
 
 @dataclass(frozen=True)
-class _Pairs:
+class Pairs:
     """Aligned per-item arrays for the compared items; `take` builds a bootstrap resample."""
 
     manual: np.ndarray  # class index of the manual label
@@ -56,8 +56,8 @@ class _Pairs:
     def __len__(self) -> int:
         return len(self.manual)
 
-    def take(self, index: np.ndarray) -> _Pairs:
-        return _Pairs(
+    def take(self, index: np.ndarray) -> Pairs:
+        return Pairs(
             self.manual[index],
             self.judge[index],
             self.score[index],
@@ -67,35 +67,35 @@ class _Pairs:
         )
 
 
-def _need(pairs: _Pairs, minimum: int) -> None:
+def _need(pairs: Pairs, minimum: int) -> None:
     if len(pairs) == 0:
-        raise _Undefined("no items to compare")
+        raise Undefined("no items to compare")
     if len(pairs) < minimum:
-        raise _Undefined(f"n < {minimum}")
+        raise Undefined(f"n < {minimum}")
 
 
 def _single_class(*arrays: np.ndarray) -> bool:
     return len(np.unique(np.concatenate(arrays))) < 2
 
 
-def _accuracy(pairs: _Pairs) -> float:
+def _accuracy(pairs: Pairs) -> float:
     _need(pairs, 1)
     return float(accuracy_score(pairs.manual, pairs.judge))
 
 
-def _kappa(pairs: _Pairs, weights: str | None) -> float:
+def _kappa(pairs: Pairs, weights: str | None) -> float:
     _need(pairs, 2)
     # Expected agreement is 1 exactly when both sides use one and the same class: kappa is 0/0 there.
     if _single_class(pairs.manual, pairs.judge):
-        raise _Undefined("only one class present")
+        raise Undefined("only one class present")
     return float(cohen_kappa_score(pairs.manual, pairs.judge, labels=list(range(pairs.n_classes)), weights=weights))
 
 
-def _alpha_ordinal(pairs: _Pairs) -> float:
+def _alpha_ordinal(pairs: Pairs) -> float:
     _need(pairs, 2)
     # Alpha compares observed with expected disagreement over the pooled values: none expected if one value only.
     if _single_class(pairs.manual, pairs.judge):
-        raise _Undefined("only one class present")
+        raise Undefined("only one class present")
     return float(
         krippendorff.alpha(
             reliability_data=np.vstack([pairs.manual, pairs.judge]).astype(float),
@@ -105,12 +105,12 @@ def _alpha_ordinal(pairs: _Pairs) -> float:
     )
 
 
-def _rank_correlation(pairs: _Pairs, test: Callable[[np.ndarray, np.ndarray], Any]) -> float:
+def _rank_correlation(pairs: Pairs, test: Callable[[np.ndarray, np.ndarray], Any]) -> float:
     _need(pairs, 2)
     if _single_class(pairs.manual):
-        raise _Undefined("constant input: manual labels are all one class")
+        raise Undefined("constant input: manual labels are all one class")
     if _single_class(pairs.score):
-        raise _Undefined("constant input: judge scores are all the same")
+        raise Undefined("constant input: judge scores are all the same")
     with warnings.catch_warnings():
         # Ruled out above; the filter only keeps scipy's own check from becoming an error under `-W error`.
         warnings.simplefilter("ignore", ConstantInputWarning)
@@ -118,13 +118,13 @@ def _rank_correlation(pairs: _Pairs, test: Callable[[np.ndarray, np.ndarray], An
     return float(result.statistic)
 
 
-def _mae(pairs: _Pairs) -> float:
+def _mae(pairs: Pairs) -> float:
     _need(pairs, 1)
     return float(mean_absolute_error(pairs.manual_unit, pairs.judge_unit))
 
 
 # Report field → how it is computed. The order is the order of the printed table.
-_STATISTICS: dict[str, Callable[[_Pairs], float]] = {
+STATISTICS: dict[str, Callable[[Pairs], float]] = {
     "accuracy": _accuracy,
     "cohen_kappa": lambda p: _kappa(p, None),
     "cohen_kappa_quadratic": lambda p: _kappa(p, "quadratic"),
@@ -134,7 +134,7 @@ _STATISTICS: dict[str, Callable[[_Pairs], float]] = {
     "mae": _mae,
 }
 
-_TITLES = {
+TITLES = {
     "accuracy": "accuracy",
     "cohen_kappa": "Cohen's kappa",
     "cohen_kappa_quadratic": "Cohen's kappa (quadratic)",
@@ -145,11 +145,11 @@ _TITLES = {
 }
 
 
-def _evaluate(statistic: Callable[[_Pairs], float], pairs: _Pairs) -> float:
-    """The statistic, with any non-finite result turned into `_Undefined` so NaN never reaches the report."""
+def evaluate_statistic(statistic: Callable[[Pairs], float], pairs: Pairs) -> float:
+    """The statistic, with any non-finite result turned into `Undefined` so NaN never reaches the report."""
     value = statistic(pairs)
     if not math.isfinite(value):
-        raise _Undefined("undefined for these items")
+        raise Undefined("undefined for these items")
     return value
 
 
@@ -203,9 +203,9 @@ def verdict_signal(mapping: LabelMapping) -> Signal:
     return read
 
 
-def _select(
+def select_pairs(
     judgements: Sequence[Judgement], mapping: LabelMapping, signal: Signal | None = None
-) -> tuple[_Pairs, dict[str, int]]:
+) -> tuple[Pairs, dict[str, int]]:
     """The comparable items as arrays, and how many were left out and why."""
     read = signal or _top_level(mapping)
     excluded = {"no_manual_label": 0, "not_ok": 0}
@@ -225,7 +225,7 @@ def _select(
             manual_unit.append(label_unit_value(label, mapping, scale))
         except InputError as error:
             raise InputError(f"item {j.id!r}: {error.message}", field="manual_label") from error
-    pairs = _Pairs(
+    pairs = Pairs(
         manual=np.asarray(manual, dtype=int),
         judge=np.asarray([v[0] for _, v in kept], dtype=int),
         score=np.asarray([v[1] for _, v in kept], dtype=float),
@@ -236,23 +236,23 @@ def _select(
     return pairs, excluded
 
 
-def _bootstrap(pairs: _Pairs, resamples: int, seed: int) -> dict[str, list[float]]:
+def _bootstrap(pairs: Pairs, resamples: int, seed: int) -> dict[str, list[float]]:
     """Each statistic over `resamples` resamples of the items (with replacement); undefined resamples are skipped."""
-    values: dict[str, list[float]] = {name: [] for name in _STATISTICS}
+    values: dict[str, list[float]] = {name: [] for name in STATISTICS}
     if len(pairs) < 2 or resamples <= 0:
         return values
     rng = np.random.default_rng(seed)
     for index in rng.integers(0, len(pairs), size=(resamples, len(pairs))):
         sample = pairs.take(index)
-        for name, statistic in _STATISTICS.items():
+        for name, statistic in STATISTICS.items():
             try:
-                values[name].append(_evaluate(statistic, sample))
-            except _Undefined:
+                values[name].append(evaluate_statistic(statistic, sample))
+            except Undefined:
                 continue
     return values
 
 
-def _interval(values: list[float], resamples: int) -> Interval | None:
+def percentile_interval(values: list[float], resamples: int) -> Interval | None:
     if not values or len(values) < _MIN_DEFINED_SHARE * resamples:
         return None
     low, high = np.percentile(values, [2.5, 97.5])
@@ -274,18 +274,18 @@ def compute_agreement(
     0–1. The 95% intervals are percentile bootstrap intervals over items, reproducible through `seed`.
     Raises `InputError(field="manual_label")` for a label the mapping does not know.
     """
-    pairs, excluded = _select(judgements, mapping, signal)
+    pairs, excluded = select_pairs(judgements, mapping, signal)
     points: dict[str, float | str] = {}  # the value, or why there is none
-    for name, statistic in _STATISTICS.items():
+    for name, statistic in STATISTICS.items():
         try:
-            points[name] = _evaluate(statistic, pairs)
-        except _Undefined as undefined:
+            points[name] = evaluate_statistic(statistic, pairs)
+        except Undefined as undefined:
             points[name] = str(undefined)
     resampled = _bootstrap(pairs, resamples, seed)
     statistics: dict[str, Any] = {  # Any: splatted into AgreementReport beside its other fields
         name: Statistic(value=None, reason=point)
         if isinstance(point, str)
-        else Statistic(value=point, ci95=_interval(resampled[name], resamples))
+        else Statistic(value=point, ci95=percentile_interval(resampled[name], resamples))
         for name, point in points.items()
     }
 
@@ -304,7 +304,8 @@ def compute_agreement(
     )
 
 
-def _table(rows: list[list[str]]) -> list[str]:
+def text_table(rows: list[list[str]]) -> list[str]:
+    """Rows of cells as lines, each column as wide as its widest cell."""
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip() for row in rows]
 
@@ -316,10 +317,12 @@ def format_agreement(report: AgreementReport) -> str:
     lines = [
         f"{report.n} items compared" + (f" (excluded: {excluded})" if excluded else ""),
         f"95% CI: percentile bootstrap, {report.bootstrap.resamples} resamples, seed {report.bootstrap.seed}",
-        "",
     ]
+    if report.reference != "manual_label":
+        lines.append(f"compared with: {report.reference}")
+    lines.append("")
     rows = [["statistic", "value", "95% CI"]]
-    for name, title in _TITLES.items():
+    for name, title in TITLES.items():
         stat: Statistic = getattr(report, name)
         if stat.value is None:
             rows.append([title, "n/a", f"({stat.reason})"])
@@ -327,14 +330,14 @@ def format_agreement(report: AgreementReport) -> str:
             rows.append([title, f"{stat.value:.3f}", "n/a"])
         else:
             rows.append([title, f"{stat.value:.3f}", f"[{stat.ci95.low:.3f}, {stat.ci95.high:.3f}]"])
-    lines += _table(rows)
+    lines += text_table(rows)
 
     lines += ["", "confusion matrix (rows: manual, columns: judge)"]
     matrix_rows = [["manual \\ judge", *report.classes]]
     matrix_rows += [
         [name, *map(str, counts)] for name, counts in zip(report.classes, report.confusion_matrix, strict=True)
     ]
-    lines += _table(matrix_rows)
+    lines += text_table(matrix_rows)
     return "\n".join(lines)
 
 
@@ -386,13 +389,13 @@ def format_agreement_by_metric(report: AgreementByMetric) -> str:
         return "no graded metric in these results"
     names = list(report.columns)
     rows = [["statistic", *names], ["n compared", *(str(report.columns[n].n) for n in names)]]
-    for field, title in _TITLES.items():
+    for field, title in TITLES.items():
         cells = []
         for name in names:
             stat: Statistic = getattr(report.columns[name], field)
             cells.append("n/a" if stat.value is None else f"{stat.value:.3f}")
         rows.append([title, *cells])
-    lines = _table(rows)
+    lines = text_table(rows)
     if report.verdict is not None:
         rule = "; ".join(
             f"{level.label} if " + " and ".join(f"{m} >= {v:g}" for m, v in level.when.items())

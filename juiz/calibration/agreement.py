@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from juiz.agreement.statistics import _TITLES, compute_agreement, top_level_signal, verdict_signal
+from juiz.agreement.statistics import TITLES, compute_agreement, top_level_signal, verdict_signal
 from juiz.calibration.features import labelled_features
 from juiz.calibration.figures import figures
 from juiz.calibration.fitting import DEFAULT_FOLDS, CalibrationUnavailable, check_fittable, cross_fit_weighting
@@ -89,7 +89,7 @@ def format_calibrated_agreement(report: CalibratedAgreement) -> str:
         return "\n".join(lines)
     lines.append(f"calibrated: cross-fitted, {report.folds} folds (seed {report.seed}); every item predicted held-out")
     rows = [["statistic", "raw", "raw 95% CI", "calibrated", "calibrated 95% CI"]]
-    for name, title in _TITLES.items():
+    for name, title in TITLES.items():
         cells = [title]
         for side in (report.raw, report.calibrated):
             stat = getattr(side, name)

@@ -28,6 +28,7 @@ from juiz.formats.report_format import (
     heading,
 )
 from juiz.runtime.errors import InputError
+from schemas.annotation import AnnotationRecord
 from schemas.judgement import Judgement
 from schemas.triple import Triple
 
@@ -243,6 +244,14 @@ def read_judgements(path: str | Path) -> list[Judgement]:
     path = Path(path)
     source = str(path)
     return [validate_model(Judgement, obj, source, n) for n, obj in _jsonl_objects(_read_text(path), source)]
+
+
+def read_annotations(path: str | Path) -> list[AnnotationRecord]:
+    """Read a labels file (a labelled set): one JSON object per line, an annotation and the item it labels by `id`
+    or by the triple's content key (`triple`)."""
+    path = Path(path)
+    source = str(path)
+    return [validate_model(AnnotationRecord, obj, source, n) for n, obj in _jsonl_objects(_read_text(path), source)]
 
 
 def write_judgements(judgements: Iterable[Judgement], path: str | Path) -> None:

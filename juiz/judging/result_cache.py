@@ -29,6 +29,7 @@ NOT_CACHED = frozenset(
         "answer",
         "context",
         "manual_label",
+        "annotations",
         "automated_label",
         "calibrated",
         "uncertain",

@@ -34,8 +34,12 @@ def test_compare_two_runs_over_the_api(client: TestClient[Litestar], settings: S
     assert report["score_deltas"]["3"] == 1 and report["score_deltas"]["2"] == 1  # t0: 0 → 3, t1: 1 → 3
     assert report["score_deltas"]["0"] == 6
     assert {i["id"]: (i["label_a"], i["label_b"]) for i in report["changed"]} == {"t0": ("I", "C"), "t1": ("P", "C")}
-    # Both against the same labels (a's C on every item, also for b, which has none of its own).
-    assert report["agreement_a"]["n"] == report["agreement_b"]["n"] == 8
+    # A label belongs to its triple: b's t0 and t1 ask another question (their marker changed), so a's labels don't
+    # carry over to them; on the other six, the same triples, b is compared with a's labels.
+    assert (report["agreement_a"]["n"], report["agreement_b"]["n"], report["paired"]) == (8, 6, 6)
+    assert report["unchanged"] == ["t2", "t3", "t4", "t5", "t6", "t7"] and report["fixed"] == report["regressed"] == []
+    assert report["differences"]["accuracy"]["difference"] == 0.0
+    assert report["mcnemar"]["p_value"] == 1.0 and report["mcnemar"]["method"] == "exact binomial"
     assert report["agreement_b"]["accuracy"]["value"] > report["agreement_a"]["accuracy"]["value"]
     assert report["agreement_a"]["accuracy"]["ci95"] is not None
     assert client.get("/v1/compare", params={"a": a, "b": "0" * 32}).status_code == 404
