@@ -262,6 +262,10 @@ class OpenAIEngine:
             asyncio.create_task(self._one(self._http, semaphore, self.body(conversation, request), request.word_groups))
             for conversation in conversations
         ]
+        if control is not None and control.on_finished is not None:
+            # Each request as it returns (or is aborted): a done callback runs once per task, on this loop's thread.
+            for index, task in enumerate(tasks):
+                task.add_done_callback(lambda _task, index=index: control.finished(index))
         results: list[Completion | None] = [None] * len(tasks)
         await self._watch(tasks, results, control, started)
         transient = [i for i, task in enumerate(tasks) if results[i] is None and _transient_failure(task)]
