@@ -83,3 +83,14 @@ class Progress:
     def _changed(self) -> None:
         if self.on_change is not None:
             self.on_change(self)
+
+
+def eta_s(done: int, planned: int, items_seen: int, items: int, elapsed_s: float) -> float | None:
+    """Seconds left at the rate so far: the conversations planned and not done, plus those of the items not planned
+    yet at the conversations per item planned so far. None before the first conversation is done. While planning is
+    incomplete it is low: a check-based item's later checks are not counted until their reference is written."""
+    if done <= 0 or elapsed_s <= 0:
+        return None
+    per_item = planned / items_seen if items_seen else 0.0
+    left = max(0, planned - done) + per_item * max(0, items - items_seen)
+    return round(left * elapsed_s / done, 1)

@@ -3,6 +3,7 @@ one as the engine finishes them, items done only when all of theirs are."""
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 from juiz.engines.base import CallControl, Completion, Conversation, GenerationRequest
@@ -59,7 +60,7 @@ def test_done_moves_one_conversation_at_a_time_long_before_the_first_item_is_don
     items = triples()[:2]
     _, seen = graded_with_progress(BatchOptions(), items)
     done = [s.conversations_done for s in seen]
-    assert all(b - a in (0, 1) for a, b in zip(done, done[1:], strict=False))  # one by one, never backwards
+    assert all(b - a in (0, 1) for a, b in itertools.pairwise(done))  # one by one, never backwards
     assert all(s.conversations_done <= s.conversations_planned for s in seen)
     first_item_done = next(n for n, s in enumerate(seen) if s.items_done)
     assert seen[first_item_done - 1].conversations_done >= 10  # ~14 conversations an item: many moves before one
