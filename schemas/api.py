@@ -18,6 +18,7 @@ class BatchLinks(BaseModel):
     agreement_by_metric: str
     calibration: str
     report: str
+    events: str = Field(description="Progress as Server-Sent Events (GET /v1/batches/{id}/events).")
 
 
 class BatchView(BaseModel):

@@ -21,6 +21,7 @@ def batch_links(batch_id: str) -> BatchLinks:
         agreement_by_metric=f"{base}/agreement/metrics",
         calibration=f"{base}/calibration",
         report=f"{base}/report",
+        events=f"{base}/events",
     )
 
 
