@@ -106,3 +106,20 @@ def test_progress_fields_sum_the_chunks_in_flight_and_those_stored(
     store.purge_batch(store.get_batch(batch.id) or batch)
     store.write_progress({batch.id: {1: ChunkProgress(30, 9, 1, 4, True)}})  # no stray hash for a purged batch
     assert not redis.exists(Store.batch_key(batch.id))
+
+
+def test_the_batch_page_shows_conversations_done_and_planned(make_client: Any, redis: Redis, redis_url: str) -> None:
+    from tests.integration.test_ui import KEYS, sign_in, submit
+
+    settings = make_settings(redis_url, api_keys=",".join(f"{t}:{k}" for t, k in KEYS.items()))
+    client = make_client(settings)
+    batch_id = submit(client, KEYS["alice"], triples(3))
+    store = Store(redis, settings)
+    store.mark_running(batch_id)
+    store.write_progress({batch_id: {0: ChunkProgress(31, 12, 0, 3, True)}})
+    sign_in(client, "alice")
+    polled = client.get(f"/ui/batches/{batch_id}/progress").json()
+    assert polled["conversations"] == "12/31 conversations (planned so far)"
+    assert polled["eta"].startswith("ETA ~") and polled["items_done"] == 0
+    page = client.get(f"/ui/batches/{batch_id}").text
+    assert '<span data-field="conversations">12/31 conversations (planned so far)</span>' in page
