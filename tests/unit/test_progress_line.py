@@ -55,3 +55,42 @@ def test_texts_and_eta() -> None:
     assert eta_s(0, 10, 1, 3, 5.0) is None
     # 10 planned for 1 item, 5 done in 10 s: 5 left of it and 20 of the two items not planned yet, at 0.5 a second.
     assert eta_s(5, 10, 1, 3, 10.0) == 50.0
+
+
+def test_the_demo_prints_when_the_conversations_move_and_at_least_every_few_seconds() -> None:
+    from datetime import UTC, datetime
+
+    from schemas import BatchView
+    from service.demo import ProgressPrinter
+    from service.views import batch_links
+
+    clock = Clock()
+    out = io.StringIO()
+    show = ProgressPrinter(out, clock=clock)
+
+    def view(status: str, done: int, planned: int, items_done: int = 0) -> BatchView:
+        return BatchView(
+            id="b",
+            status=status,  # type: ignore[arg-type]
+            counts={"total": 3, "done": items_done},  # type: ignore[arg-type]
+            options={},  # type: ignore[arg-type]
+            created_at=datetime.now(UTC),
+            items_done=items_done,
+            conversations_done=done,
+            conversations_planned=planned,
+            planning_complete=status == "done",
+            eta_s=120.0 if done else None,
+            links=batch_links("b"),
+        )
+
+    for at, shown in [(0.0, view("running", 0, 18)), (0.5, view("running", 0, 18)), (1.5, view("running", 1, 18))]:
+        clock.now = at
+        show(shown)
+    clock.now = 7.0
+    show(view("running", 1, 18))  # nothing moved for 5.5 s: a line all the same, the clock and the ETA in it
+    clock.now = 7.2
+    show(view("done", 40, 40, 3))  # the end is printed at once
+    lines = out.getvalue().splitlines()
+    assert [line.split("  [")[-1] for line in lines] == ["0.0s]", "1.5s]", "7.0s]", "7.2s]"]
+    assert "1/18 conversations (planned so far), 0/3 items" in lines[1] and "ETA ~2m00s" in lines[1]
+    assert "done      40/40 conversations, 3/3 items" in lines[3] and "ETA" not in lines[3]
