@@ -126,7 +126,8 @@ class ProgressLine:
         complete = current is None or (current.planning_complete and seen_before + current.items >= self.items)
         elapsed = self.clock() - self.started
         seen = seen_before + (current.items if current is not None else 0)
-        eta = eta_s(totals.done, totals.planned, seen, self.items, elapsed)
+        over = complete and totals.items_done >= self.items
+        eta = None if over else eta_s(totals.done, totals.planned, seen, self.items, elapsed)
         counts = progress_text(totals.done, totals.planned, complete, totals.items_done, self.items)
         line = progress_text(totals.done, totals.planned, complete, totals.items_done, self.items, elapsed, eta)
         return counts, f"{self.label}: {line}"
