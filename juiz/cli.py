@@ -437,6 +437,7 @@ def _submit(args: argparse.Namespace) -> int:
 
 def _grade_on_server(url: str, api_key: str | None, triples, options):  # type: ignore[no-untyped-def]
     from juiz.clients import ApiError, JuizClient
+    from juiz.formats.progress_line import BatchProgressPrinter
 
     with JuizClient(url, api_key=api_key, timeout_s=600) as client:
         try:
@@ -446,7 +447,7 @@ def _grade_on_server(url: str, api_key: str | None, triples, options):  # type: 
                 raise InputError(str(exc), source=url) from exc  # the server named the bad field: exit 2
             raise
         print(f"batch {batch.id} on {url} …", file=sys.stderr)
-        client.wait(batch.id, poll_s=2.0)
+        client.wait(batch.id, poll_s=2.0, on_progress=BatchProgressPrinter(sys.stderr))
         return list(client.results(batch.id))
 
 

@@ -16,20 +16,20 @@ import secrets
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import TextIO
 
 from juiz.agreement.statistics import format_agreement
 from juiz.clients import JuizClient
-from juiz.formats.progress_line import HEARTBEAT_S, TICK_S, duration, progress_text
+from juiz.formats.progress_line import BatchProgressPrinter
 from juiz.formats.readers import read_triples, write_judgements
 from juiz.formats.report import write_report
 from juiz.runtime.errors import InputError
 from juiz.runtime.processes import child, free_port, private_redis, redis_pings, wait_until
 from juiz.runtime.settings import Settings
-from schemas import BatchView, Judgement, Triple
+from schemas import Judgement, Triple
 
 SEEDS = Path(__file__).resolve().parent.parent / "examples" / "seeds"
 READY_TIMEOUT_S = 1800  # a first start compiles and loads the model: minutes on CPU
@@ -46,35 +46,6 @@ def redis_at(url: str, workdir: Path, out: TextIO) -> Iterator[str]:
     with private_redis(workdir, dict(os.environ)) as (private, _):
         print(f"Redis: none at {url}; started a private redis-server at {private}", file=out)
         yield private
-
-
-class ProgressPrinter:
-    """`juiz demo`'s progress: a line per move of the batch's counts or conversations (at most one a second), and one
-    every HEARTBEAT_S while nothing moves, with the clock and the ETA: on a CPU an item is ~14 conversations, minutes
-    of them, so the line moves long before the first item is done."""
-
-    def __init__(self, out: TextIO, clock: Callable[[], float] = time.perf_counter) -> None:
-        self.out, self.clock = out, clock
-        self.started = clock()
-        self.shown: str | None = None  # the figures last printed
-        self.at = -HEARTBEAT_S  # when
-
-    def __call__(self, view: BatchView) -> None:
-        counts = view.counts
-        figures = progress_text(
-            view.conversations_done, view.conversations_planned, view.planning_complete, view.items_done, counts.total
-        )
-        figures = f"  {view.status.value:9} {figures} "
-        figures += f"(ok {counts.ok}, parse_error {counts.parse_error}, failed {counts.failed})"
-        now = self.clock()
-        over = view.status.value in ("done", "failed", "cancelled")
-        if figures == self.shown and now - self.at < HEARTBEAT_S:
-            return
-        if figures != self.shown and now - self.at < TICK_S and not over:
-            return  # a later poll shows it
-        eta = f" · ETA ~{duration(view.eta_s)}" if view.eta_s is not None and not over else ""
-        print(f"{figures}{eta}  [{now - self.started:.1f}s]", file=self.out, flush=True)
-        self.shown, self.at = figures, now
 
 
 def _fmt(value: object, spec: str = "") -> str:
@@ -136,7 +107,7 @@ def run_demo(seeds_dir: Path = SEEDS, out: TextIO = sys.stdout) -> int:
         submitted = time.perf_counter()
         batch = client.submit(triples)
         print(f"submitted {len(triples)} triples from {len(files)} seed reports as batch {batch.id}", file=out)
-        final = client.wait(batch.id, poll_s=0.5, on_progress=ProgressPrinter(out))
+        final = client.wait(batch.id, poll_s=0.5, on_progress=BatchProgressPrinter(out))
         graded_s = time.perf_counter() - submitted
         order = {t.id: n for n, t in enumerate(triples)}
         judgements = sorted(client.results(batch.id), key=lambda j: order.get(j.id, len(order)))

@@ -1,5 +1,5 @@
-"""The progress line a person watches while items are graded: `juiz score`'s (local grading) and `juiz demo`'s (a
-batch on the API).
+"""The progress line a person watches while items are graded: `juiz score`'s (local grading: `ProgressLine`) and
+`juiz demo`'s or `juiz score --server`'s (a batch on the API: `BatchProgressPrinter`).
 
     grading: 5/31 conversations (planned so far), 0/3 items · 1m05s · ETA ~2m10s
 
@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import TextIO
 
 from juiz.judging.progress import Progress, ProgressSnapshot, eta_s
+from schemas import BatchView
 
 # How often the line is looked at (the clock moves), and the longest a log waits for a new line.
 TICK_S = 1.0
@@ -151,3 +152,32 @@ class ProgressLine:
     def _tick(self) -> None:
         while not self._stop.wait(TICK_S):
             self.draw()
+
+
+class BatchProgressPrinter:
+    """A batch's progress as the API reports it (`juiz demo`, `juiz score --server`): a line per move of its counts or
+    conversations (at most one a second), and one every HEARTBEAT_S while nothing moves, with the clock and the ETA:
+    on a CPU an item is ~14 conversations, minutes of them, so the line moves long before the first item is done."""
+
+    def __init__(self, out: TextIO, clock: Callable[[], float] = time.perf_counter) -> None:
+        self.out, self.clock = out, clock
+        self.started = clock()
+        self.shown: str | None = None  # the figures last printed
+        self.at = -HEARTBEAT_S  # when
+
+    def __call__(self, view: BatchView) -> None:
+        counts = view.counts
+        figures = progress_text(
+            view.conversations_done, view.conversations_planned, view.planning_complete, view.items_done, counts.total
+        )
+        figures = f"  {view.status.value:9} {figures} "
+        figures += f"(ok {counts.ok}, parse_error {counts.parse_error}, failed {counts.failed})"
+        now = self.clock()
+        over = view.status.value in ("done", "failed", "cancelled")
+        if figures == self.shown and now - self.at < HEARTBEAT_S:
+            return
+        if figures != self.shown and now - self.at < TICK_S and not over:
+            return  # a later poll shows it
+        eta = f" · ETA ~{duration(view.eta_s)}" if view.eta_s is not None and not over else ""
+        print(f"{figures}{eta}  [{now - self.started:.1f}s]", file=self.out, flush=True)
+        self.shown, self.at = figures, now
