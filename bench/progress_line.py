@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import io
 import itertools
+import os
 import subprocess
 import sys
 import tempfile
@@ -54,14 +55,15 @@ def intervals(lines: list[tuple[float, str]], started: float) -> dict[str, objec
         return {"lines": 0}
     times = [started] + [t for t, _ in grading]
     counts = [(t, line.split(" · ")[0]) for t, line in grading]
-    moves = [started] + [t for n, (t, c) in enumerate(counts) if n == 0 or c != counts[n - 1][1]]
+    # The counts' moves, from the start to the last line: a run whose counts never move waits all of it.
+    moves = [started] + [t for n, (t, c) in enumerate(counts) if n > 0 and c != counts[n - 1][1]] + [counts[-1][0]]
     first_move = next((t for t, c in counts if not c.startswith(f"{LABEL}0/") and "conversations" in c), None)
     first_item = next((t for t, c in counts if not c.endswith(" 0/3 items")), None)
     return {
         "lines": len(grading),
         "longest_between_lines_s": round(max(b - a for a, b in itertools.pairwise(times)), 2),
         "longest_between_count_moves_s": round(max(b - a for a, b in itertools.pairwise(moves)), 2),
-        "count_moves": len(moves) - 1,
+        "count_moves": len(moves) - 2,
         "first_conversation_done_s": None if first_move is None else round(first_move - started, 2),
         "first_item_done_s": None if first_item is None else round(first_item - started, 2),
         "grading_s": round(grading[-1][0] - started, 2),
@@ -84,11 +86,12 @@ def fake_run(conversation_s: float) -> dict[str, object]:
     }
 
 
-def score_run() -> dict[str, object]:
+def score_run(model: str | None) -> dict[str, object]:
     """`juiz score` on the seeds, its stderr timestamped line by line; grading starts at its first progress line."""
     with tempfile.TemporaryDirectory() as tmp:
         command = [sys.executable, "-m", "juiz_cli", "score", str(SEEDS), "-o", str(Path(tmp) / "out.jsonl")]
-        process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, bufsize=1)
+        env = {**os.environ, **({"JUIZ_MODEL": model} if model else {})}
+        process = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, bufsize=1, env=env)
         assert process.stderr is not None
         lines: list[tuple[float, str]] = []
         for raw in process.stderr:
@@ -98,21 +101,24 @@ def score_run() -> dict[str, object]:
     first = next((t for t, line in lines if line.startswith(LABEL)), None)
     figures = intervals(lines, first) if first is not None else {"lines": 0}
     startup = [line for _, line in lines if not line.startswith(LABEL)][-20:]  # juiz's own lines come last
-    return {"engine": "juiz score (JUIZ_ENGINE)", "exit_code": code, "startup_lines": startup, **figures}
+    engine = {"engine": os.environ.get("JUIZ_ENGINE", "vllm"), "model": model or os.environ.get("JUIZ_MODEL")}
+    return {**engine, "exit_code": code, "startup_lines": startup, **figures}
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.progress_line", description=__doc__.split("\n\n")[0])
     parser.add_argument("--conversation-s", type=float, default=0.5, help="the FAKE engine's time per conversation")
     parser.add_argument("--score", action="store_true", help="run a real `juiz score` on the seeds instead")
+    parser.add_argument("--model", default=None, help="--score: the judge model (JUIZ_MODEL)")
     args = parser.parse_args(argv)
-    figures = score_run() if args.score else fake_run(args.conversation_s)
+    figures = score_run(args.model) if args.score else fake_run(args.conversation_s)
     flags = cpu_flags()
     figures["cpu_flags"] = sorted(f for f in flags if f.startswith(("avx", "amx", "fma", "f16c")))
     for key, value in figures.items():
         if key != "startup_lines":
             print(f"{key}: {value}")
-    save("progress_line_score" if args.score else "progress_line", figures)
+    name = f"progress_line_score_{args.model or 'default'}" if args.score else "progress_line"
+    save(name, figures)
     return 0
 
 
