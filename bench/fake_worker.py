@@ -13,6 +13,8 @@ What a call may do, from the environment (every one off by default):
 
     JUIZ_FAKE_CALL_S, JUIZ_FAKE_ITEM_S  a call's cost, slept: seconds per call plus seconds per item (a GPU's fixed and
                                         per-item costs); cancelled items are aborted at once, a deadline aborts the rest
+    JUIZ_FAKE_CONVERSATION_S            seconds per conversation, slept one after another after the call's cost, each
+                                        conversation reported finished as it is done (progress within a call)
     JUIZ_FAKE_DEAD=1                    every call raises EngineDeadError (an engine whose process died): exit code 3
     JUIZ_FAKE_COUNT=1                   per `[item-N]`, completed gradings (`fake-engine:graded`) and aborted requests
                                         (`fake-engine:aborted`) in Redis, calls begun (`fake-engine:started`) and the
@@ -200,8 +202,9 @@ class FakeWorkerEngine(FakeEngine):
         events: Redis | None = None,
         calls_file: str | None = None,
         events_dir: Path | None = None,
+        conversation_s: float = 0.0,
     ) -> None:
-        super().__init__(fake_reply, model_id=model_id)
+        super().__init__(fake_reply, model_id=model_id, conversation_s=conversation_s)
         self.counts, self.events, self.calls_file, self.events_dir = counts, events, calls_file, events_dir
         self.call_s, self.item_s, self.dead = call_s, item_s, dead
         self.done = 0
@@ -230,7 +233,9 @@ class FakeWorkerEngine(FakeEngine):
         self.done += 1
         if self.events_dir is not None:
             (self.events_dir / f"call-{self.done}-done").touch()
-        completions = super().generate(conversations, request)
+        # Progress only: the call's cancel and deadline were honoured above, while its cost was slept.
+        reporting = CallControl(on_finished=control.on_finished) if control is not None else None
+        completions = super().generate(conversations, request, reporting)
         if self.counts is not None:
             self._count(entry, markers, [counts_as_graded(c) for c in conversations], abort)
         for n, reason in abort.items():
@@ -304,6 +309,7 @@ def engine_from_env(settings: Settings, env: Mapping[str, str] = os.environ) -> 
         redis if env.get("JUIZ_FAKE_COUNT") == "1" else None,
         call_s=float(env.get("JUIZ_FAKE_CALL_S") or 0),
         item_s=float(env.get("JUIZ_FAKE_ITEM_S") or 0),
+        conversation_s=float(env.get("JUIZ_FAKE_CONVERSATION_S") or 0),
         model_id=model_id,
         dead=env.get("JUIZ_FAKE_DEAD") == "1",
         events=redis if env.get("JUIZ_FAKE_EVENTS") == "1" else None,

@@ -268,9 +268,8 @@ def _label_mapping(value: str | None):  # type: ignore[no-untyped-def]
 
 
 def _score(args: argparse.Namespace) -> int:
-    from tqdm import tqdm
-
     from juiz.agreement.summary import summarize
+    from juiz.formats.progress_line import ProgressLine
     from juiz.formats.readers import read_triples, write_judgements
     from juiz.judging.judge import Judge
     from juiz.judging.plan import validate_options
@@ -287,11 +286,11 @@ def _score(args: argparse.Namespace) -> int:
     judgements = []
     started = time.perf_counter()
     try:
-        with tqdm(total=len(triples), unit="item", desc="grading", file=sys.stderr) as bar:
+        # Conversations done / planned, not only items: an item is many conversations, minutes on a CPU.
+        with ProgressLine(len(triples), sys.stderr) as line:
             for offset in range(0, len(triples), size):
                 chunk = triples[offset : offset + size]
-                judgements.extend(judge.grade(chunk, options))
-                bar.update(len(chunk))
+                judgements.extend(judge.grade(chunk, options, progress=line.call(len(chunk))))
     finally:
         engine.close()  # the engine's processes, or a judge server's connections, now rather than at exit
     elapsed = time.perf_counter() - started
@@ -487,6 +486,7 @@ def _submit(args: argparse.Namespace) -> int:
 
 def _grade_on_server(url: str, api_key: str | None, triples, options):  # type: ignore[no-untyped-def]
     from juiz.clients import ApiError, JuizClient
+    from juiz.formats.progress_line import BatchProgressPrinter
 
     with JuizClient(url, api_key=api_key, timeout_s=600) as client:
         try:
@@ -496,7 +496,7 @@ def _grade_on_server(url: str, api_key: str | None, triples, options):  # type: 
                 raise InputError(str(exc), source=url) from exc  # the server named the bad field: exit 2
             raise
         print(f"batch {batch.id} on {url} …", file=sys.stderr)
-        client.wait(batch.id, poll_s=2.0)
+        client.wait(batch.id, poll_s=2.0, on_progress=BatchProgressPrinter(sys.stderr))
         return list(client.results(batch.id))
 
 

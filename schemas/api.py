@@ -18,6 +18,7 @@ class BatchLinks(BaseModel):
     agreement_by_metric: str
     calibration: str
     report: str
+    events: str = Field(description="Progress as Server-Sent Events (GET /v1/batches/{id}/events).")
 
 
 class BatchView(BaseModel):
@@ -35,8 +36,39 @@ class BatchView(BaseModel):
     judgements_per_s: float | None = Field(
         default=None, description="Items finished per second since the first started."
     )
-    eta_s: float | None = Field(default=None, description="Seconds left at that pace; null until there is a pace.")
+    eta_s: float | None = Field(
+        default=None,
+        description="Seconds left at the rate so far: of conversations once workers report them (see "
+        "conversations_done), else of items; null until there is a rate.",
+    )
+    items_done: int = Field(
+        default=0,
+        description="Items graded so far, including those whose results are about to be stored (counts.done counts "
+        "stored results only).",
+    )
+    conversations_done: int | None = Field(
+        default=None,
+        description="Judge conversations (one model reply each) done so far in the batch's engine calls; an item is "
+        "one per metric, or many for a check-based metric (~14). Moves long before the first item is done; null "
+        "until a worker reports one.",
+    )
+    conversations_planned: int | None = Field(
+        default=None,
+        description="Conversations planned so far. Grows while later waves are planned (a check-based metric asks "
+        "about its reference's points once the reference is written; chunks not started yet count nothing): see "
+        "planning_complete.",
+    )
+    planning_complete: bool = Field(
+        default=False, description="Every item's conversations are planned: conversations_planned no longer grows."
+    )
     links: BatchLinks
+
+
+class ProgressEvent(BaseModel):
+    """One event of GET /v1/batches/{id}/events (Server-Sent Events, `event: progress`): the batch's view, sent when
+    its counts or conversations move."""
+
+    batch: BatchView
 
 
 class ResultsPage(BaseModel):

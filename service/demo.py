@@ -16,19 +16,20 @@ import secrets
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import TextIO
 
 from juiz.agreement.statistics import format_agreement
 from juiz.clients import JuizClient
+from juiz.formats.progress_line import BatchProgressPrinter
 from juiz.formats.readers import read_triples, write_judgements
 from juiz.formats.report import write_report
 from juiz.runtime.errors import InputError
 from juiz.runtime.processes import child, free_port, private_redis, redis_pings, wait_until
 from juiz.runtime.settings import Settings
-from schemas import BatchView, Judgement, Triple
+from schemas import Judgement, Triple
 
 SEEDS = Path(__file__).resolve().parent.parent / "examples" / "seeds"
 READY_TIMEOUT_S = 1800  # a first start compiles and loads the model: minutes on CPU
@@ -45,23 +46,6 @@ def redis_at(url: str, workdir: Path, out: TextIO) -> Iterator[str]:
     with private_redis(workdir, dict(os.environ)) as (private, _):
         print(f"Redis: none at {url}; started a private redis-server at {private}", file=out)
         yield private
-
-
-def _progress(out: TextIO) -> Callable[[BatchView], None]:
-    state: dict[str, str | None] = {"last": None}
-    started = time.perf_counter()
-
-    def show(view: BatchView) -> None:
-        counts = view.counts
-        line = (
-            f"  {view.status.value:9} {counts.done}/{counts.total} graded "
-            f"(ok {counts.ok}, parse_error {counts.parse_error}, failed {counts.failed})"
-        )
-        if line != state["last"]:
-            print(f"{line}  [{time.perf_counter() - started:.1f}s]", file=out, flush=True)
-            state["last"] = line
-
-    return show
 
 
 def _fmt(value: object, spec: str = "") -> str:
@@ -123,7 +107,7 @@ def run_demo(seeds_dir: Path = SEEDS, out: TextIO = sys.stdout) -> int:
         submitted = time.perf_counter()
         batch = client.submit(triples)
         print(f"submitted {len(triples)} triples from {len(files)} seed reports as batch {batch.id}", file=out)
-        final = client.wait(batch.id, poll_s=0.5, on_progress=_progress(out))
+        final = client.wait(batch.id, poll_s=0.5, on_progress=BatchProgressPrinter(out))
         graded_s = time.perf_counter() - submitted
         order = {t.id: n for n, t in enumerate(triples)}
         judgements = sorted(client.results(batch.id), key=lambda j: order.get(j.id, len(order)))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime
 
+from juiz.judging.progress import eta_s
 from juiz.store import BatchRecord
 from schemas import BatchLinks, BatchView
 
@@ -20,6 +21,7 @@ def batch_links(batch_id: str) -> BatchLinks:
         agreement_by_metric=f"{base}/agreement/metrics",
         calibration=f"{base}/calibration",
         report=f"{base}/report",
+        events=f"{base}/events",
     )
 
 
@@ -28,15 +30,28 @@ def _stamp(value: float | None) -> datetime | None:
 
 
 def batch_view(record: BatchRecord, now: float | None = None) -> BatchView:
-    """Pace = items finished per second since the first chunk started; ETA = what is left at that pace."""
+    """Pace = items finished per second since the first chunk started. ETA = what is left at the rate so far: of
+    conversations once the workers report them (an item is many, so this moves within the first item), else of
+    items."""
     rate = eta = None
     done, total = record.counts.done, record.total
+    progress = record.progress
+    clock = now or time.time()
     if record.started_at is not None and done:
-        end = (record.finished_at or record.updated_at) if record.terminal else (now or time.time())
+        end = (record.finished_at or record.updated_at) if record.terminal else clock
         rate = done / max((end or record.started_at) - record.started_at, 1e-3)
         eta = 0.0 if record.terminal else round((total - done) / rate, 1)
         rate = round(rate, 4)
+    if record.started_at is not None and progress.done and not record.terminal:
+        eta = eta_s(progress.done, progress.planned, progress.items_seen, total, max(clock - record.started_at, 1e-3))
+    # Results stored and, between a call's end and its store, graded: briefly both (clamped).
+    items_done = min(total, done + progress.items_in_flight_done)
+    reported = progress.reported
     return BatchView(
+        items_done=items_done,
+        conversations_done=progress.done if reported else None,
+        conversations_planned=progress.planned if reported else None,
+        planning_complete=record.terminal or (progress.items_seen >= total and not progress.open),
         id=record.id,
         name=record.name,
         status=record.status,

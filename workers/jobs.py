@@ -3,8 +3,9 @@
 A job carries only ids (`batch_id`, `chunk_no`, JSON-serialised); everything else is in Redis. It is thin:
 
     claim the chunk + a fair share of other pending chunks (Store.claim: one Lua step; their RQ jobs are then taken
-    off the queue through RQ's API) → plan every item → drop items cached → grade the rest in ONE `Judge` call →
-    finish every grade, cached or fresh (label, calibration, uncertainty) → store (exactly once per item) → finish
+    off the queue through RQ's API) → plan every item → drop items cached → grade the rest in ONE `Judge` call
+    (its conversations done / planned written as it runs: workers.progress) → finish every grade, cached or fresh
+    (label, calibration, uncertainty) → store (exactly once per item) → finish
 
 One owner per chunk: the job that claimed it. A job whose chunk another job claimed first (it was dequeued before
 its job was taken off the queue) finds it owned and stops at once; nothing re-queues itself.
@@ -66,6 +67,7 @@ from juiz.runtime.retry import REDIS_ERRORS, while_redis_away
 from juiz.runtime.settings import Settings
 from juiz.store import BatchRecord, ChunkRef, Store
 from schemas import BatchOptions, Judgement, Triple
+from workers.progress import CallProgress
 
 log = logging.getLogger(__name__)
 
@@ -292,6 +294,11 @@ def _grade_and_store(b: Binding, work: list[_Work], job: Any) -> dict[str, int]:
     to_grade = [position for position, item in enumerate(planned) if item.plan is not None and cached[position] is None]
     graded: dict[int, Judgement] = {}
     engine_call: tuple[float, int] | None = None
+    # Conversations done / planned per chunk, written while the call runs (workers.progress).
+    call = CallProgress(
+        store, settings.progress_interval_s, [w.chunk for w, _, _ in flat], to_grade, settings.redis_retry_s
+    )
+    call.start()
     if to_grade:
         started = time.perf_counter()
         try:
@@ -300,17 +307,24 @@ def _grade_and_store(b: Binding, work: list[_Work], job: Any) -> dict[str, int]:
                 [(flat[position][2], flat[position][0].batch.options) for position in to_grade],
                 control.subset(to_grade),
                 plans=[planned[position].plan for position in to_grade],
+                progress=call.progress,
             )
         except (TransientEngineError, EngineDeadError):
+            call.stop()
             raise  # RQ retries the job with backoff / the worker stops
         except Exception as exc:
             if isinstance(exc, REDIS_ERRORS):
+                call.stop()
                 raise
             log.exception("grading failed permanently for %d item(s)", len(to_grade))
             failures.update(dict.fromkeys(to_grade, f"{type(exc).__name__}: {exc}"))
+        except BaseException:
+            call.stop()  # a job timeout, Ctrl-C
+            raise
         else:
             engine_call = (time.perf_counter() - started, len(to_grade))
             graded = dict(zip(to_grade, grades, strict=True))
+    call.finish()
     hits = {position: from_cache(hit, flat[position][2]) for position, hit in enumerate(cached) if hit is not None}
     # A grade, cached or fresh, gets this batch's label, calibration and uncertainty, in this one place; a failed
     # result has no grade to finish.
@@ -334,6 +348,7 @@ def _grade_and_store(b: Binding, work: list[_Work], job: Any) -> dict[str, int]:
         stored += len(
             while_redis_away(settings.redis_retry_s, lambda w=w, r=chunk_results: store.store_results(w.batch, r))  # type: ignore[misc]
         )
+    call.fold()
     return {"chunks": len(work), "items": len(flat), "graded": len(to_grade), "stored": stored}
 
 

@@ -93,6 +93,13 @@ class CallControl:
     deadline: float | None = None  # a time.monotonic() value; requests still running then are aborted
     cancelled: Callable[[], Collection[int]] | None = None  # indices (into this call's conversations) to abort now
     poll_s: float = 0.5  # how often `cancelled` is asked
+    # Called once per conversation index, as that conversation's completion is final (a reply, an error or an abort),
+    # from the thread that called `generate`: progress that moves while a long call runs.
+    on_finished: Callable[[int], None] | None = None
+
+    def finished(self, index: int) -> None:
+        if self.on_finished is not None:
+            self.on_finished(index)
 
     def timed_out(self, started: float) -> Completion:
         budget = max(0.0, (self.deadline or started) - started)
@@ -100,15 +107,19 @@ class CallControl:
 
     def subset(self, positions: Sequence[int]) -> CallControl:
         """This control for a call over some of its items: item i of that call is item positions[i] here."""
+        subset = self
+        if self.on_finished is not None:
+            told = self.on_finished
+            subset = replace(subset, on_finished=lambda i: told(positions[i]))
         if self.cancelled is None:
-            return self
+            return subset
         whole = self.cancelled
         at = {position: i for i, position in enumerate(positions)}
 
         def cancelled() -> Collection[int]:
             return [at[p] for p in whole() if p in at]
 
-        return replace(self, cancelled=cancelled)
+        return replace(subset, cancelled=cancelled)
 
 
 def aborted(reason: str) -> Completion:

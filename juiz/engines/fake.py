@@ -18,7 +18,9 @@ class FakeEngine:
 
     `reply` gets the rendered conversation and returns the reply text; the score digit (if any) gets a made-up
     probability distribution so expected-score code paths are exercised. It honours `CallControl` as the real engine
-    does, between conversations: past the deadline the rest time out; indices `cancelled()` returns are aborted.
+    does, between conversations: past the deadline the rest time out; indices `cancelled()` returns are aborted; each
+    conversation is reported to `on_finished` as it is done. `conversation_s`: the time each conversation takes,
+    slept (0: none), so a test sees a call's progress move before it returns.
     """
 
     def __init__(
@@ -26,11 +28,13 @@ class FakeEngine:
         reply: Callable[[Conversation], str],
         model_id: str = "fake-engine",
         origin: Mapping[str, str] = IN_PROCESS,
+        conversation_s: float = 0.0,
     ) -> None:
         self._reply = reply
         self._model_id = model_id
         # What results record about the engine: nothing by default; a test may give it vLLM's, e.g. its dtype.
         self.origin = origin
+        self.conversation_s = conversation_s
         self.calls: list[int] = []  # batch sizes seen, so tests can check batching
 
     @property
@@ -51,11 +55,19 @@ class FakeEngine:
             now = time.monotonic()
             if control is not None and control.deadline is not None and now >= control.deadline:
                 completions.append(control.timed_out(started))
+                control.finished(index)
                 continue
             if control is not None and control.cancelled is not None and now >= next_poll:
                 cancelled = set(control.cancelled())
                 next_poll = now + control.poll_s
-            completions.append(aborted(CANCELLED) if index in cancelled else self._sampled(conversation, request))
+            if index in cancelled:
+                completions.append(aborted(CANCELLED))
+            else:
+                if self.conversation_s:
+                    time.sleep(self.conversation_s)
+                completions.append(self._sampled(conversation, request))
+            if control is not None:
+                control.finished(index)
         return completions
 
     def _sampled(self, conversation: Conversation, request: GenerationRequest) -> Completion:

@@ -29,7 +29,8 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
@@ -262,6 +263,11 @@ class OpenAIEngine:
             asyncio.create_task(self._one(self._http, semaphore, self.body(conversation, request), request.word_groups))
             for conversation in conversations
         ]
+        if control is not None and control.on_finished is not None:
+            # Each request as it returns (or is aborted): a done callback runs once per task, on this loop's thread.
+            told = control.on_finished
+            for index, task in enumerate(tasks):
+                task.add_done_callback(partial(_told, told, index))
         results: list[Completion | None] = [None] * len(tasks)
         await self._watch(tasks, results, control, started)
         transient = [i for i, task in enumerate(tasks) if results[i] is None and _transient_failure(task)]
@@ -389,6 +395,10 @@ class OpenAIEngine:
             return dialect
         owned_by = str(served[self._model].get("owned_by") or "")
         return _OWNED_BY.get(owned_by, "none")  # type: ignore[return-value]
+
+
+def _told(on_finished: Callable[[int], None], index: int, _task: asyncio.Task[Completion]) -> None:
+    on_finished(index)
 
 
 def _transient_failure(task: asyncio.Task[Completion]) -> bool:

@@ -5,7 +5,8 @@ Every call puts *all* its conversations in flight at once, as `llm.chat` does ("
 of your prompts into a single list"), but drives vLLM's engine itself, request by request: `llm.chat` has no
 timeout, and interrupting it leaves its requests in the engine, where they come back from the next call. Each call
 adds its requests under its own ids, collects outputs by id, aborts its own requests when its `CallControl` says so
-(deadline, cancel) and on any exception, and ignores outputs that are not its own.
+(deadline, cancel) and on any exception, and ignores outputs that are not its own. Each output is reported to
+`CallControl.on_finished` as the step that finishes it returns, so progress moves within a call.
 """
 
 from __future__ import annotations
@@ -282,6 +283,8 @@ class VLLMEngine:
                     results[index] = self._add(
                         engine, f"juiz-{call}-{index}", index, conversation, params, request, running
                     )
+                    if results[index] is not None and control is not None:
+                        control.finished(index)  # failed before it reached the engine
                 self._run(engine, running, results, control, started, self._token_groups(request.word_groups))
         finally:
             if running:  # an exception or an interruption (RQ's job timeout, Ctrl-C): leave nothing in the engine
@@ -361,6 +364,7 @@ class VLLMEngine:
                 if control.deadline is not None and now >= control.deadline:
                     for index in running.values():
                         results[index] = control.timed_out(started)
+                        control.finished(index)
                     self._abort(engine, list(running))
                     running.clear()
                     return
@@ -371,11 +375,15 @@ class VLLMEngine:
                     if stop:
                         self._abort(engine, stop)
                         for request_id in stop:
-                            results[running.pop(request_id)] = aborted(CANCELLED)
+                            index = running.pop(request_id)
+                            results[index] = aborted(CANCELLED)
+                            control.finished(index)
                         continue
             if not engine.has_unfinished_requests():
                 for index in running.values():
                     results[index] = aborted("the engine lost the request")
+                    if control is not None:
+                        control.finished(index)
                 running.clear()
                 return
             if not self._output_ready(self._wait_s(control, next_poll, now)):
@@ -386,6 +394,8 @@ class VLLMEngine:
                     continue  # not this call's (a late output of a request aborted before): never ours to return
                 del running[output.request_id]
                 results[mine] = _completion_from_vllm(output, token_groups)
+                if control is not None:
+                    control.finished(mine)
 
     @staticmethod
     def _wait_s(control: CallControl | None, next_poll: float, now: float) -> float:

@@ -17,7 +17,7 @@ import json
 import logging
 import sys
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -27,6 +27,7 @@ from juiz.judging.checks import CHECK_REQUEST, Ask, CheckJob, read_check, refere
 from juiz.judging.judgements import finished, judgement_of
 from juiz.judging.metric_results import checks_result, parsed_fields, rounded, sampled_fields
 from juiz.judging.plan import COT_REQUEST, FAST_REQUEST, SEGMENT_COT_REQUEST, ItemPlan, plan_item
+from juiz.judging.progress import Progress
 from juiz.runtime.errors import EngineDeadError, TransientEngineError
 from schemas import BatchOptions, Judgement, Provenance, Segment, Triple
 from schemas.judgement import NEEDS_CONTEXT, CheckResult, MetricResult, MetricStatus, SegmentGrade
@@ -81,24 +82,28 @@ class Judge:
             self.engine.generate([conversation], replace(request, max_tokens=1))
         return time.perf_counter() - started
 
-    def grade(self, triples: Sequence[Triple], options: BatchOptions | None = None) -> list[Judgement]:
+    def grade(
+        self, triples: Sequence[Triple], options: BatchOptions | None = None, progress: Progress | None = None
+    ) -> list[Judgement]:
         options = options or BatchOptions()
-        return self.grade_many([(t, options) for t in triples])
+        return self.grade_many([(t, options) for t in triples], progress=progress)
 
     def grade_many(
         self,
         items: Sequence[tuple[Triple, BatchOptions]],
         control: CallControl | None = None,
         plans: Sequence[ItemPlan | None] | None = None,
+        progress: Progress | None = None,
     ) -> list[Judgement]:
         """Grade items that may carry different options (e.g. chunks of several batches) in as few calls as possible.
 
         Prompts differ per item and metric, so they still share one call; only a different sampling setting (cot,
         the shorter per-segment cot, fast) needs a call of its own. `control.cancelled()` names ITEM indices.
         `plans`: each item's `plan_item`, when the caller made it already; an item without one is planned here,
-        before anything else. Each result is `finished` with its batch's label mapping and calibration.
+        before anything else. Each result is `finished` with its batch's label mapping and calibration. `progress`
+        (one per call, sized to `items`) is kept up to date, conversation by conversation (juiz.judging.progress).
         """
-        graded = self.grade_unfinished(items, control, plans)
+        graded = self.grade_unfinished(items, control, plans, progress)
         return [finished(judgement, options) for judgement, (_, options) in zip(graded, items, strict=True)]
 
     def grade_unfinished(
@@ -106,6 +111,7 @@ class Judge:
         items: Sequence[tuple[Triple, BatchOptions]],
         control: CallControl | None = None,
         plans: Sequence[ItemPlan | None] | None = None,
+        progress: Progress | None = None,
     ) -> list[Judgement]:
         """`grade_many`, its results not yet `finished`: for a caller that finishes them together with results of
         other origins (the worker: cache hits), in one place."""
@@ -114,9 +120,10 @@ class Judge:
             for (triple, options), plan in zip(items, plans or [None] * len(items), strict=True)
         ]
         tasks, jobs, skipped = self._tasks(items, planned)
-        replies = self._run(tasks, control)
+        expected = _plan_progress(progress, len(items), tasks, jobs)
+        replies = self._run(tasks, control, progress)
         by_item: list[dict[str, MetricResult]] = [dict(skipped.get(i, {})) for i in range(len(items))]
-        for (item, metric), result in self._grade_checks(jobs, control).items():
+        for (item, metric), result in self._grade_checks(jobs, control, progress, expected).items():
             by_item[item][metric] = result
         segment_grades: dict[tuple[int, str], list[tuple[_Task, _Reply]]] = {}
         for task, reply in zip(tasks, replies, strict=True):
@@ -167,7 +174,11 @@ class Judge:
         return tasks, jobs, skipped
 
     def _grade_checks(
-        self, planned_jobs: list[tuple[CheckJob, Provenance]], control: CallControl | None
+        self,
+        planned_jobs: list[tuple[CheckJob, Provenance]],
+        control: CallControl | None,
+        progress: Progress | None = None,
+        expected: dict[int, int] | None = None,
     ) -> dict[tuple[int, str], MetricResult]:
         """Check-based metrics in three waves (juiz.judging.checks): the references, each item's first check (so its
         prefix is cached), then every other check; each wave is one engine call."""
@@ -182,6 +193,7 @@ class Judge:
                 for job in with_reference
             ],
             control,
+            progress,
         )
         references = {id(job): reply.completion for job, reply in zip(with_reference, reference_replies, strict=True)}
         planned: list[tuple[CheckJob, list[Ask], list[CheckResult]]] = []
@@ -192,6 +204,11 @@ class Judge:
             else:  # a reference that could not be written fails its checks with the reason (e.g. cancelled)
                 asks, unasked = job.asks(reference_text(reference), reference.error or "no reference answer")
             planned.append((job, asks, unasked))
+        if progress is not None:
+            # The checks asked of a reference are known now: what `_plan_progress` could not count ahead.
+            counted = expected or {}
+            more = [job.item for job, asks, _ in planned for _ in range(len(asks) - counted.get(id(job), 0))]
+            progress.plan(more, close={job.item for job, _, _ in planned})
         # One check per distinct prefix goes first (an item's; a check's own worked examples, shared by every item),
         # so the prefix is cached before the checks sharing it are scheduled; an item whose reference was written under
         # the prompt's own system message has its prefix cached already (one under a system message of its own has not).
@@ -221,6 +238,7 @@ class Judge:
                     for n, k in wave
                 ],
                 control,
+                progress,
             )
             for (n, k), reply in zip(wave, wave_replies, strict=True):
                 read[(n, k)] = read_check(planned[n][1][k], reply.completion)
@@ -234,8 +252,9 @@ class Judge:
             )
         return results
 
-    def _run(self, tasks: list[_Task], control: CallControl | None) -> list[_Reply]:
-        """One engine call per sampling setting; identical conversations in it are generated once."""
+    def _run(self, tasks: list[_Task], control: CallControl | None, progress: Progress | None = None) -> list[_Reply]:
+        """One engine call per sampling setting; identical conversations in it are generated once. `progress` hears
+        of each conversation as the engine finishes it (once per task it serves)."""
         replies: list[_Reply | None] = [None] * len(tasks)
         for request in dict.fromkeys(t.request for t in tasks):
             unique: dict[str, int] = {}  # rendered conversation → position in this call
@@ -258,12 +277,17 @@ class Judge:
             send = [p for p, items in enumerate(owners) if not (items and items <= gone)]
             completions = [aborted(CANCELLED)] * len(conversations)
             started = time.perf_counter()
+            report = _Report(progress, slots, tasks)
+            sending = set(send)
+            report.positions(p for p in range(len(conversations)) if p not in sending)  # not sent: over already
             if send:
-                sent = self._generate_isolating_failures(
-                    [conversations[p] for p in send], request, _engine_control(control, [owners[p] for p in send])
-                )
+                engine_control = _engine_control(control, [owners[p] for p in send])
+                if progress is not None:
+                    engine_control = replace(engine_control or CallControl(), on_finished=report.of_call(send))
+                sent = self._generate_isolating_failures([conversations[p] for p in send], request, engine_control)
                 for p, completion in zip(send, sent, strict=True):
                     completions[p] = completion
+                report.positions(send)  # those the engine did not report: failed with the whole batch, say
             latency = time.perf_counter() - started
             for index, position in slots:
                 replies[index] = _Reply(completions[position], latency)
@@ -336,7 +360,12 @@ def _engine_control(control: CallControl | None, owners: list[set[int]]) -> Call
 
 def _shifted(control: CallControl | None, start: int, stop: int) -> CallControl | None:
     """The control for conversations[start:stop] of a call, re-indexed from 0."""
-    if control is None or control.cancelled is None:
+    if control is None:
+        return control
+    if control.on_finished is not None:
+        told = control.on_finished
+        control = replace(control, on_finished=lambda i: told(i + start))
+    if control.cancelled is None:
         return control
     call_cancelled = control.cancelled
 
@@ -344,6 +373,49 @@ def _shifted(control: CallControl | None, start: int, stop: int) -> CallControl 
         return [i - start for i in call_cancelled() if start <= i < stop]
 
     return replace(control, cancelled=cancelled)
+
+
+class _Report:
+    """One engine call's finished conversations → `Progress`, each position once (a batch split after a rejection
+    sends some again)."""
+
+    def __init__(self, progress: Progress | None, slots: list[tuple[int, int]], tasks: list[_Task]) -> None:
+        self.progress = progress
+        self.items: dict[int, list[int]] = {}  # position → the item of each task it serves
+        for index, position in slots:
+            self.items.setdefault(position, []).append(tasks[index].item)
+        self.reported: set[int] = set()
+
+    def of_call(self, send: list[int]) -> Callable[[int], None]:
+        """`on_finished` for an engine call over the conversations at positions `send`."""
+        return lambda index: self.positions([send[index]])
+
+    def positions(self, positions: Iterable[int]) -> None:
+        if self.progress is None:
+            return
+        fresh = [p for p in positions if p not in self.reported]
+        if fresh:
+            self.reported.update(fresh)
+            self.progress.finish(item for p in fresh for item in self.items.get(p, []))
+
+
+def _plan_progress(
+    progress: Progress | None, n_items: int, tasks: list[_Task], jobs: list[tuple[CheckJob, Provenance]]
+) -> dict[int, int]:
+    """Plan what can be counted before the first engine call: every score conversation, every reference, and every
+    check that needs no reference. Items whose checks wait on a reference stay open. Returns the checks counted per
+    check job (by id), so the rest are added once the references are written."""
+    if progress is None:
+        return {}
+    counted: dict[int, int] = {}
+    planned = [task.item for task in tasks]
+    for job, _ in jobs:
+        known, _unasked = job.asks(None)
+        counted[id(job)] = len(known)
+        planned += [job.item] * (len(known) + int(job.needs_reference))
+    waiting = {job.item for job, _ in jobs}  # their checks are planned in _grade_checks, after the references
+    progress.plan(planned, close=[i for i in range(n_items) if i not in waiting])
+    return counted
 
 
 def _metric_result(task: _Task, reply: _Reply) -> MetricResult:

@@ -120,6 +120,11 @@ class Settings(BaseSettings):
         description="Before claiming a fresh batch, a worker waits until no batch was submitted for this long (at most "
         "gather_s), so batches submitted together are shared between workers as one backlog.",
     )
+    progress_interval_s: float = Field(
+        1.0,
+        gt=0,
+        description="How often a worker writes its engine call's progress (conversations done / planned) to Redis.",
+    )
     grade_timeout_s: float = Field(60.0, gt=0, description="How long POST /v1/grade waits for its result before 202.")
     result_cache: bool = Field(
         True,

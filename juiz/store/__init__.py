@@ -10,6 +10,7 @@
     labels    manual labels set in place, and the batch's labels_version
     cache     the result cache
     metrics   counters and histograms for /metrics
+    progress  conversations planned and done within engine calls, per chunk in flight (fields of the batch's hash)
     orphans   what `juiz admin gc` finds: keys and index entries whose batch is gone, batches over without a TTL
 
 `Store` is the facade the API and the workers hold: it builds the nouns on one connection, and keeps the names its
@@ -37,6 +38,7 @@ from juiz.store.items import Items
 from juiz.store.keys import PREFIX, text
 from juiz.store.labels import Labels
 from juiz.store.metrics import ENGINE_CALL_BUCKETS, ITEM_BUCKETS, RATE_WINDOW_S, Metrics
+from juiz.store.progress import BatchProgress, ChunkProgress, ProgressWrites
 from juiz.store.queues import ChunkJobs, JuizQueue
 from juiz.store.results import Results
 from schemas import BatchOptions, Judgement, Triple
@@ -49,7 +51,9 @@ __all__ = [
     "PREFIX",
     "RATE_WINDOW_S",
     "TERMINAL",
+    "BatchProgress",
     "BatchRecord",
+    "ChunkProgress",
     "ChunkRef",
     "Claim",
     "IdempotencyConflict",
@@ -78,6 +82,7 @@ class Store:
         self.cache = ResultCache(redis, settings.result_cache_ttl_s)
         self.batches = Batches(redis, settings, self.chunks, self.jobs, self.metrics, self.cache)
         self.items = Items(redis)
+        self.progress = ProgressWrites(redis)
         self.results = Results(redis, settings, self.metrics)
         self.labels = Labels(redis)
 
@@ -182,6 +187,12 @@ class Store:
         return self.chunks.pending_count(queue)
 
     # --- results and labels -----------------------------------------------------------------------------------
+
+    def write_progress(self, by_batch: dict[str, dict[int, ChunkProgress]]) -> None:
+        self.progress.write(by_batch)
+
+    def fold_progress(self, by_batch: dict[str, list[int]]) -> None:
+        self.progress.fold(by_batch)
 
     def store_results(self, batch: BatchRecord, results: Sequence[tuple[int, Judgement]]) -> list[int]:
         return self.results.store(batch, results)

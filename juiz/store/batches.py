@@ -9,7 +9,7 @@ import math
 import time
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from redis import Redis
@@ -32,6 +32,7 @@ from juiz.store.keys import (
     text,
 )
 from juiz.store.metrics import Metrics
+from juiz.store.progress import BatchProgress
 from juiz.store.queues import ChunkJobs
 from schemas import BatchCounts, BatchOptions, BatchStatus, Triple
 
@@ -96,6 +97,8 @@ class BatchRecord:
     cancelled_at: float | None = None
     updated_at: float | None = None
     name: str | None = None  # the reader's name for it (the web page's upload: its file name); editable
+    # Conversations planned and done in its engine calls (juiz.store.progress).
+    progress: BatchProgress = field(default_factory=BatchProgress)
 
     @property
     def n_chunks(self) -> int:
@@ -141,6 +144,7 @@ def batch_from_hash(raw: Mapping[Any, Any]) -> BatchRecord | None:
         cancelled_at=stamp("cancelled_at"),
         updated_at=stamp("updated_at"),
         name=data.get("name") or None,
+        progress=BatchProgress.from_fields(data),
     )
 
 

@@ -4,7 +4,7 @@ Keys (all under `juiz:`). The part in braces is the key's hash tag: Redis Cluste
 with the same tag in one slot, so a script or transaction over one batch's keys, or over one queue's, stays on one
 node. Every key of a batch carries `{batch id}`; every key of a queue's scheduling carries `{queue}`.
 
-    batch:{id}            hash    tenant, status, options, total, chunk_size, queue, counts, timestamps, name
+    batch:{id}            hash    tenant, status, options, total, chunk_size, queue, counts, timestamps, name, progress
     batch:{id}:items      list    the items as Triple JSON, in input order (chunk n = a slice of it)
     batch:{id}:stored     hash    item index → 1, set with HSETNX: an item is stored exactly once
     batch:{id}:results    list    "index\\njudgement JSON", in completion order (cursor = offset into it)
@@ -12,7 +12,8 @@ node. Every key of a batch carries `{batch id}`; every key of a queue's scheduli
     batch:{id}:chunkjobs  hash    chunk no → the id of the RQ job queued for it (what a coalescing job takes out)
     batch:{id}:owner      hash    chunk no → the id of the RQ job grading it now (its one owner)
     batch:{id}:abandoned  hash    chunk no → how many workers died grading it (more than MAX_ABANDONED: failed)
-    batch:{id}:events     stream  one entry per results write or cancel: what /v1/grade and followers block on
+    batch:{id}:events     stream  one entry per results write, progress write or cancel: what /v1/grade and followers
+                                  block on
     batch:{id}:agreement:*        the API's cached agreement reports (service.agreement)
     events:{queue}        stream  one entry per batch submitted or chunks given back: what a gathering job blocks on
     last-batch:{queue}    string  when the newest batch of the queue was created (a worker waits for a burst to end)

@@ -17,7 +17,8 @@ from litestar.exceptions import HTTPException, NotFoundException
 from litestar.openapi.spec import OpenAPIMediaType, OpenAPIType, Operation, Reference, RequestBody, Schema
 from litestar.openapi.spec import Parameter as OpenAPIParameter
 from litestar.params import HeaderParameter, JSONBody, Parameter, QueryParameter
-from litestar.response import Stream
+from litestar.response import ServerSentEvent, Stream
+from litestar.response.sse import ServerSentEventMessage
 from redis.asyncio import Redis as AsyncRedis
 
 from juiz.calibration.fitting import CalibrationUnavailable
@@ -33,6 +34,7 @@ from schemas import (
     BatchRename,
     BatchView,
     CalibrationSpec,
+    ProgressEvent,
     ResultsPage,
 )
 from service import progress
@@ -216,6 +218,47 @@ async def _ndjson(state: _Follow, first: list[bytes], terminal: bool) -> AsyncIt
         )
 
 
+EVENTS_KEEPALIVE_S = 15.0  # a comment line when nothing moved for this long: proxies keep the stream open
+
+
+async def _owned_view(redis: AsyncRedis, tenant: str, batch_id: str) -> BatchView:
+    record = batch_from_hash(await redis.hgetall(Store.batch_key(batch_id)))
+    if record is None or record.tenant != tenant:
+        raise NotFoundException(detail=f"no batch {batch_id}", extra={"field": "batch_id"})
+    return batch_view(record)
+
+
+def _moved(view: BatchView) -> tuple[object, ...]:
+    """What an event is sent for: the status, the counts and the conversations (not the ETA, which moves with the
+    clock)."""
+    return (view.status, view.counts, view.items_done, view.conversations_done, view.conversations_planned)
+
+
+async def _progress_events(
+    redis: AsyncRedis, tenant: str, batch_id: str, first: BatchView
+) -> AsyncIterator[ServerSentEventMessage]:
+    """The batch's view now, then again whenever it moved (woken by its events stream: results stored, progress
+    written, a cancel); over after the view of a batch that is over."""
+    view, cursor, quiet_s = first, progress.START, 0.0
+    shown: tuple[object, ...] | None = None
+    while True:
+        if _moved(view) != shown:
+            shown, quiet_s = _moved(view), 0.0
+            yield ServerSentEventMessage(data=ProgressEvent(batch=view).model_dump_json(), event="progress")
+        elif quiet_s >= EVENTS_KEEPALIVE_S:
+            quiet_s = 0.0
+            yield ServerSentEventMessage(comment="keep-alive")
+        if view.status in TERMINAL:
+            return
+        seen = cursor
+        cursor = await progress.wait_for_progress(redis, batch_id, cursor, FOLLOW_WAIT_S)
+        quiet_s += FOLLOW_WAIT_S if cursor == seen else 0.0
+        try:
+            view = await _owned_view(redis, tenant, batch_id)
+        except NotFoundException:
+            return  # purged while followed
+
+
 class BatchController(Controller):
     path = "/v1/batches"
     tags = ["batches"]  # noqa: RUF012 - Litestar reads it as a class attribute
@@ -289,6 +332,22 @@ class BatchController(Controller):
         if record is None or record.tenant != tenant:
             raise NotFoundException(detail=f"no batch {batch_id}", extra={"field": "batch_id"})
         return batch_view(record)
+
+    @get(
+        "/{batch_id:str}/events",
+        operation_id="streamBatchEvents",
+        media_type="text/event-stream",
+        responses=responses(401, 404, 422, 429, 503),
+        summary="Progress events (Server-Sent Events)",
+    )
+    async def stream_events(self, state: State, tenant: NamedDependency[str], batch_id: BatchId) -> ServerSentEvent:
+        """Server-Sent Events, `event: progress`, each one's data a ProgressEvent (`{"batch": <the batch's view>}`):
+        sent at once, then whenever the batch's status, counts or conversations move: conversations done / planned
+        move within an item (the workers write them about once a second while they grade), items_done and counts as
+        results are stored. The stream ends after the event of a batch that is over (done, failed, cancelled)."""
+        redis: AsyncRedis = state.async_redis
+        first = await _owned_view(redis, tenant, batch_id)  # a missing batch is a 404, not a cut stream
+        return ServerSentEvent(_progress_events(redis, tenant, batch_id, first))
 
     @get(
         "/{batch_id:str}/results",

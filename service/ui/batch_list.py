@@ -26,7 +26,7 @@ from service.intake import read_name, read_submission
 from service.labelling import saved_calibration
 from service.ownership import owned_batch
 from service.ui import session
-from service.ui.batch_page import pace
+from service.ui.batch_page import conversations_text, eta_text, pace
 from service.ui.render import batch_base, html, stamp
 from service.ui.session import Posted
 from service.views import batch_view
@@ -184,6 +184,12 @@ class BatchListController(Controller):
             **view.counts.model_dump(),
             "judgements_per_s": view.judgements_per_s,
             "eta_s": view.eta_s,
+            "items_done": view.items_done,
+            "conversations_done": view.conversations_done,
+            "conversations_planned": view.conversations_planned,
+            "planning_complete": view.planning_complete,
+            "conversations": conversations_text(view),
+            "eta": eta_text(view),
         }
 
     @post("/batches/{batch_id:str}/name", status_code=303)

@@ -11,9 +11,10 @@ from litestar.datastructures import State
 from litestar.di import NamedDependency
 from litestar.params import FromPath
 
+from juiz.formats.progress_line import duration
 from juiz.runtime.errors import InputError
 from juiz.store import BatchRecord, Store
-from schemas import AgreementReport
+from schemas import AgreementReport, BatchView
 from service.ownership import owned_batch
 from service.rows import (
     SORT_KEYS,
@@ -47,6 +48,21 @@ def pace(record: BatchRecord, cached: int = 0) -> float | None:
     if end is not None and end - record.started_at < MIN_PACE_S:
         return None
     return view.judgements_per_s
+
+
+def conversations_text(view: BatchView) -> str:
+    """`12/31 conversations (planned so far)`, "" before a worker reported any (or on a batch graded before)."""
+    if not view.conversations_planned:
+        return ""
+    so_far = "" if view.planning_complete else " (planned so far)"
+    return f"{view.conversations_done or 0}/{view.conversations_planned} conversations{so_far}"
+
+
+def eta_text(view: BatchView) -> str:
+    """`ETA ~2m10s` while the batch runs and there is a rate; "" otherwise."""
+    if view.eta_s is None or view.status.value not in ("queued", "running"):
+        return ""
+    return f"ETA ~{duration(view.eta_s)}"
 
 
 class BatchPageController(Controller):
@@ -148,6 +164,8 @@ def _batch_context(
         signed_in=not session.open_api(request),
         record=record,
         pace=pace(record, cached),
+        conversations=conversations_text(batch_view(record)),
+        eta=eta_text(batch_view(record)),
         cached=cached,
         stamp=stamp,
         histograms=histograms,

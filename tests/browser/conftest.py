@@ -36,6 +36,7 @@ CHROMIUM_FLAGS = (
     "--disable-dev-shm-usage",
 )
 FAKE_DELAY_S = "0.4"  # per engine call, so a batch of several calls is seen running before it is done
+FAKE_CONVERSATION_S = "0.05"  # per conversation, so a batch's page sees its conversations move within a call
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -69,6 +70,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             "JUIZ_CHUNK_SIZE": "4",
             "JUIZ_COALESCE_MAX_ITEMS": "4",
             "JUIZ_FAKE_CALL_S": FAKE_DELAY_S,
+            "JUIZ_FAKE_CONVERSATION_S": FAKE_CONVERSATION_S,
             "JUIZ_LOG_LEVEL": "WARNING",
             "PYTHONPATH": str(REPO),
         }

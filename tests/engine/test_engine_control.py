@@ -145,3 +145,16 @@ def test_vllms_engine_dead_error_becomes_juizs() -> None:
     with pytest.raises(EngineDeadError) as raised:
         Judge(Dead()).grade([Triple(id="x", question="Q?", answer="A.")])
     assert isinstance(raised.value.__cause__, VLLMEngineDeadError)
+
+
+def test_each_request_is_reported_finished_once_as_it_finishes(tiny_engine: VLLMEngine) -> None:
+    """Every index is reported once, when it is over: the one cancelled at the first poll at once, while the other
+    two (80 forced tokens) are still in the engine; those two as the steps that finish them return."""
+    heard: list[tuple[int, int]] = []  # (index, requests of the call still in the engine then)
+    control = CallControl(poll_s=0, cancelled=lambda: {2})
+    control.on_finished = lambda index: heard.append((index, tiny_engine.in_flight))
+    results = tiny_engine.generate(conversations("finish", 3), MARKED, control)
+    assert sorted(index for index, _ in heard) == [0, 1, 2]
+    assert heard[0][0] == 2 and heard[0][1] > 0  # the cancelled one first, the other two still running
+    assert [r.error for r in results] == [None, None, "cancelled"]
+    assert tiny_engine.in_flight == 0

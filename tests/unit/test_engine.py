@@ -66,3 +66,28 @@ def test_a_subset_of_a_control_names_its_own_items() -> None:
     assert part.cancelled is not None and sorted(part.cancelled()) == [0, 1]
     results = FakeEngine(lambda c: "Score: 3").generate(conversations(3), REQUEST, part)
     assert [r.error for r in results] == ["cancelled", "cancelled", None]
+
+
+def test_each_conversation_is_reported_finished_once_whatever_its_outcome() -> None:
+    """on_finished hears every index once, as it is done: replies, cancelled ones and those past the deadline."""
+    control = CallControl(cancelled=lambda: {1}, poll_s=0)
+    heard: list[int] = []
+
+    def reply(conversation: Conversation) -> str:
+        # When conversation 2 is generated, 0 and 1 (cancelled) were reported already: progress moves within the call.
+        if conversation[-1]["content"] == "item 2":
+            assert heard == [0, 1]
+            control.deadline = time.monotonic()
+        return "Score: 3"
+
+    control.on_finished = heard.append
+    results = FakeEngine(reply).generate(conversations(4), REQUEST, control)
+    assert heard == [0, 1, 2, 3]
+    assert [r.error is None for r in results] == [True, False, True, False]
+
+
+def test_a_subset_reports_finished_conversations_by_the_whole_calls_index() -> None:
+    heard: list[int] = []
+    part = CallControl(on_finished=heard.append).subset([4, 1, 2])
+    FakeEngine(lambda c: "Score: 3").generate(conversations(3), REQUEST, part)
+    assert heard == [4, 1, 2]

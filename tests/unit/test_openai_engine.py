@@ -350,3 +350,36 @@ def test_a_call_interrupted_from_outside_leaves_no_request_running_for_the_next_
     [completion] = engine.generate([conv("next")], COT_REQUEST)
     assert completion.error is None and completion.text == REPLY
     engine.close()
+
+
+def test_each_request_is_reported_finished_as_it_returns() -> None:
+    """The slow request is held until the fast one has been reported: on_finished hears each as it returns, within
+    the call, and the aborted one too."""
+    heard: list[int] = []
+    fast_heard = threading.Event()
+
+    async def reply_async(request: httpx.Request) -> httpx.Response:
+        import anyio
+
+        if request.url.path.endswith("/models"):
+            return httpx.Response(200, json={"data": [{"id": "judge", "owned_by": "vllm"}]})
+        content = json.loads(request.content)["messages"][-1]["content"]
+        if content == "slow":
+            while not fast_heard.is_set():
+                await anyio.sleep(0.01)
+        if content == "hang":
+            while True:
+                await anyio.sleep(0.01)
+        return httpx.Response(200, json=chat_response(REPLY))
+
+    def on_finished(index: int) -> None:
+        heard.append(index)
+        if index == 1:
+            fast_heard.set()
+
+    engine = OpenAIEngine("http://h/v1", "judge", transport=httpx.MockTransport(reply_async))
+    control = CallControl(cancelled=lambda: {2} if fast_heard.is_set() else set(), poll_s=0.01)
+    control.on_finished = on_finished
+    slow, fast, hung = engine.generate([conv("slow"), conv("fast"), conv("hang")], COT_REQUEST, control)
+    assert heard[0] == 1 and sorted(heard) == [0, 1, 2]
+    assert slow.text == fast.text == REPLY and hung.finish_reason == "abort"

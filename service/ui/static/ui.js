@@ -19,6 +19,12 @@
     set("parse_error", String(data.parse_error));
     set("failed", String(data.failed));
     set("rate", data.judgements_per_s === null ? "–" : data.judgements_per_s.toFixed(2));
+    // Conversations done / planned move within an item (a check-based one is ~14): the page moves before the first
+    // item is done.
+    if (data.conversations !== undefined) {
+      set("conversations", data.conversations);
+      set("eta", data.eta);
+    }
     element.querySelectorAll('[data-field="status"]').forEach((node) => {
       node.className = "status s-" + data.status;
     });

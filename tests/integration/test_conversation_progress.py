@@ -1,0 +1,125 @@
+"""Progress within an engine call: a real RQ worker on the FAKE engine writes each chunk's conversations done /
+planned while it grades, and the API shows them (the batch's view, its Server-Sent Events) before the first item is
+done. Real Redis; the engine holds its call on an event, never on a sleep."""
+
+from __future__ import annotations
+
+import json
+import threading
+from typing import Any
+
+from litestar import Litestar
+from litestar.testing import TestClient
+from redis import Redis
+
+from bench.fake_worker import fake_reply
+from juiz.engines.base import Conversation
+from juiz.engines.fake import FakeEngine
+from juiz.runtime.settings import Settings
+from juiz.store import ChunkProgress, Store
+from schemas import BatchOptions, Triple
+from service.progress import START
+from tests.integration.helpers import make_settings, triples
+
+HELD_AFTER = 5  # conversations the engine finishes before it waits for the test
+
+
+def events_of(body: str) -> list[dict[str, Any]]:
+    """The data of each `event: progress` in a Server-Sent Events body."""
+    out = []
+    for block in body.replace("\r\n", "\n").split("\n\n"):
+        lines = block.splitlines()
+        if "event: progress" in lines:
+            out.append(json.loads("".join(line.removeprefix("data: ") for line in lines if line.startswith("data: "))))
+    return out
+
+
+def test_the_api_shows_conversations_moving_before_the_first_item_is_done(
+    client: TestClient[Litestar], redis: Redis, redis_url: str, run_worker: Any
+) -> None:
+    settings = make_settings(redis_url, progress_interval_s=0.05)
+    created = client.post("/v1/batches", json={"items": triples(2)}).json()  # the default, check-based prompts
+    batch_id = created["id"]
+    release = threading.Event()
+    finished = 0
+    seen: list[dict[str, Any]] = []
+
+    def reply(conversation: Conversation) -> str:
+        nonlocal finished
+        finished += 1
+        if finished == HELD_AFTER + 1:
+            assert release.wait(60), "the API never showed the call's progress"
+        return fake_reply(conversation)
+
+    def watch() -> None:
+        """Block on the batch's events stream; at each event read the API's view, until the held call shows."""
+        cursor = START
+        try:
+            while not release.is_set():
+                reply_: Any = redis.xread({Store.batch_key(batch_id, "events"): cursor}, block=60_000)
+                if not reply_:
+                    return
+                cursor = reply_[0][1][-1][0]
+                view = client.get(f"/v1/batches/{batch_id}").json()
+                seen.append(view)
+                if view["conversations_done"] == HELD_AFTER:
+                    return
+        finally:
+            release.set()
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    assert run_worker(settings, worker_engine=FakeEngine(reply))
+    watcher.join()
+    held = seen[-1]
+    assert held["conversations_done"] == HELD_AFTER
+    assert held["conversations_planned"] > HELD_AFTER
+    assert (held["items_done"], held["counts"]["done"]) == (0, 0)  # no item done yet: the conversations moved
+    assert held["status"] == "running" and held["eta_s"] is not None
+    final = client.get(f"/v1/batches/{batch_id}").json()
+    assert final["status"] == "done" and final["items_done"] == 2 and final["planning_complete"]
+    assert final["conversations_done"] == final["conversations_planned"] == finished
+    # The batch is over: its event stream sends its view once and ends.
+    (event,) = events_of(client.get(f"/v1/batches/{batch_id}/events").text)
+    assert event["batch"]["conversations_done"] == finished and event["batch"]["status"] == "done"
+
+
+def test_progress_fields_sum_the_chunks_in_flight_and_those_stored(
+    client: TestClient[Litestar], redis: Redis, settings: Settings
+) -> None:
+    store = Store(redis, settings)
+    items = [Triple.model_validate(t) for t in triples(10)]  # chunks of 4: three chunks
+    batch, _ = store.create_batch("public", BatchOptions(), items)
+    store.mark_running(batch.id)
+    store.write_progress({batch.id: {0: ChunkProgress(56, 56, 4, 4, False), 1: ChunkProgress(30, 7, 1, 4, True)}})
+    store.fold_progress({batch.id: [0]})
+    store.fold_progress({batch.id: [0]})  # a fold retried after a lost reply adds nothing twice
+    view = client.get(f"/v1/batches/{batch.id}").json()
+    assert (view["conversations_done"], view["conversations_planned"], view["planning_complete"]) == (63, 86, False)
+    assert view["items_done"] == 1  # chunk 0's four are stored (counts.done) in a real run; here only folded
+    fields = {k.decode() for k in redis.hkeys(Store.batch_key(batch.id))}
+    assert "p:1" in fields and "p:0" not in fields  # one field per chunk in flight, not per chunk of the batch
+    store.cancel_batch(batch)
+    store.write_progress({batch.id: {1: ChunkProgress(30, 9, 1, 4, True)}})  # refused: the batch is over
+    (event,) = events_of(client.get(f"/v1/batches/{batch.id}/events").text)
+    assert event["batch"]["conversations_done"] == 63 and event["batch"]["status"] == "cancelled"
+    store.purge_batch(store.get_batch(batch.id) or batch)
+    store.write_progress({batch.id: {1: ChunkProgress(30, 9, 1, 4, True)}})  # no stray hash for a purged batch
+    assert not redis.exists(Store.batch_key(batch.id))
+
+
+def test_the_batch_page_shows_conversations_done_and_planned(make_client: Any, redis: Redis, redis_url: str) -> None:
+    from tests.integration.test_ui import KEYS, sign_in, submit
+
+    settings = make_settings(redis_url, api_keys=",".join(f"{t}:{k}" for t, k in KEYS.items()))
+    client = make_client(settings)
+    batch_id = submit(client, KEYS["alice"], triples(3))
+    store = Store(redis, settings)
+    store.mark_running(batch_id)
+    store.write_progress({batch_id: {0: ChunkProgress(31, 12, 0, 3, True)}})
+    sign_in(client, "alice")
+    polled = client.get(f"/ui/batches/{batch_id}/progress").json()
+    assert polled["conversations"] == "12/31 conversations (planned so far)"
+    assert polled["eta"].startswith("ETA ~") and polled["items_done"] == 0
+    page = client.get(f"/ui/batches/{batch_id}").text
+    assert '<span data-field="conversations">12/31 conversations (planned so far)</span>' in page

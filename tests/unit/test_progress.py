@@ -1,0 +1,92 @@
+"""The judge's progress (juiz.judging.progress) on the FAKE engine: conversations planned wave by wave, done one by
+one as the engine finishes them, items done only when all of theirs are."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Sequence
+
+from juiz.engines.base import CallControl, Completion, Conversation, GenerationRequest
+from juiz.engines.fake import FakeEngine
+from juiz.judging.judge import Judge
+from juiz.judging.progress import Progress, ProgressSnapshot
+from schemas import BatchOptions, Triple
+from tests.unit.test_judge import COT, RejectsLongAnswers, reply_by_answer, triples
+
+
+class WaveRecorder(FakeEngine):
+    """The FAKE engine, noting the progress at the start of each call (each wave) and after each conversation."""
+
+    def __init__(self, progress: Progress) -> None:
+        super().__init__(reply_by_answer)
+        self.progress = progress
+        self.at_call: list[ProgressSnapshot] = []
+
+    def generate(
+        self, conversations: Sequence[Conversation], request: GenerationRequest, control: CallControl | None = None
+    ) -> list[Completion]:
+        self.at_call.append(self.progress.snapshot())
+        return super().generate(conversations, request, control)
+
+
+def graded_with_progress(options: BatchOptions, items: list[Triple]) -> tuple[WaveRecorder, list[ProgressSnapshot]]:
+    seen: list[ProgressSnapshot] = []
+    progress = Progress(len(items), on_change=lambda p: seen.append(p.snapshot()))
+    engine = WaveRecorder(progress)
+    Judge(engine).grade(items, options, progress=progress)
+    return engine, seen
+
+
+def test_check_based_items_plan_their_reference_checks_once_the_references_are_written() -> None:
+    """checks-8 (the default): wave 1 writes each item's reference; the checks asked of its points are planned only
+    then, so `planned` grows and says it is planned so far until it is complete."""
+    items = triples()[:2]
+    engine, seen = graded_with_progress(BatchOptions(), items)
+    references, *check_waves = engine.at_call
+    assert engine.calls[0] == len(items)  # the references
+    assert references.conversations_done == 0 and not references.planning_complete
+    # Known before any reply: the references and every check that needs none.
+    assert references.conversations_planned > len(items)
+    first_checks = check_waves[0]
+    assert first_checks.conversations_done == len(items)  # the references, and nothing else yet
+    assert first_checks.planning_complete
+    assert first_checks.conversations_planned > references.conversations_planned  # the points' checks, added
+    final = seen[-1]
+    assert final.conversations_planned == final.conversations_done == sum(engine.calls)
+    assert (final.items_done, final.items) == (2, 2)
+
+
+def test_done_moves_one_conversation_at_a_time_long_before_the_first_item_is_done() -> None:
+    items = triples()[:2]
+    _, seen = graded_with_progress(BatchOptions(), items)
+    done = [s.conversations_done for s in seen]
+    assert all(b - a in (0, 1) for a, b in itertools.pairwise(done))  # one by one, never backwards
+    assert all(s.conversations_done <= s.conversations_planned for s in seen)
+    first_item_done = next(n for n, s in enumerate(seen) if s.items_done)
+    assert seen[first_item_done - 1].conversations_done >= 10  # ~14 conversations an item: many moves before one
+    assert {s.items_done for s in seen[:first_item_done]} == {0}
+
+
+def test_score_prompts_are_planned_whole_before_the_first_call() -> None:
+    engine, seen = graded_with_progress(COT, triples())
+    (at_call,) = engine.at_call
+    assert (at_call.conversations_planned, at_call.conversations_done, at_call.planning_complete) == (3, 0, True)
+    assert [s.items_done for s in seen[1:]] == [1, 2, 3]
+
+
+def test_a_batch_split_after_a_rejection_counts_each_conversation_once() -> None:
+    items = [Triple(id=str(i), question="Q?", answer="LONG" if i == 5 else f"fine {i}") for i in range(8)]
+    progress = Progress(len(items))
+    Judge(RejectsLongAnswers()).grade(items, COT, progress=progress)
+    final = progress.snapshot()
+    assert (final.conversations_planned, final.conversations_done, final.items_done) == (8, 8, 8)
+
+
+def test_a_snapshot_of_some_items_counts_theirs_only() -> None:
+    progress = Progress(3)
+    progress.plan([0, 0, 1, 2], close=[0, 1])
+    progress.finish([0, 0, 2])
+    assert progress.snapshot([0, 2]) == ProgressSnapshot(
+        items=2, items_done=1, conversations_planned=3, conversations_done=3, planning_complete=False
+    )
+    assert progress.snapshot([0, 2]).line() == "3/3 conversations (planned so far), 1/2 items"
