@@ -39,8 +39,9 @@ MAX_POINTS = 4
 # passage beside a sentence (juiz.judging.passages), a reference's points. Every check-based result records it in its
 # sampling,
 # so the result cache never serves a grade asked the old way as one asked the new way: bump it when any of them
-# changes what a check sees. 2: legal citations ("art. 49") no longer end a sentence.
-ASKING_VERSION = 2
+# changes what a check sees. 2: legal citations ("art. 49") no longer end a sentence. 3: a sentence too short to be
+# asked on its own joins its neighbour instead of being dropped (a two-word answer is one sentence).
+ASKING_VERSION = 3
 
 
 @dataclass(frozen=True)
@@ -63,7 +64,8 @@ class CheckJob:
     metric: str
     template: prompts.PromptTemplate
     fields: dict[str, str]
-    sentences: list[str] = field(default_factory=list)
+    # The answer's sentences by the shortest sentence asked on its own (a check's `min_words`).
+    sentences: dict[int, list[str]] = field(default_factory=dict)
     # The context's segments, for checks that show a sentence beside the segments it is about (`passages`).
     segments: list[str] = field(default_factory=list)
 
@@ -76,8 +78,8 @@ class CheckJob:
         fields: dict[str, str],
         segments: list[str] | None = None,
     ) -> CheckJob:
-        per_sentence = [c.min_words or MIN_WORDS for c in template.checks if c.ask == "per_sentence"]
-        sentences = split_sentences(fields["answer"], min(per_sentence)) if per_sentence else []
+        shortest = {c.min_words or MIN_WORDS for c in template.checks if c.ask == "per_sentence"}
+        sentences = {n: split_sentences(fields["answer"], n) for n in sorted(shortest)}
         return cls(item, metric, template, fields, sentences, list(segments or []))
 
     @property
@@ -110,9 +112,8 @@ class CheckJob:
         return (self.template.id, check.name, check.system, check.examples)
 
     def _sentences_for(self, check: prompts.CheckSpec) -> list[str]:
-        """The plan's sentences, less those shorter than this check asks about (the plan keeps the shortest)."""
-        shortest = check.min_words or MIN_WORDS
-        return [s for s in self.sentences if len(s.split()) >= shortest]
+        """The answer's sentences as this check asks them (shorter ones than it asks about joined to a neighbour)."""
+        return self.sentences.get(check.min_words or MIN_WORDS, [])
 
     def asks(
         self, reference: str | None, no_reference: str = "no reference answer"

@@ -656,3 +656,14 @@ def test_checks_8_end_to_end_sinks_the_sentence_for_the_grader_and_keeps_the_pla
     baseline = [c for c in metric.checks or [] if c.name == "point_to_grader"]
     assert [(c.target, c.p_yes) for c in baseline] == [("Paris is the capital of France.", pytest.approx(0.1))]
     assert "vetoed: sentence_to_grader 0.80 beyond point_to_grader > 0.12" in (metric.raw_output or "")
+
+
+def test_a_two_word_answer_gets_a_groundedness_grade() -> None:
+    """The default groundedness prompt asks per sentence: a terse answer is one sentence, not a parse error."""
+    options = BatchOptions.model_validate({"metrics": ["answer_relevance", "groundedness"]})
+    terse = Triple(id="terse", question="How long is the leave?", answer="16 weeks.", context="The leave is 16 weeks.")
+    [result] = Judge(FakeEngine(lambda _: "Yes")).grade([terse], options)
+    grounded = result.metrics["groundedness"]  # type: ignore[index]
+    assert grounded.status is MetricStatus.OK and grounded.score == 3
+    assert {c.target for c in grounded.checks or [] if c.name == "sentence_in_passage"} == {"16 weeks."}
+    assert result.provenance.sampling["asking"] == 3
