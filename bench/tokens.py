@@ -153,7 +153,7 @@ def references(split: str) -> dict[str, str]:
     return out
 
 
-def record(split: str, cell: str, info_checks: bool | None) -> list[dict[str, Any]]:
+def record(split: str, cell: str) -> list[dict[str, Any]]:
     """Grade the split with the FAKE engine; every conversation sent, in order, with its wave and what it is."""
     from bench.labelled import CELLS, labelled_set
     from juiz.engines.base import CallControl, Completion, Conversation, GenerationRequest
@@ -186,8 +186,6 @@ def record(split: str, cell: str, info_checks: bool | None) -> list[dict[str, An
             return super().generate(conversations, request, control)
 
     options = CELLS[cell].options()
-    if info_checks is not None:
-        options = options.model_copy(update={"info_checks": info_checks})
     Judge(Recording(reply)).grade(triples, options)
     owners = _owners(triples, options, reference_of)
     sent = []
@@ -272,7 +270,7 @@ def _recorded_at(ref: str, split: str, cell: str) -> list[dict[str, Any]]:
         code = (
             "import json, pathlib, sys; sys.path.insert(0, sys.argv[1]); import tokens_recorder as r; "
             "r.REPO = pathlib.Path(sys.argv[2]); "
-            "json.dump(r.record(sys.argv[3], sys.argv[4], None), open(sys.argv[5], 'w'))"
+            "json.dump(r.record(sys.argv[3], sys.argv[4]), open(sys.argv[5], 'w'))"
         )
         env = dict(os.environ, PYTHONPATH=str(tree))
         subprocess.run(
@@ -288,9 +286,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--before", metavar="REF", help="also measure the judge at this git commit, as `before`")
     parser.add_argument("--model", type=Path, default=MODEL, help="the judge's model folder (its tokenizer)")
     parser.add_argument("--out", type=Path, default=None, help="results file (default bench/results/tokens-...)")
-    parser.add_argument(
-        "--with-info-checks", action="store_true", help="ask the info-only checks too (as before), for comparison"
-    )
     args = parser.parse_args(argv)
     from bench.labelled import labelled_set
 
@@ -298,7 +293,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sides: dict[str, list[dict[str, Any]]] = {}
     if args.before:
         sides[f"before ({args.before})"] = _recorded_at(args.before, args.split, args.cell)
-    sides["after"] = record(args.split, args.cell, True if args.with_info_checks else None)
+    sides["after"] = record(args.split, args.cell)
     report: dict[str, Any] = {
         "benchmark": "tokens",
         "split": args.split,

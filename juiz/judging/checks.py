@@ -9,9 +9,10 @@ writes itself from the context (one greedy reply per distinct question and conte
 
 Every check of an item starts with the same system message and item text, so with the engine's prefix cache an
 item's K checks cost about one prefill. That only holds if the item's prefix is cached before its checks are
-scheduled: requests scheduled in the same step all compute it. So the judge sends work in waves (`Judge`): the
-references (which share the item's prefix up to the context when written under the prompt's own system message), then
-each item's first check, then the rest.
+scheduled: requests scheduled in the same step all compute it. So the judge sends the references first (which share
+the item's prefix up to the context when written under the prompt's own system message), then every check in one call,
+each item's first check at its head and the rest after (`Judge`). Info checks the rule never reads are asked only when
+a calibration reads them (`rule_reads`).
 `juiz.judging.check_rule` turns the results into a grade.
 """
 
@@ -44,6 +45,19 @@ MAX_POINTS = 4
 ASKING_VERSION = 3
 
 
+def rule_reads(template: prompts.PromptTemplate) -> set[str]:
+    """The checks the rule reads: every check but the info ones, and an info check another check reads through it (a
+    baseline, a point's weight). The others are asked only when something else reads them (a calibration)."""
+    read = {c.name for c in template.checks if c.role != "info"}
+    return read | {n for c in template.checks for n in (c.baseline, c.weighted_by) if n is not None}
+
+
+def info_only(template: prompts.PromptTemplate) -> list[str]:
+    """The info checks the rule never reads (`rule_reads`), in the prompt's order."""
+    read = rule_reads(template)
+    return [c.name for c in template.checks if c.name not in read]
+
+
 @dataclass(frozen=True)
 class Ask:
     """One check's conversation for one item (and one sentence, for per-sentence checks)."""
@@ -68,6 +82,9 @@ class CheckJob:
     sentences: dict[int, list[str]] = field(default_factory=dict)
     # The context's segments, for checks that show a sentence beside the segments it is about (`passages`).
     segments: list[str] = field(default_factory=list)
+    # Whether the info checks the rule never reads are asked (a calibration reading them needs them); each costs a
+    # conversation.
+    info_checks: bool = True
 
     @classmethod
     def plan(
@@ -77,10 +94,19 @@ class CheckJob:
         template: prompts.PromptTemplate,
         fields: dict[str, str],
         segments: list[str] | None = None,
+        info_checks: bool = True,
     ) -> CheckJob:
         shortest = {c.min_words or MIN_WORDS for c in template.checks if c.ask == "per_sentence"}
         sentences = {n: split_sentences(fields["answer"], n) for n in sorted(shortest)}
-        return cls(item, metric, template, fields, sentences, list(segments or []))
+        return cls(item, metric, template, fields, sentences, list(segments or []), info_checks)
+
+    @property
+    def checks(self) -> list[prompts.CheckSpec]:
+        """The checks this job asks: the prompt's, less the info checks the rule never reads unless they are wanted."""
+        if self.info_checks:
+            return list(self.template.checks)
+        read = rule_reads(self.template)
+        return [c for c in self.template.checks if c.name in read]
 
     @property
     def prefix_key(self) -> tuple[object, ...]:
@@ -90,7 +116,7 @@ class CheckJob:
 
     @property
     def needs_reference(self) -> bool:
-        return any(c.ask in ("with_reference", "per_point") for c in self.template.checks)
+        return any(c.ask in ("with_reference", "per_point") for c in self.checks)
 
     @property
     def reference_request(self) -> GenerationRequest:
@@ -122,7 +148,7 @@ class CheckJob:
         e.g. the reference's request was cancelled) as failed results."""
         asks: list[Ask] = []
         unasked: list[CheckResult] = []
-        for check in self.template.checks:
+        for check in self.checks:
             key = self._prefix_key(check)
             if check.ask == "per_sentence":
                 for sentence in self._sentences_for(check):
