@@ -11,13 +11,14 @@ with any conversation sent before it —
 - `wave`: earlier in the same engine call (a cache that keeps nothing between the judge's calls);
 - `run`: earlier in the whole grading, any call (a cache large enough to keep everything the grading computed).
 vLLM's automatic prefix caching and llama.cpp's slot cache serve between the two: vLLM keeps blocks until they are
-evicted (its CPU KV cache holds ~150k tokens of this model at 4 GiB), and caches whole 16-token blocks only
-(`*_block16`); requests scheduled in the same step compute a shared prefix each, which neither model counts.
+evicted (its CPU KV cache holds ~150k tokens of this model at 4 GiB), and caches whole 32-token blocks only on a CPU
+(`*_block32`); requests scheduled in the same step compute a shared prefix each, which neither model counts.
 Computed tokens = prompt tokens − cached tokens. Decode tokens: the references' replies (tokens of the reference the
 real judge wrote, capped at the prompt's max) and one token per check.
 
-`--before REF` measures the judge as it was at a git commit instead (its code from a temporary worktree), so one run
-writes both sides with the same items, references and tokenizer.
+`--before REF` (repeatable) also measures the judge as it was at a git commit (its code exported to a temporary
+folder), so one run writes every side with the same items, references and tokenizer, and which conversations each
+side sends that the other doesn't (a conversation both send has the same text, so the same reply on the same engine).
 """
 
 from __future__ import annotations
@@ -37,7 +38,8 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-BLOCK = 16  # vLLM's KV block: it caches whole blocks only
+# vLLM caches whole KV blocks only: juiz's CPU block size (juiz.engines.vllm_engine.CPU_BLOCK_SIZE).
+BLOCK = 32
 MODEL = Path.home() / ".cache" / "juiz" / "models" / "qwen2.5-coder-1.5b-instruct"
 
 
@@ -110,7 +112,7 @@ def summarise(sent: Sequence[Sent], items: int) -> dict[str, Any]:
             block = sum(r.__getattribute__(f"cached_{model}") // BLOCK * BLOCK for r in rows)
             out[f"computed_tokens_per_item_{model}"] = round((prompt - cached) / items, 1)
             out[f"cache_hit_rate_{model}"] = round(cached / prompt, 4) if prompt else None
-            out[f"computed_tokens_per_item_{model}_block16"] = round((prompt - block) / items, 1)
+            out[f"computed_tokens_per_item_{model}_block{BLOCK}"] = round((prompt - block) / items, 1)
         return out
 
     def grouped(key: str) -> dict[str, Any]:
@@ -132,7 +134,7 @@ def summarise(sent: Sequence[Sent], items: int) -> dict[str, Any]:
                 "wave": w,
                 "conversations": len(rows),
                 "kinds": sorted({r.kind for r in rows}),
-                **{k: v for k, v in figures(rows).items() if "block16" not in k},
+                **{k: v for k, v in figures(rows).items() if "block" not in k},
                 "longest_decode": max(r.decode for r in rows),
             }
             for w, rows in sorted(waves.items())
@@ -140,9 +142,14 @@ def summarise(sent: Sequence[Sent], items: int) -> dict[str, Any]:
     }
 
 
+# Gradings of a split whose answer-relevance prompt is checks-8 (checks-9 grades it too, with groundedness checks-5).
+REFERENCE_RUNS = ("checks-8", "checks-9")
+
+
 def references(split: str) -> dict[str, str]:
-    """Item id → the reference answer the real judge wrote for it (the checks-8 grading of the split)."""
-    path = REPO / "bench" / "results" / "judgements" / f"{split}_checks-8.jsonl.gz"
+    """Item id → the reference answer the real judge wrote for it (a checks-8 answer-relevance grading of the split)."""
+    folder = REPO / "bench" / "results" / "judgements"
+    path = next(p for run in REFERENCE_RUNS if (p := folder / f"{split}_{run}.jsonl.gz").exists())
     out = {}
     with gzip.open(path, "rt", encoding="utf-8") as lines:
         for line in lines:
@@ -279,11 +286,37 @@ def _recorded_at(ref: str, split: str, cell: str) -> list[dict[str, Any]]:
         return list(json.loads(out.read_text(encoding="utf-8")))
 
 
+def changed(before: Sequence[dict[str, Any]], after: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Which conversations one side sends and the other doesn't, by check, and the items they are asked for: a
+    conversation sent by both has the same text, so its reply (and every grade made only of such replies) is the
+    same on the same engine."""
+
+    def keyed(side: Sequence[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+        return {json.dumps(s["conversation"], ensure_ascii=False): s for s in side}
+
+    old, new = keyed(before), keyed(after)
+
+    def counted(keys: set[str], side: dict[str, dict[str, Any]]) -> dict[str, Any]:
+        by_check: dict[str, int] = defaultdict(int)
+        for k in keys:
+            by_check[f"{side[k]['metric']}.{side[k]['check']}"] += 1
+        items = sorted({side[k]["item"] for k in keys})
+        return {"conversations": len(keys), "by_check": dict(sorted(by_check.items())), "items": items}
+
+    return {
+        "only_before": counted(old.keys() - new.keys(), old),
+        "only_after": counted(new.keys() - old.keys(), new),
+        "both": len(old.keys() & new.keys()),
+    }
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.tokens", description=__doc__.split("\n\n")[0])
     parser.add_argument("--split", default="dev")
     parser.add_argument("--cell", default="checks-8", help="a bench.labelled cell (default: the default judge)")
-    parser.add_argument("--before", metavar="REF", help="also measure the judge at this git commit, as `before`")
+    parser.add_argument(
+        "--before", metavar="REF", action="append", default=[], help="also measure the judge at this git commit"
+    )
     parser.add_argument("--model", type=Path, default=MODEL, help="the judge's model folder (its tokenizer)")
     parser.add_argument("--out", type=Path, default=None, help="results file (default bench/results/tokens-...)")
     args = parser.parse_args(argv)
@@ -291,8 +324,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     items = len(labelled_set(args.split, None))
     sides: dict[str, list[dict[str, Any]]] = {}
-    if args.before:
-        sides[f"before ({args.before})"] = _recorded_at(args.before, args.split, args.cell)
+    for ref in args.before:
+        sides[f"before ({ref})"] = _recorded_at(ref, args.split, args.cell)
     sides["after"] = record(args.split, args.cell)
     report: dict[str, Any] = {
         "benchmark": "tokens",
@@ -312,6 +345,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"tokens/item, computed {total['computed_tokens_per_item_wave']} (per-wave cache) / "
             f"{total['computed_tokens_per_item_run']} (whole-run cache), decode {total['decode_tokens_per_item']}, "
             f"{len(report[name]['waves'])} waves"
+        )
+    report["conversations_changed"] = {}
+    for ref in args.before:
+        diff = report["conversations_changed"][f"{ref} → after"] = changed(sides[f"before ({ref})"], sides["after"])
+        print(
+            f"{ref} → after: {diff['both']} conversations sent by both, same text; only before: "
+            f"{diff['only_before']['by_check']}; only after: {diff['only_after']['by_check']} "
+            f"({len(diff['only_after']['items'])} items)"
         )
     out = args.out or REPO / "bench" / "results" / f"tokens-{args.split}-{args.cell}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
