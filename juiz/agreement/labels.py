@@ -190,6 +190,19 @@ def _verdict_index(judgement: Judgement, rule: LabelMapping) -> int | None:
     return 0
 
 
+def verdict_score(judgement: Judgement, rule: LabelMapping) -> int | None:
+    """The verdict's 0–3 score (`rule` from `label_rule`): the lowest of its metrics' scores, kept within the verdict
+    class's scores, so the score and the label always name the same class; None when the rule can't be read."""
+    index = _verdict_index(judgement, rule)
+    if index is None:
+        return None
+    assert rule.verdict is not None
+    named = {m for level in rule.verdict for m in level.when}
+    lowest = min((r.score or 0) if (r := metric_of(judgement, m)) is not None else 0 for m in named)
+    scores = rule.classes[index].scores
+    return min(max(lowest, min(scores)), max(scores))
+
+
 def class_index(judgement: Judgement, mapping: LabelMapping) -> int | None:
     """The automated class of one result under the mapping: from its verdict rule (`label_rule`), else from one
     metric's grade."""

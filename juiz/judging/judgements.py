@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from juiz.agreement.labels import class_index, label_for, label_rule, label_source
+from juiz.agreement.labels import class_index, label_for, label_rule, label_source, verdict_score
 from juiz.calibration.grades import apply_calibration
 from juiz.judging.uncertainty import mark
 from schemas import BatchOptions, Judgement, JudgementStatus, Provenance, Triple
@@ -54,8 +54,7 @@ def _grade_of(main: MetricResult) -> dict[str, Any]:
 def verdict_grade(judgement: Judgement, rule: LabelMapping) -> dict[str, Any]:
     """The top-level grade fields as the verdict rule gives them (`label_rule`).
 
-    The score is the lowest of the rule's metrics' scores, kept within the verdict class's scores (so the score and
-    the label always name the same class); the expected score is the lowest of theirs (an answer is as good as its
+    The score is `verdict_score`; the expected score is the lowest of the rule's metrics' (an answer is as good as its
     weakest side). A metric of the rule without an ok grade makes the item's status its status: never a verdict made
     up from a missing grade."""
     assert rule.verdict is not None and judgement.metrics is not None
@@ -77,10 +76,8 @@ def verdict_grade(judgement: Judgement, rule: LabelMapping) -> dict[str, Any]:
             "supporting_evidence": None,
             "error": "; ".join(f"{m}: {r.error or r.status.value}" for m, r in not_ok),
         }
-    index = class_index(judgement, rule)
-    assert index is not None  # every metric of the rule is graded
-    scores = rule.classes[index].scores
-    score = min(max(min(r.score or 0 for r in results.values()), min(scores)), max(scores))
+    index, score = class_index(judgement, rule), verdict_score(judgement, rule)
+    assert index is not None and score is not None  # every metric of the rule is graded
     expected = [r.expected_score for r in results.values()]
     grades = ", ".join(f"{m} {r.score}" for m, r in results.items())
     return {

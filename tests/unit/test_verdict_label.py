@@ -119,3 +119,12 @@ def test_label_source_of_results_without_metrics_is_answer_relevance() -> None:
     alone = graded(options(["answer_relevance"]))["right"]
     legacy = alone.model_copy(update={"metrics": None})
     assert label_source(legacy, LabelMapping()) == "answer_relevance"
+
+
+def test_agreement_reads_the_verdict_of_results_written_before_it_was_the_label() -> None:
+    opts = options(["answer_relevance", "groundedness"])
+    unsupported = graded(opts)["unsupported"]
+    # As written before: answer relevance's grade on top, its label C.
+    old = unsupported.model_copy(update={"score": 3, "automated_label": "C", "label_source": None})
+    report = compute_agreement([old], opts.label_mapping, resamples=0)
+    assert report.n == 1 and report.confusion_matrix[0][0] == 1  # manual I, judge I (the verdict)
