@@ -9,8 +9,10 @@ many as in a real grading. Every conversation is tokenised with the judge's own 
 What a prefix cache serves is modelled, not measured: a conversation's cached tokens are its longest common prefix
 with any conversation sent before it —
 - `wave`: earlier in the same engine call (a cache that keeps nothing between the judge's calls);
-- `run`: earlier in the whole grading, any call (a cache large enough to keep everything the grading computed).
-vLLM's automatic prefix caching and llama.cpp's slot cache serve between the two: vLLM keeps blocks until they are
+- `run`: earlier in the whole grading, any call (a cache large enough to keep everything the grading computed);
+- `slots`: the last prompt of one of SLOTS slots, the one sharing the longest prefix (else the least recently used),
+  as llama.cpp's server keeps one prompt's cache per slot and picks the most similar slot.
+vLLM's automatic prefix caching serves between the first two: vLLM keeps blocks until they are
 evicted (its CPU KV cache holds ~150k tokens of this model at 4 GiB), and caches whole 32-token blocks only on a CPU
 (`*_block32`); requests scheduled in the same step compute a shared prefix each, which neither model counts.
 Computed tokens = prompt tokens − cached tokens. Decode tokens: the references' replies (tokens of the reference the
@@ -40,6 +42,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 # vLLM caches whole KV blocks only: juiz's CPU block size (juiz.engines.vllm_engine.CPU_BLOCK_SIZE).
 BLOCK = 32
+SLOTS = 2  # llama.cpp's parallel slots on this 2-core machine
 MODEL = Path.home() / ".cache" / "juiz" / "models" / "qwen2.5-coder-1.5b-instruct"
 
 
@@ -56,6 +59,7 @@ class Sent:
     decode: int
     cached_wave: int = 0
     cached_run: int = 0
+    cached_slots: int = 0
 
 
 @dataclass
@@ -80,16 +84,34 @@ class _Prefixes:
         bisect.insort(self.seen, tokens)
 
 
-def cache(sent: Sequence[Sent]) -> None:
-    """Each conversation's cached tokens under both models (module docstring); at least its last token is computed."""
+def _common(a: Sequence[int], b: Sequence[int]) -> int:
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+def cache(sent: Sequence[Sent], slots: int = SLOTS) -> None:
+    """Each conversation's cached tokens under the three models (module docstring); at least its last token is
+    computed."""
     run = _Prefixes()
     waves: dict[int, _Prefixes] = defaultdict(_Prefixes)
+    last: list[tuple[int, ...]] = [() for _ in range(slots)]
+    used = list(range(slots))  # least recently used first
     for s in sent:
         top = len(s.tokens) - 1
         s.cached_wave = min(waves[s.wave].longest(s.tokens), top)
         s.cached_run = min(run.longest(s.tokens), top)
         waves[s.wave].add(s.tokens)
         run.add(s.tokens)
+        shared = [_common(prompt, s.tokens) for prompt in last]
+        slot = max(used, key=lambda i: shared[i]) if max(shared) > 0 else used[0]
+        s.cached_slots = min(shared[slot], top)
+        last[slot] = s.tokens
+        used.remove(slot)
+        used.append(slot)
 
 
 def _sum(rows: Iterable[Sent], what: str) -> int:
@@ -107,7 +129,7 @@ def summarise(sent: Sequence[Sent], items: int) -> dict[str, Any]:
             "prompt_tokens_per_item": round(prompt / items, 1),
             "decode_tokens_per_item": round(_sum(rows, "decode") / items, 1),
         }
-        for model in ("wave", "run"):
+        for model in ("wave", "run", "slots"):
             cached = _sum(rows, f"cached_{model}")
             block = sum(r.__getattribute__(f"cached_{model}") // BLOCK * BLOCK for r in rows)
             out[f"computed_tokens_per_item_{model}"] = round((prompt - cached) / items, 1)

@@ -211,6 +211,11 @@ class Judge:
                     first.append((n, k))
         first_set = set(first)
         rest = [(n, k) for n, (_, asks, _) in enumerate(planned) for k in range(len(asks)) if (n, k) not in first_set]
+        # The rest grouped by prefix (each item's own checks together; every item's sentences under one check's worked
+        # examples together), items in order within a group: a cache that keeps one prompt per slot (llama.cpp) then
+        # serves the shared prefix from the prompt before, instead of losing it to a check with other examples.
+        group = {key: g for g, key in enumerate(dict.fromkeys(planned[n][1][k].prefix_key for n, k in rest))}
+        rest.sort(key=lambda nk: group[planned[nk[0]][1][nk[1]].prefix_key])
         order = first + rest
         replies = self._run(
             [

@@ -347,6 +347,9 @@ def test_worked_examples_are_one_prefix_for_every_item_so_the_first_wave_sends_t
     # at the head: one check per item, one sentence check (its examples); no other sentence check among them
     with_examples = [len(c) > 2 for c in sent]
     assert sum(with_examples[:3]) == 1 and with_examples.index(True) < 3
+    # after it, the rest grouped by prefix: every other sentence check (same examples) in one run
+    after = [n for n, examples in enumerate(with_examples) if examples and n >= 3]
+    assert after == list(range(after[0], after[0] + len(after)))
 
 
 def test_a_references_points_are_its_lines_without_list_markers_trivial_lines_dropped() -> None:

@@ -20,6 +20,15 @@ def test_cached_tokens_are_the_longest_prefix_shared_with_any_earlier_conversati
     cache(rows)
     assert [r.cached_wave for r in rows] == [0, 2, 3, 0, 3]
     assert [r.cached_run for r in rows] == [0, 2, 3, 4, 3]
+    # two slots, each keeping only its last prompt: the second goes to the slot sharing most and replaces the first
+    # there, so the third finds only [1, 2] of its prefix
+    assert [r.cached_slots for r in rows] == [0, 2, 2, 3, 3]
+
+
+def test_one_slot_serves_only_the_prompt_before() -> None:
+    rows = [sent(0, [1, 2, 3, 4]), sent(0, [5, 6]), sent(0, [1, 2, 3, 9])]
+    cache(rows, slots=1)
+    assert [r.cached_slots for r in rows] == [0, 0, 0]
 
 
 def test_figures_per_item_per_kind_and_per_call() -> None:
