@@ -34,7 +34,7 @@ import numpy as np
 
 from bench.common import WORK, close_engine, load_engine, save, setup_logging, table
 from bench.labelled import CELLS, labelled_set, save_judgements, saved_judgements
-from juiz.agreement.labels import class_of_label, with_default_verdict
+from juiz.agreement.labels import class_of_label, main_metric, metric_of, metric_value, with_default_verdict
 from juiz.agreement.statistics import compute_agreement, metric_signal, verdict_signal
 from juiz.calibration.agreement import calibrated_probabilities, calibrated_signal, compute_calibrated_agreement
 from juiz.calibration.figures import figures
@@ -239,11 +239,12 @@ def hostile_pairs(
 def hostile_section(triples: Sequence[Triple], results: Sequence[Judgement], metrics: Sequence[str]) -> dict:
     mapping = mapping_for(metrics)
 
+    # The main metric's own grade (the top level holds the verdict when one applies: that is `verdict_class`).
     def score(j: Judgement) -> float | None:
-        return None if j.score is None else float(j.score)
+        return metric_value(metric_of(j, main_metric(j)), "score")
 
     def expected(j: Judgement) -> float | None:
-        return None if j.expected_score is None else 3 * j.expected_score
+        return metric_value(metric_of(j, main_metric(j)), "expected_score")
 
     verdict = verdict_signal(mapping) if mapping.verdict is not None else None
     out = {"score": hostile_pairs(triples, results, score), "expected_x3": hostile_pairs(triples, results, expected)}

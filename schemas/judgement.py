@@ -167,6 +167,12 @@ class Judgement(BaseModel):
         "the judge is compared with comes from them by a consensus rule, not from manual_label.",
     )
     automated_label: str | None = None
+    label_source: str | None = Field(
+        default=None,
+        description="What gives automated_label and the top-level grade: 'verdict' (the label mapping's rule, or "
+        "juiz's default rule when the item was graded for every metric it names; each metric's own grade stays "
+        "under `metrics`), or the name of the one metric read.",
+    )
     latency_s: float | None = None
     provenance: Provenance
     error: str | None = None
@@ -175,8 +181,9 @@ class Judgement(BaseModel):
     context: str | list[Segment] | None = None
     metrics: dict[str, MetricResult] | None = Field(
         default=None,
-        description="Every requested metric by name. The top-level score fields repeat answer_relevance when it was "
-        "requested, otherwise the first requested metric (provenance.prompt names which).",
+        description="Every requested metric by name. The top-level score fields hold the verdict when the label "
+        "mapping's rule applies (label_source 'verdict'), else they repeat answer_relevance when it was requested, "
+        "otherwise the first requested metric (provenance.prompt names which).",
     )
     samples: SampleSummary | None = Field(
         default=None, description="With options.samples > 1: the main metric's sampled scores and their spread."

@@ -20,7 +20,15 @@ from typing import Literal
 
 from litestar.datastructures import State
 
-from juiz.agreement.labels import class_of_label, class_of_score, label_for, metric_of, resolve_numeric_scale
+from juiz.agreement.labels import (
+    VERDICT,
+    class_of_label,
+    class_of_score,
+    label_for,
+    label_source,
+    metric_of,
+    resolve_numeric_scale,
+)
 from juiz.agreement.statistics import Signal, compute_agreement
 from juiz.runtime.errors import InputError
 from juiz.store import BatchRecord, Store
@@ -81,6 +89,7 @@ class Row:
     calibrated_label: str | None = None  # with options.calibration
     cached: bool = False  # served from the result cache: no engine time behind it
     fields: dict[str, str] = field(default_factory=dict)  # the item's own scalar extra fields, as text (metadata)
+    label_source: str | None = None  # what gives judge_label: "verdict" or the metric read alone
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,6 +198,7 @@ def row_of(position: int, index: int, judgement: Judgement, mapping: LabelMappin
         calibrated_label=None if calibrated is None else calibrated.label,
         cached=bool(getattr(judgement, "cached", False)),
         fields=metadata_of(judgement),
+        label_source=label_source(judgement, mapping),
     )
 
 
@@ -308,6 +318,13 @@ def metric_class(cell: MetricCell | None, mapping: LabelMapping) -> int | None:
     return class_of_score(cell.score, mapping)
 
 
+def judge_source(index: BatchIndex) -> str | None:
+    """What the judge's labels of this batch come from, as the page names it: "verdict" when any row's does (the
+    rule over several metrics), else the metric read alone; None before any row."""
+    sources = {r.label_source for r in index.rows if r.label_source is not None}
+    return VERDICT if VERDICT in sources else next(iter(sorted(sources)), None)
+
+
 def view_rows(index: BatchIndex, metric: str) -> list[ViewRow]:
     """The rows under `metric`: its cell, its judge class (the mapping's own label for the default metric, else the
     class of this metric's score) and the disagreement with the manual label on that class."""
@@ -317,7 +334,7 @@ def view_rows(index: BatchIndex, metric: str) -> list[ViewRow]:
     out = []
     for row, manual in zip(rows, manual_classes(rows, mapping), strict=True):
         cell = row.metrics.get(metric)
-        judge = row.judge_class if own else metric_class(cell, mapping)
+        judge = row.judge_class if own and row.label_source != VERDICT else metric_class(cell, mapping)
         disagreement = None if manual is None or judge is None else abs(manual - judge)
         out.append(
             ViewRow(

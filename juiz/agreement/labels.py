@@ -145,20 +145,70 @@ def main_metric(judgement: Judgement) -> str:
     return next(iter(judgement.metrics))
 
 
-def class_index(judgement: Judgement, mapping: LabelMapping) -> int | None:
-    """The automated class of one result under the mapping: from its verdict rule, else from one metric's grade."""
+VERDICT = "verdict"
+
+
+def label_rule(judgement: Judgement, mapping: LabelMapping) -> LabelMapping | None:
+    """The mapping with the verdict rule that labels this result, or None when one metric's grade labels it.
+
+    The mapping's own rule, when it has one. Otherwise, unless the mapping names the one metric to read, DEFAULT_VERDICT
+    when the result was graded for every metric it names: an answer is judged as a whole (relevant AND supported), so
+    relevance alone must not make an unsupported answer C. A result whose groundedness was skipped (no context) is
+    labelled by its main metric: the rule can't read a grade that was never asked."""
     if mapping.verdict is not None:
-        values: dict[str, float] = {}
-        for metric in {m for level in mapping.verdict for m in level.when}:
-            value = metric_value(metric_of(judgement, metric), mapping.signal)
-            if value is None:
-                return None  # never a label made up from a missing grade
-            values[metric] = value
-        names = [c.name for c in mapping.classes]
-        for level in mapping.verdict:
-            if all(values[m] >= minimum for m, minimum in level.when.items()):
-                return names.index(level.label)
-        return 0
+        return mapping
+    if mapping.metric is not None or not judgement.metrics:
+        return None
+    rule = with_default_verdict(mapping)
+    needed = {m for level in rule.verdict or [] for m in level.when}
+    if not needed or not needed <= judgement.metrics.keys():
+        return None
+    if any(judgement.metrics[m].status is MetricStatus.SKIPPED for m in needed):
+        return None
+    return rule
+
+
+def label_source(judgement: Judgement, mapping: LabelMapping) -> str:
+    """What gives the result's automated label and top-level grade: VERDICT, or the metric read alone."""
+    if label_rule(judgement, mapping) is not None:
+        return VERDICT
+    return mapping.metric or main_metric(judgement)
+
+
+def _verdict_index(judgement: Judgement, rule: LabelMapping) -> int | None:
+    assert rule.verdict is not None
+    values: dict[str, float] = {}
+    for metric in {m for level in rule.verdict for m in level.when}:
+        value = metric_value(metric_of(judgement, metric), rule.signal)
+        if value is None:
+            return None  # never a label made up from a missing grade
+        values[metric] = value
+    names = [c.name for c in rule.classes]
+    for level in rule.verdict:
+        if all(values[m] >= minimum for m, minimum in level.when.items()):
+            return names.index(level.label)
+    return 0
+
+
+def verdict_score(judgement: Judgement, rule: LabelMapping) -> int | None:
+    """The verdict's 0–3 score (`rule` from `label_rule`): the lowest of its metrics' scores, kept within the verdict
+    class's scores, so the score and the label always name the same class; None when the rule can't be read."""
+    index = _verdict_index(judgement, rule)
+    if index is None:
+        return None
+    assert rule.verdict is not None
+    named = {m for level in rule.verdict for m in level.when}
+    lowest = min((r.score or 0) if (r := metric_of(judgement, m)) is not None else 0 for m in named)
+    scores = rule.classes[index].scores
+    return min(max(lowest, min(scores)), max(scores))
+
+
+def class_index(judgement: Judgement, mapping: LabelMapping) -> int | None:
+    """The automated class of one result under the mapping: from its verdict rule (`label_rule`), else from one
+    metric's grade."""
+    rule = label_rule(judgement, mapping)
+    if rule is not None:
+        return _verdict_index(judgement, rule)
     value = metric_value(metric_of(judgement, mapping.metric or main_metric(judgement)), mapping.signal)
     if value is None:
         return None

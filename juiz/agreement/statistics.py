@@ -24,10 +24,12 @@ from juiz.agreement.labels import (
     class_of_label,
     class_of_score,
     class_of_value,
+    label_rule,
     label_unit_value,
     metric_of,
     metric_value,
     resolve_numeric_scale,
+    verdict_score,
     with_default_verdict,
 )
 from juiz.runtime.errors import InputError
@@ -159,9 +161,14 @@ Signal = Callable[[Judgement], tuple[int, float, float] | None]
 
 
 def _top_level(mapping: LabelMapping) -> Signal:
-    """The result's own score (today's agreement): its main metric's discrete score."""
+    """The result's own score: the verdict's when the mapping's rule labels it (`label_rule`: results written before
+    the verdict was the label read the same), else its main metric's discrete score."""
 
     def read(j: Judgement) -> tuple[int, float, float] | None:
+        rule = label_rule(j, mapping)
+        if rule is not None:
+            score = verdict_score(j, rule)
+            return None if score is None else (class_of_score(score, mapping), float(score), score / 3.0)
         if j.status != JudgementStatus.OK or j.score is None:
             return None  # an ok judgement without a score breaks the contract, but it can't be compared either
         unit = j.normalized_score if j.normalized_score is not None else j.score / 3.0

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from juiz.agreement.labels import VERDICT
 from juiz.formats.report_format import (
     NOT_AVAILABLE,
     SEGMENT_KEYS,
@@ -68,7 +69,7 @@ def _render_one(judgement: Judgement, position: int, lang: ReportLanguage) -> st
     manual = NOT_AVAILABLE if judgement.manual_label is None else str(judgement.manual_label)
     lines += [bold("manual", manual), ""]
     lines += [bold("answer_relevance", _answer_relevance(judgement)), ""]
-    # The context metrics, when graded; the automated label below is then the verdict over them.
+    # The context metrics, when graded; the automated label below is then the verdict over them (label_source).
     if "groundedness" in metrics:
         lines += [bold("groundedness", _metric_line(metrics["groundedness"])), ""]
     if "context_relevance" in metrics:
@@ -151,7 +152,18 @@ def _reference_line(reference: object) -> str:
     return text if text.startswith(("- ", "* ")) else f"- {text}"
 
 
+def _own_grade(judgement: Judgement) -> MetricResult | None:
+    """Answer relevance's own grade when the top level holds the verdict over several metrics; else None (the top
+    level is answer relevance's, as in the seeds)."""
+    if judgement.label_source != VERDICT or not judgement.metrics:
+        return None
+    return judgement.metrics.get("answer_relevance")
+
+
 def _answer_relevance(judgement: Judgement) -> str:
+    own = _own_grade(judgement)
+    if own is not None:
+        return _metric_line(own)
     if judgement.normalized_score is None:
         return f"{NOT_AVAILABLE} ({judgement.status.value})"
     return f"{judgement.normalized_score:.2f}"
@@ -159,6 +171,9 @@ def _answer_relevance(judgement: Judgement) -> str:
 
 def _reasoning(judgement: Judgement) -> str:
     """The judge's chain of thought in the seeds' one-line form; otherwise whatever explains the missing score."""
+    own = _own_grade(judgement)
+    if own is not None:
+        return _metric_reasoning(own)
     if judgement.status is JudgementStatus.OK:
         parts = []
         if judgement.criteria is not None:

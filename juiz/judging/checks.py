@@ -9,9 +9,10 @@ writes itself from the context (one greedy reply per distinct question and conte
 
 Every check of an item starts with the same system message and item text, so with the engine's prefix cache an
 item's K checks cost about one prefill. That only holds if the item's prefix is cached before its checks are
-scheduled: requests scheduled in the same step all compute it. So the judge sends work in waves (`Judge`): the
-references (which share the item's prefix up to the context when written under the prompt's own system message), then
-each item's first check, then the rest.
+scheduled: requests scheduled in the same step all compute it. So the judge sends the references first (which share
+the item's prefix up to the context when written under the prompt's own system message), then every check in one call,
+each item's first check at its head and the rest after (`Judge`). Info checks the rule never reads are asked only when
+a calibration reads them (`rule_reads`).
 `juiz.judging.check_rule` turns the results into a grade.
 """
 
@@ -39,8 +40,22 @@ MAX_POINTS = 4
 # passage beside a sentence (juiz.judging.passages), a reference's points. Every check-based result records it in its
 # sampling,
 # so the result cache never serves a grade asked the old way as one asked the new way: bump it when any of them
-# changes what a check sees. 2: legal citations ("art. 49") no longer end a sentence.
-ASKING_VERSION = 2
+# changes what a check sees. 2: legal citations ("art. 49") no longer end a sentence. 3: a sentence too short to be
+# asked on its own joins its neighbour instead of being dropped (a two-word answer is one sentence).
+ASKING_VERSION = 3
+
+
+def rule_reads(template: prompts.PromptTemplate) -> set[str]:
+    """The checks the rule reads: every check but the info ones, and an info check another check reads through it (a
+    baseline, a point's weight). The others are asked only when something else reads them (a calibration)."""
+    read = {c.name for c in template.checks if c.role != "info"}
+    return read | {n for c in template.checks for n in (c.baseline, c.weighted_by) if n is not None}
+
+
+def info_only(template: prompts.PromptTemplate) -> list[str]:
+    """The info checks the rule never reads (`rule_reads`), in the prompt's order."""
+    read = rule_reads(template)
+    return [c.name for c in template.checks if c.name not in read]
 
 
 @dataclass(frozen=True)
@@ -63,9 +78,13 @@ class CheckJob:
     metric: str
     template: prompts.PromptTemplate
     fields: dict[str, str]
-    sentences: list[str] = field(default_factory=list)
+    # The answer's sentences by the shortest sentence asked on its own (a check's `min_words`).
+    sentences: dict[int, list[str]] = field(default_factory=dict)
     # The context's segments, for checks that show a sentence beside the segments it is about (`passages`).
     segments: list[str] = field(default_factory=list)
+    # Whether the info checks the rule never reads are asked (a calibration reading them needs them); each costs a
+    # conversation.
+    info_checks: bool = True
 
     @classmethod
     def plan(
@@ -75,10 +94,19 @@ class CheckJob:
         template: prompts.PromptTemplate,
         fields: dict[str, str],
         segments: list[str] | None = None,
+        info_checks: bool = True,
     ) -> CheckJob:
-        per_sentence = [c.min_words or MIN_WORDS for c in template.checks if c.ask == "per_sentence"]
-        sentences = split_sentences(fields["answer"], min(per_sentence)) if per_sentence else []
-        return cls(item, metric, template, fields, sentences, list(segments or []))
+        shortest = {c.min_words or MIN_WORDS for c in template.checks if c.ask == "per_sentence"}
+        sentences = {n: split_sentences(fields["answer"], n) for n in sorted(shortest)}
+        return cls(item, metric, template, fields, sentences, list(segments or []), info_checks)
+
+    @property
+    def checks(self) -> list[prompts.CheckSpec]:
+        """The checks this job asks: the prompt's, less the info checks the rule never reads unless they are wanted."""
+        if self.info_checks:
+            return list(self.template.checks)
+        read = rule_reads(self.template)
+        return [c for c in self.template.checks if c.name in read]
 
     @property
     def prefix_key(self) -> tuple[object, ...]:
@@ -88,7 +116,7 @@ class CheckJob:
 
     @property
     def needs_reference(self) -> bool:
-        return any(c.ask in ("with_reference", "per_point") for c in self.template.checks)
+        return any(c.ask in ("with_reference", "per_point") for c in self.checks)
 
     @property
     def reference_request(self) -> GenerationRequest:
@@ -110,9 +138,8 @@ class CheckJob:
         return (self.template.id, check.name, check.system, check.examples)
 
     def _sentences_for(self, check: prompts.CheckSpec) -> list[str]:
-        """The plan's sentences, less those shorter than this check asks about (the plan keeps the shortest)."""
-        shortest = check.min_words or MIN_WORDS
-        return [s for s in self.sentences if len(s.split()) >= shortest]
+        """The answer's sentences as this check asks them (shorter ones than it asks about joined to a neighbour)."""
+        return self.sentences.get(check.min_words or MIN_WORDS, [])
 
     def asks(
         self, reference: str | None, no_reference: str = "no reference answer"
@@ -121,7 +148,7 @@ class CheckJob:
         e.g. the reference's request was cancelled) as failed results."""
         asks: list[Ask] = []
         unasked: list[CheckResult] = []
-        for check in self.template.checks:
+        for check in self.checks:
             key = self._prefix_key(check)
             if check.ask == "per_sentence":
                 for sentence in self._sentences_for(check):

@@ -167,7 +167,8 @@ class Judge:
                     # all of an item's checks, whatever the metric.
                     fields["context"] = prompts.format_context(segments) if segments else NO_CONTEXT
                 if template.kind == "checks":
-                    jobs.append((CheckJob.plan(i, metric, template, fields, segments), chosen.provenance))
+                    job = CheckJob.plan(i, metric, template, fields, segments, chosen.info_checks)
+                    jobs.append((job, chosen.provenance))
                     continue
                 conversation = template.render(mode=options.mode, **fields)
                 tasks.append(_Task(i, metric, None, conversation, request, chosen.provenance))
@@ -180,8 +181,8 @@ class Judge:
         progress: Progress | None = None,
         expected: dict[int, int] | None = None,
     ) -> dict[tuple[int, str], MetricResult]:
-        """Check-based metrics in three waves (juiz.judging.checks): the references, each item's first check (so its
-        prefix is cached), then every other check; each wave is one engine call."""
+        """Check-based metrics in two engine calls (juiz.judging.checks): the references, then every check, each
+        distinct prefix's first check ahead of the rest."""
         if not planned_jobs:
             return {}
         started = time.perf_counter()
@@ -212,6 +213,10 @@ class Judge:
         # One check per distinct prefix goes first (an item's; a check's own worked examples, shared by every item),
         # so the prefix is cached before the checks sharing it are scheduled; an item whose reference was written under
         # the prompt's own system message has its prefix cached already (one under a system message of its own has not).
+        # Firsts and the rest go in one call, the firsts at its head: the engine schedules in the order sent, so the
+        # firsts' prefixes are computed before the rest are scheduled (a step's token budget admits a few requests at
+        # a time) without a second call's barrier, which also let a cache drop what the first call computed
+        # (bench.tokens: computed prompt tokens per item, per-call and whole-run cache models).
         first: list[tuple[int, int]] = []
         prefixes: set[tuple[object, ...]] = set()
         for n, (job, asks, _) in enumerate(planned):
@@ -223,25 +228,23 @@ class Judge:
                     first.append((n, k))
         first_set = set(first)
         rest = [(n, k) for n, (_, asks, _) in enumerate(planned) for k in range(len(asks)) if (n, k) not in first_set]
-        read: dict[tuple[int, int], CheckResult] = {}
-        for wave in (first, rest):
-            wave_replies = self._run(
-                [
-                    _Task(
-                        planned[n][0].item,
-                        planned[n][0].metric,
-                        None,
-                        planned[n][1][k].conversation,
-                        CHECK_REQUEST,
-                        None,
-                    )
-                    for n, k in wave
-                ],
-                control,
-                progress,
-            )
-            for (n, k), reply in zip(wave, wave_replies, strict=True):
-                read[(n, k)] = read_check(planned[n][1][k], reply.completion)
+        # The rest grouped by prefix (each item's own checks together; every item's sentences under one check's worked
+        # examples together), items in order within a group: a cache that keeps one prompt per slot (llama.cpp) then
+        # serves the shared prefix from the prompt before, instead of losing it to a check with other examples.
+        group = {key: g for g, key in enumerate(dict.fromkeys(planned[n][1][k].prefix_key for n, k in rest))}
+        rest.sort(key=lambda nk: group[planned[nk[0]][1][nk[1]].prefix_key])
+        order = first + rest
+        replies = self._run(
+            [
+                _Task(
+                    planned[n][0].item, planned[n][0].metric, None, planned[n][1][k].conversation, CHECK_REQUEST, None
+                )
+                for n, k in order
+            ],
+            control,
+            progress,
+        )
+        read = {(n, k): read_check(planned[n][1][k], r.completion) for (n, k), r in zip(order, replies, strict=True)}
         latency = round(time.perf_counter() - started, 4)
         results: dict[tuple[int, str], MetricResult] = {}
         for n, ((job, asks, unasked), (_, provenance)) in enumerate(zip(planned, planned_jobs, strict=True)):

@@ -13,42 +13,100 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from juiz.agreement.labels import label_for
+from juiz.agreement.labels import class_index, label_for, label_rule, label_source, verdict_score
 from juiz.calibration.grades import apply_calibration
 from juiz.judging.uncertainty import mark
 from schemas import BatchOptions, Judgement, JudgementStatus, Provenance, Triple
 from schemas.judgement import MetricResult, MetricStatus
+from schemas.labels import LabelMapping
 
 
 def judgement_of(triple: Triple, options: BatchOptions, metrics: dict[str, MetricResult]) -> Judgement:
-    """The result: the main metric's grade in the top-level fields, every metric under `metrics`; not yet `finished`."""
+    """The result: the main metric's grade in the top-level fields, every metric under `metrics`; not yet `finished`
+    (which puts the verdict there when the label mapping's rule reads several metrics)."""
     main = metrics[options.primary_metric]
-    status = JudgementStatus.FAILED if main.status is MetricStatus.SKIPPED else JudgementStatus(main.status.value)
     assert main.provenance is not None
     return Judgement(
         **item_fields(triple),
-        status=status,
-        score=main.score,
-        normalized_score=main.normalized_score,
-        expected_score=main.expected_score,
-        criteria=main.criteria,
-        supporting_evidence=main.supporting_evidence,
+        **_grade_of(main),
         raw_output=main.raw_output,
         latency_s=main.latency_s,
         provenance=main.provenance,
-        error=main.error,
         metrics=metrics,
         samples=main.samples,
     )
 
 
+def _grade_of(main: MetricResult) -> dict[str, Any]:
+    """The top-level grade fields as one metric gives them."""
+    status = JudgementStatus.FAILED if main.status is MetricStatus.SKIPPED else JudgementStatus(main.status.value)
+    return {
+        "status": status,
+        "score": main.score,
+        "normalized_score": main.normalized_score,
+        "expected_score": main.expected_score,
+        "criteria": main.criteria,
+        "supporting_evidence": main.supporting_evidence,
+        "error": main.error,
+    }
+
+
+def verdict_grade(judgement: Judgement, rule: LabelMapping) -> dict[str, Any]:
+    """The top-level grade fields as the verdict rule gives them (`label_rule`).
+
+    The score is `verdict_score`; the expected score is the lowest of the rule's metrics' (an answer is as good as its
+    weakest side). A metric of the rule without an ok grade makes the item's status its status: never a verdict made
+    up from a missing grade."""
+    assert rule.verdict is not None and judgement.metrics is not None
+    named = list(dict.fromkeys(m for level in rule.verdict for m in level.when))
+    results = {m: judgement.metrics[m] for m in named}
+    described = "; ".join(
+        f"{level.label} if " + " and ".join(f"{m} >= {v:g}" for m, v in level.when.items()) for level in rule.verdict
+    )
+    criteria = f"verdict: {described}; otherwise {rule.classes[0].name}"
+    not_ok = [(m, r) for m, r in results.items() if r.status is not MetricStatus.OK or r.score is None]
+    if not_ok:
+        failed = any(r.status is not MetricStatus.PARSE_ERROR for _, r in not_ok)
+        return {
+            "status": JudgementStatus.FAILED if failed else JudgementStatus.PARSE_ERROR,
+            "score": None,
+            "normalized_score": None,
+            "expected_score": None,
+            "criteria": criteria,
+            "supporting_evidence": None,
+            "error": "; ".join(f"{m}: {r.error or r.status.value}" for m, r in not_ok),
+        }
+    index, score = class_index(judgement, rule), verdict_score(judgement, rule)
+    assert index is not None and score is not None  # every metric of the rule is graded
+    expected = [r.expected_score for r in results.values()]
+    grades = ", ".join(f"{m} {r.score}" for m, r in results.items())
+    return {
+        "status": JudgementStatus.OK,
+        "score": score,
+        "normalized_score": round(score / 3, 6),
+        "expected_score": None if None in expected else min(e for e in expected if e is not None),
+        "criteria": criteria,
+        "supporting_evidence": f"{grades} → {rule.classes[index].name}",
+        "error": None,
+    }
+
+
 def finished(judgement: Judgement, options: BatchOptions) -> Judgement:
     """What the batch makes of a grade, fresh or cached alike (the cache keeps none of it), in the order each step
-    reads the one before: the label (the label mapping), the calibrated grade (options.calibration), then how
-    uncertain the result is (which reads the calibrated grade, or the expected score near the mapping's cuts)."""
-    judgement.automated_label = label_for(judgement, options.label_mapping)
+    reads the one before: the top-level grade and label (the label mapping: its verdict rule, or one metric's
+    grade: `label_source` says which), the calibrated grade (options.calibration), then how uncertain the result is
+    (which reads the calibrated grade, or the expected score near the mapping's cuts). Made from the metrics alone,
+    so finishing a result again under another mapping gives that mapping's result."""
+    mapping = options.label_mapping
+    rule = label_rule(judgement, mapping)
+    if rule is not None:
+        judgement = judgement.model_copy(update=verdict_grade(judgement, rule))
+    elif judgement.metrics and options.primary_metric in judgement.metrics:
+        judgement = judgement.model_copy(update=_grade_of(judgement.metrics[options.primary_metric]))
+    judgement.label_source = label_source(judgement, mapping)
+    judgement.automated_label = label_for(judgement, mapping)
     apply_calibration(judgement, options.calibration)
-    return mark(judgement, options.label_mapping)
+    return mark(judgement, mapping)
 
 
 def item_fields(triple: Triple) -> dict[str, Any]:

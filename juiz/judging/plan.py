@@ -15,8 +15,9 @@ from dataclasses import dataclass, replace
 
 import prompts
 from juiz import __version__
+from juiz.calibration.features import CHECK_FEATURE
 from juiz.engines.base import GenerationRequest, JudgeEngine
-from juiz.judging.checks import ASKING_VERSION, CHECK_REQUEST
+from juiz.judging.checks import ASKING_VERSION, CHECK_REQUEST, info_only
 from juiz.judging.language import detect_language
 from juiz.judging.parsing import (
     COT_MAX_TOKENS,
@@ -105,6 +106,9 @@ class MetricPlan:
     template: prompts.PromptTemplate
     request: GenerationRequest
     provenance: Provenance
+    # A check-based prompt's info checks that its rule never reads are asked only when the batch's calibration reads
+    # them (`info_checks_wanted`).
+    info_checks: bool = False
 
 
 # Every metric a batch requests → its plan, in the batch's order of metrics.
@@ -125,20 +129,37 @@ def plan_item(options: BatchOptions, question: str, engine: JudgeEngine) -> Item
     return planned.plan
 
 
+def info_checks_wanted(options: BatchOptions, metric: str, template: prompts.PromptTemplate) -> bool:
+    """Whether a check-based prompt's info checks that its rule never reads are asked: only when the batch's
+    calibration reads one of them (a feature `<metric>.check.<name>`); otherwise they would cost a conversation each
+    and move nothing."""
+    if options.calibration is None or template.kind != "checks":
+        return False
+    wanted = {f"{metric}.{CHECK_FEATURE}.{name}" for name in info_only(template)}
+    return bool(wanted & set(options.calibration.features))
+
+
 def provenance_of(
-    engine: JudgeEngine, metric: str, template: prompts.PromptTemplate | None, request: GenerationRequest, mode: str
+    engine: JudgeEngine,
+    metric: str,
+    template: prompts.PromptTemplate | None,
+    request: GenerationRequest,
+    mode: str,
+    info_checks: bool = False,
 ) -> Provenance:
     """What a result of `metric` graded by `engine` with `template` and `request` records: the engine (its model and
     its origin: a judge server's back end and host, vLLM's dtype), the prompt, the sampling, and the mode (`checks`
     for a check-based prompt, whatever the batch's mode), the rule version it was graded under and how its checks
-    were asked (`asking`: checks.ASKING_VERSION). A metric whose prompt can't be served (`template` None) records the
-    metric's name as its prompt and the batch's mode."""
+    were asked (`asking`: checks.ASKING_VERSION; `info_checks`: whether the info checks its rule never reads were
+    asked). A metric whose prompt can't be served (`template` None) records the metric's name as its prompt and the
+    batch's mode."""
     checks = template is not None and template.kind == "checks"
     graded_under: dict[str, object] = {"mode": CHECKS if checks else mode}
     if template is not None and template.rule is not None:
         graded_under["rule"] = template.rule.version
     if checks:
         graded_under["asking"] = ASKING_VERSION
+        graded_under["info_checks"] = info_checks
     return Provenance.model_validate(
         {
             "model": engine.model_id,
@@ -183,9 +204,10 @@ def plan_or_reason(options: BatchOptions, question: str, engine: JudgeEngine) ->
         # The sampling comes from the chosen prompt itself: a check-based one asks one yes/no token per check.
         checks = template is not None and template.kind == "checks"
         request = CHECK_REQUEST if checks else score_sampling(options, metric)
-        provenance[metric] = provenance_of(engine, metric, template, request, options.mode)
+        info = template is not None and info_checks_wanted(options, metric, template)
+        provenance[metric] = provenance_of(engine, metric, template, request, options.mode, info)
         if template is not None:
-            plan[metric] = MetricPlan(template, request, provenance[metric])
+            plan[metric] = MetricPlan(template, request, provenance[metric], info)
     return PlannedItem(plan if error is None else None, error, provenance)
 
 

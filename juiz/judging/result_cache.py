@@ -31,6 +31,7 @@ NOT_CACHED = frozenset(
         "manual_label",
         "annotations",
         "automated_label",
+        "label_source",
         "calibrated",
         "uncertain",
         "uncertainty",

@@ -22,6 +22,7 @@ from service.rows import (
     agreement_of,
     expected_bins,
     field_names,
+    judge_source,
     metrics_present,
     page_of,
     row_cache,
@@ -129,6 +130,7 @@ class BatchPageController(Controller):
             agreement_complete=complete,
             agreement_error=error,
             heat_map=None if report is None else charts.heat_map(report.confusion_matrix, report.classes),
+            judge_source=judge_source(index),
         )
 
 
@@ -173,6 +175,7 @@ def _batch_context(
         agreement_complete=complete,
         agreement_error=agreement_error,
         heat_map=None if agreement is None else charts.heat_map(agreement.confusion_matrix, agreement.classes),
+        judge_source=judge_source(index),
         page=page,
         query=query,
         metrics=metrics,

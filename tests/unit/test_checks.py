@@ -5,16 +5,18 @@ from __future__ import annotations
 import math
 from dataclasses import replace
 
+import numpy as np
 import pytest
 
 import prompts
 from juiz.agreement.labels import class_of_score, class_of_value
 from juiz.calibration.features import check_feature
+from juiz.calibration.fitting import fit_calibration
 from juiz.engines.base import Completion, Conversation, GenerationRequest, group_probs_from_text, spellings
 from juiz.engines.fake import FakeEngine
 from juiz.engines.openai_server import completion_from_choice
 from juiz.judging.check_rule import apply_rule, banded
-from juiz.judging.checks import CHECK_REQUEST, YES_NO, Ask, read_check, reference_points
+from juiz.judging.checks import CHECK_REQUEST, YES_NO, Ask, info_only, read_check, reference_points, rule_reads
 from juiz.judging.judge import Judge
 from juiz.judging.parsing import parse_reply
 from juiz.judging.passages import passage_for
@@ -139,14 +141,13 @@ def items() -> list[Triple]:
     ]
 
 
-def test_checks_go_in_three_waves_with_one_reference_per_question_and_context() -> None:
+def test_checks_go_in_two_calls_with_one_reference_per_question_and_context() -> None:
     engine = FakeEngine(by_check)
     results_ = Judge(engine).grade(items(), CHECKS)
-    # references (identical for both answers: generated once), first AR check per item, then all the rest
+    # references (identical for both answers: generated once), then every check in one call
     assert engine.calls[0] == 1
-    assert engine.calls[1] == 2
     grounded_checks = sum(1 for c in results_[0].metrics["groundedness"].checks)  # type: ignore[index,union-attr]
-    assert engine.calls[2] == (len(AR.checks) - 1) * 2 + grounded_checks * 2
+    assert engine.calls[1:] == [len(AR.checks) * 2 + grounded_checks * 2]
     good, refusal = results_
     assert good.status is JudgementStatus.OK and good.score == 3 and good.automated_label == "C"
     assert refusal.score == 0 and refusal.automated_label == "I"
@@ -201,11 +202,19 @@ def test_metrics_whose_check_prompts_share_the_item_prefix_send_one_first_check_
             "prompt": ["answer_relevance@checks-2", "groundedness@checks-2"],
         }
     )
-    engine = FakeEngine(lambda _: "Yes")
+    sent: list[str] = []
+
+    def record(conversation: Conversation) -> str:
+        sent.append(conversation[-1]["content"])
+        return "Yes"
+
+    engine = FakeEngine(record)
     graded = Judge(engine).grade(items(), options)
-    assert engine.calls[0] == 2  # one per item: no references in checks-2
     asked = sum(len(r.metrics[m].checks or []) for r in graded for m in ("answer_relevance", "groundedness"))  # type: ignore[index]
-    assert engine.calls[1] == asked - 2
+    assert engine.calls == [asked]  # no references in checks-2: one call
+    # one check per item at the head of the call, so each item's prefix is computed before the rest are scheduled
+    assert ["Paris is the capital." in sent[0], "I cannot help" in sent[1]] == [True, True]
+    assert all("Paris is the capital." in user for user in sent[2 : 2 + asked // 2 - 1])
 
 
 @pytest.mark.parametrize("version", ["checks-2", "checks-3"])
@@ -325,11 +334,22 @@ def test_a_sentence_for_the_grader_vetoes_an_answer_whose_other_checks_all_say_y
 def test_worked_examples_are_one_prefix_for_every_item_so_the_first_wave_sends_them_once() -> None:
     """The first wave caches each item's prefix and, once, the sentence check's examples (shared by all items):
     sending the examples with every item's first sentence would compute them once per item."""
-    engine = FakeEngine(lambda _: "Yes")
+    sent: list[Conversation] = []
+
+    def record(conversation: Conversation) -> str:
+        sent.append(conversation)
+        return "Yes"
+
+    engine = FakeEngine(record)
     graded = Judge(engine).grade(items(), CHECKS_4)
-    assert engine.calls[0] == 2 + 1  # one check per item, one sentence check
     asked = sum(len(r.metrics[m].checks or []) for r in graded for m in ("answer_relevance", "groundedness"))  # type: ignore[index]
-    assert engine.calls[1] == asked - 3
+    assert engine.calls == [asked]
+    # at the head: one check per item, one sentence check (its examples); no other sentence check among them
+    with_examples = [len(c) > 2 for c in sent]
+    assert sum(with_examples[:3]) == 1 and with_examples.index(True) < 3
+    # after it, the rest grouped by prefix: every other sentence check (same examples) in one run
+    after = [n for n, examples in enumerate(with_examples) if examples and n >= 3]
+    assert after == list(range(after[0], after[0] + len(after)))
 
 
 def test_a_references_points_are_its_lines_without_list_markers_trivial_lines_dropped() -> None:
@@ -445,8 +465,8 @@ def test_groundedness_checks_4_asks_each_sentence_beside_its_own_segments_and_th
     [shown] = [user for user in seen if "<sentence>\nParis is the capital" in user]
     passage = shown.split("<passage>")[1].split("</passage>")[0]
     assert "[1] Paris is the capital" in passage and "Bread" not in passage  # the 2 of 3 sharing its words
-    # supported and correct (0.9) are recorded, not in the score: the sentences' mean is the strength
-    assert {c.name for c in metric.checks or []} >= {"supported", "correct"}
+    # supported and correct are info checks the rule never reads: not asked (no calibration reads them here)
+    assert not {c.name for c in metric.checks or []} & {"supported", "correct"}
     assert metric.strength == pytest.approx(0.5)
     assert "mean of 2 sentences: 0.90, 0.10" in (metric.raw_output or "")
     template = prompts.load("groundedness", "checks-4", "en")
@@ -656,3 +676,36 @@ def test_checks_8_end_to_end_sinks_the_sentence_for_the_grader_and_keeps_the_pla
     baseline = [c for c in metric.checks or [] if c.name == "point_to_grader"]
     assert [(c.target, c.p_yes) for c in baseline] == [("Paris is the capital of France.", pytest.approx(0.1))]
     assert "vetoed: sentence_to_grader 0.80 beyond point_to_grader > 0.12" in (metric.raw_output or "")
+
+
+def test_a_two_word_answer_gets_a_groundedness_grade() -> None:
+    """The default groundedness prompt asks per sentence: a terse answer is one sentence, not a parse error."""
+    options = BatchOptions.model_validate({"metrics": ["answer_relevance", "groundedness"]})
+    terse = Triple(id="terse", question="How long is the leave?", answer="16 weeks.", context="The leave is 16 weeks.")
+    [result] = Judge(FakeEngine(lambda _: "Yes")).grade([terse], options)
+    grounded = result.metrics["groundedness"]  # type: ignore[index]
+    assert grounded.status is MetricStatus.OK and grounded.score == 3
+    assert {c.target for c in grounded.checks or [] if c.name == "sentence_in_passage"} == {"16 weeks."}
+    assert result.provenance.sampling["asking"] == 3
+
+
+def test_info_checks_the_rule_never_reads_are_asked_only_for_a_calibration_that_reads_them() -> None:
+    grounded, relevant = (
+        prompts.load("groundedness", "checks-4", "en"),
+        prompts.load("answer_relevance", "checks-8", "en"),
+    )
+    assert info_only(grounded) == ["supported", "correct"]
+    # checks-8's info checks are read through others (a baseline, a point's weight): always asked
+    assert info_only(relevant) == [] and {"point_to_grader", "point_needed"} <= rule_reads(relevant)
+    item = Triple(id="t", question="How long is the leave?", answer="It is 16 weeks.", context="The leave is 16 weeks.")
+    default = BatchOptions.model_validate({"metrics": ["answer_relevance", "groundedness"]})
+    labels = np.repeat([0, 1, 2], 6)
+    features = np.column_stack([labels / 2 + np.linspace(0, 0.1, len(labels))])
+    calibration = fit_calibration(features, labels, ["I", "P", "C"], ["groundedness.check.supported"]).spec()
+    calibrated = default.model_copy(update={"calibration": calibration})
+    for options, asked in ((default, False), (calibrated, True)):
+        [result] = Judge(FakeEngine(lambda _: "Yes")).grade([item], options)
+        names = {c.name for c in result.metrics["groundedness"].checks or []}  # type: ignore[index]
+        assert ({"supported", "correct"} <= names) is asked
+        assert result.metrics["groundedness"].provenance.sampling["info_checks"] is asked  # type: ignore[index,union-attr]
+    assert result.calibrated is not None and result.calibrated.label is not None

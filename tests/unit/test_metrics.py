@@ -146,9 +146,11 @@ def test_verdict_rule_over_several_metrics() -> None:
 def test_verdict_and_single_metric_from_the_expected_score() -> None:
     (right, wrong, _) = Judge(Recording()).grade(items(), cot(metrics=ALL))
     # FAKE engine: p(chosen digit) = 0.7, others 0.1 → E[3] = 3·(0.1·0+0.1·1+0.1·2+0.7·3)/3/3·3 = 2.4
-    on_expected = LabelMapping(signal="expected_score")
+    on_expected = LabelMapping(metric="answer_relevance", signal="expected_score")
     assert label_for(right, on_expected) == "P"  # 2.4 < 2.5
-    assert label_for(right, LabelMapping(signal="expected_score", thresholds=[0.5, 2.3])) == "C"
+    assert label_for(right, on_expected.model_copy(update={"thresholds": [0.5, 2.3]})) == "C"
+    # Naming no metric, the default verdict reads both (each 2.4 < 2.5: P).
+    assert label_for(right, LabelMapping(signal="expected_score", thresholds=[0.5, 2.3])) == "P"
     grounded = LabelMapping(metric="groundedness", signal="expected_score", thresholds=[1.1, 2.3])
     assert label_for(wrong, grounded) == "P"  # 3·E for score 1 = 0.7·1 + 0.1·(0+2+3) = 1.2 ≥ 1.1
     assert label_for(wrong, grounded.model_copy(update={"thresholds": [1.3, 2.3]})) == "I"

@@ -23,6 +23,7 @@ from juiz.judging.plan import (
 )
 from juiz.judging.result_cache import cache_key
 from schemas import BatchOptions, JudgementStatus, Triple
+from schemas.judgement import MetricStatus
 
 ALL = ["answer_relevance", "groundedness", "context_relevance"]
 ITEM = Triple(question="Qual é a capital de Portugal?", answer="Lisboa.", context="Lisboa é a capital de Portugal.")
@@ -136,8 +137,9 @@ def test_every_result_records_the_engine_it_was_planned_for_graded_or_failed() -
     bf16 = FakeEngine(lambda c: "Criteria: c\nSupporting Evidence: e\nScore: 2", "m", {"engine_dtype": "bfloat16"})
     options = BatchOptions(metrics=ALL, prompt="answer_relevance@juiz-1")
     (graded,) = Judge(bf16).grade([ITEM], options)
-    assert graded.status is JudgementStatus.OK and graded.provenance.engine_dtype == "bfloat16"
     assert graded.metrics is not None
+    # Groundedness' default prompt is check-based: this reply is no yes/no, so only answer relevance is graded.
+    assert graded.metrics["answer_relevance"].status is MetricStatus.OK and graded.provenance.engine_dtype == "bfloat16"
     assert {m.provenance.engine_dtype for m in graded.metrics.values() if m.provenance} == {"bfloat16"}
     failed = failed_judgement(ITEM, options, "engine gone", provenance_by_metric(options, ITEM.question, bf16))
     assert failed.provenance.engine_dtype == "bfloat16"

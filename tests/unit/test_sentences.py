@@ -30,7 +30,13 @@ from juiz.judging.sentences import MAX_SENTENCES, split_sentences
             "See sec. 4 of the act, inc. II. It sets the limit.",
             ["See sec. 4 of the act, inc. II.", "It sets the limit."],
         ),
-        ("The answer is here.\nSCORE: 3", ["The answer is here."]),  # trivial pieces dropped
+        ("The answer is here.\nSCORE: 3", ["The answer is here. SCORE: 3"]),  # a short piece joins its neighbour
+        ("16 weeks.", ["16 weeks."]),  # a terse answer is one sentence
+        ("Yes. The sky is blue by scattering.", ["Yes. The sky is blue by scattering."]),
+        ("It is Paris. Yes. Lyon is not it.", ["It is Paris. Yes.", "Lyon is not it."]),
+        ("Claro.\n12 caracteres.", ["Claro. 12 caracteres."]),
+        ("42", ["42"]),
+        ("...", []),
         ("", []),
     ],
 )
@@ -50,7 +56,12 @@ def test_same_text_same_split() -> None:
     assert split_sentences(text) == split_sentences(text)
 
 
-def test_min_words_one_keeps_every_sentence_with_a_letter() -> None:
+def test_min_words_one_asks_every_sentence_with_a_letter_on_its_own() -> None:
     answer = "Paris is the capital of France.\nSCORE: 3\n42"
-    assert split_sentences(answer) == ["Paris is the capital of France."]
-    assert split_sentences(answer, min_words=1) == ["Paris is the capital of France.", "SCORE: 3"]
+    assert split_sentences(answer) == ["Paris is the capital of France. SCORE: 3 42"]
+    assert split_sentences(answer, min_words=1) == ["Paris is the capital of France.", "SCORE: 3 42"]
+
+
+def test_every_word_of_the_answer_is_asked() -> None:
+    answer = "Sim. O prazo é de 7 dias. Ok!\n- 16 semanas\n- art. 49"
+    assert " ".join(split_sentences(answer)).split() == answer.replace("- ", "").split()
