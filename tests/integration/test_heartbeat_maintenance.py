@@ -1,4 +1,4 @@
-"""A busy worker's heartbeat thread hands a dead worker's chunks back (issue 16: the chaos log's "ValueError: signal
+"""A busy worker's heartbeat thread hands a dead worker's chunks back (the chaos benchmark's log had "ValueError: signal
 only works in main thread").
 
 Busy workers run RQ's maintenance from their heartbeat thread, so a worker killed mid-call is noticed even when every

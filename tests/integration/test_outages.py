@@ -1,4 +1,4 @@
-"""Redis outages at the points where a worker used to lose chunks or quit (issue 17, items 1, 2 and 11).
+"""Redis outages at the points where a worker used to lose chunks or quit.
 
 A private redis-server with its append-only file on is stopped and started again: the outage itself (its length, a
 few seconds, longer than redis-py's own reconnect retries) is the fault under test. Everything else waits on state

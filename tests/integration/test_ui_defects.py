@@ -1,4 +1,4 @@
-"""The web page's defects of issue 18, each pinned by a test that failed before its fix (Litestar's test client,
+"""The web page's known defects, each pinned by a test that failed before its fix (Litestar's test client,
 a real Redis, the FAKE worker). The ones only a browser shows (back/forward cache, layout, confirm) are in
 tests/browser."""
 

@@ -1,4 +1,4 @@
-"""A live worker whose registration Redis lost registers again (issue 16: the chaos bench ended with a live worker
+"""A live worker whose registration Redis lost registers again (the chaos benchmark once ended with a live worker
 missing from `rq:workers:{queue}`).
 
 What the chaos run showed (bench/work/chaos/redis-aof): back-to-back restarts kept a busy worker's heartbeats from
