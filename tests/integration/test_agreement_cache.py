@@ -1,5 +1,5 @@
 """The agreement reports a finished batch caches are keyed on its labels' version: relabelling changes both
-/agreement and /agreement/metrics (a regression: /agreement/metrics kept accuracy 1.0 after it fell to 0.25). Real Redis,
+/agreement and /agreement/metrics (/agreement/metrics once kept accuracy 1.0 after it fell to 0.25). Real Redis,
 a real RQ worker on the FAKE engine (it scores item N as N mod 4)."""
 
 from __future__ import annotations

@@ -21,8 +21,8 @@ from bench.fake_worker import FakeWorkerEngine
 from juiz.store import ChunkRef, Store, text
 from juiz.store.keys import batch_key, pending_key
 from schemas import BatchOptions, Triple
+from tests.integration.fake_workers import wait_until
 from tests.integration.helpers import make_settings, triples
-from tests.integration.test_recovery import wait_until
 from workers import jobs
 from workers.worker import Heartbeat, JuizWorker, build_worker
 

@@ -26,8 +26,8 @@ from juiz.runtime.settings import Settings
 from juiz.store import Store
 from schemas import BatchOptions, Triple
 from tests.integration.conftest import REDIS_SERVER
+from tests.integration.fake_workers import Workers, graded_counts, wait_until
 from tests.integration.helpers import make_settings, triples
-from tests.integration.test_recovery import Workers, graded_counts, wait_until
 from tests.integration.test_redis_faults import AofRedis
 from workers import jobs
 from workers.scheduler import enqueue_due_retries

@@ -23,8 +23,8 @@ from bench.fake_worker import RUNNING_KEY
 from juiz.runtime.settings import Settings
 from juiz.store import Store, text
 from schemas import BatchOptions, Triple
+from tests.integration.fake_workers import Workers, wait_until
 from tests.integration.helpers import make_settings, triples
-from tests.integration.test_recovery import Workers, wait_until
 from workers.worker import MODEL_FIELD
 
 
