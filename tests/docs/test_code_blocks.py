@@ -1,12 +1,14 @@
 """Every code block of the README and the tutorials runs in a test or says why not.
 
-Blocks marked `run` are run in order, page by page, in a fresh folder, with `juiz` on PATH as the real CLI on the
-FAKE engine (tests/docs/fake_juiz.py). Blocks marked `run service` need the HTTP service: they run against a private
+Blocks marked `run` are run in order, page by page, in a fresh folder, as the real CLI on the FAKE engine: a block of
+`juiz` commands in this process (`juiz_cli.main`, the engine builder swapped), any other shell block by bash with
+`juiz` on PATH as the same CLI in a child process (tests/docs/fake_juiz.py). Blocks marked `run service` need the HTTP service: they run against a private
 Redis, `juiz serve` and the FAKE worker (integration). Blocks marked `skip` carry their reason."""
 
 from __future__ import annotations
 
 import os
+import shlex
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -14,9 +16,15 @@ from pathlib import Path
 
 import pytest
 
+from bench.fake_worker import FakeWorkerEngine
+from juiz.judging import backend
+from juiz_cli import main
 from tests.docs.blocks import REPO, TESTED_PAGES, Block, blocks
 
 RUNNABLE = {"sh", "bash", "python"}
+# Added to a page's command when the test runs it: the bootstrap's 1000 resamples only make a test slower, and the
+# figures of three FAKE grades are not what the test checks.
+QUICKER = {"agreement": ["--resamples", "50"]}
 TIMEOUT_S = 300
 
 
@@ -69,15 +77,35 @@ def _run_sh(block: Block, cwd: Path, env: dict[str, str]) -> str:
     return done.stdout
 
 
+def _juiz_commands(block: Block) -> list[list[str]] | None:
+    """The block's commands as argv lists when every one of them is `juiz …`, else None."""
+    commands = []
+    for line in block.code.replace("\\\n", " ").splitlines():
+        words = shlex.split(line, comments=True)
+        if not words:
+            continue
+        if words[0] != "juiz":
+            return None
+        commands.append(words[1:])
+    return commands
+
+
 @pytest.mark.parametrize("page", TESTED_PAGES, ids=lambda p: str(p.relative_to(REPO)))
-def test_the_blocks_of_a_page_run_in_order(page: Path, tmp_path: Path) -> None:
+def test_the_blocks_of_a_page_run_in_order(page: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     runnable = [b for b in blocks(page) if b.marker == "run" and not _needs_service(b)]
     if not runnable:
         pytest.skip(f"{page.name} has no block to run without the service")
     (tmp_path / "examples").symlink_to(REPO / "examples")  # the README's commands name the repository's examples
     env = _shim(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(backend, "build_engine", lambda settings, say=None: FakeWorkerEngine())
     for block in runnable:
-        if block.language == "python":
+        commands = _juiz_commands(block) if block.language != "python" else None
+        if commands is not None:
+            for argv in commands:
+                argv = [*argv, *QUICKER.get(argv[0], [])]
+                assert main(argv) == 0, f"{block.where()}: juiz {shlex.join(argv)} failed"
+        elif block.language == "python":
             exec(compile(block.code, block.where(), "exec"), {})  # noqa: S102 - the page's own example
         else:
             _run_sh(block, tmp_path, env)
