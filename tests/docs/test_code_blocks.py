@@ -2,8 +2,9 @@
 
 Blocks marked `run` are run in order, page by page, in a fresh folder, as the real CLI on the FAKE engine: a block of
 `juiz` commands in this process (`juiz_cli.main`, the engine builder swapped), any other shell block by bash with
-`juiz` on PATH as the same CLI in a child process (tests/docs/fake_juiz.py). Blocks marked `run service` need the HTTP service: they run against a private
-Redis, `juiz serve` and the FAKE worker (integration). Blocks marked `skip` carry their reason."""
+`juiz` on PATH as the same CLI in a child process (tests/docs/fake_juiz.py). Blocks marked `run service` need the
+HTTP service: they run against a private Redis, `juiz serve` and the FAKE worker (integration). Blocks marked `skip`
+carry their reason."""
 
 from __future__ import annotations
 
@@ -106,7 +107,7 @@ def test_the_blocks_of_a_page_run_in_order(page: Path, tmp_path: Path, monkeypat
                 argv = [*argv, *QUICKER.get(argv[0], [])]
                 assert main(argv) == 0, f"{block.where()}: juiz {shlex.join(argv)} failed"
         elif block.language == "python":
-            exec(compile(block.code, block.where(), "exec"), {})  # noqa: S102 - the page's own example
+            exec(compile(block.code, block.where(), "exec"), {})
         else:
             _run_sh(block, tmp_path, env)
     if page.name == "first-jsonl.md":
@@ -126,7 +127,7 @@ def test_the_service_blocks_run_against_a_service(docs_stack: dict[str, str], tm
     for block in service_blocks:
         if block.language == "python":
             namespace = {"url": docs_stack["url"], "key": docs_stack["key"], "rows": rows}
-            exec(compile(block.code, block.where(), "exec"), namespace)  # noqa: S102 - the page's own example
+            exec(compile(block.code, block.where(), "exec"), namespace)
         else:
             out = _run_sh(block, tmp_path, env)
             assert '"status"' in out and '"items"' in out, out
