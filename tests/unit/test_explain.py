@@ -4,12 +4,18 @@ rule version, and never contradicting the score (juiz.judging.explain)."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import pytest
 
 import prompts
+from bench.fake_worker import FakeWorkerEngine
+from juiz.formats.readers import read_triples
+from juiz.formats.report import render_report
 from juiz.judging.check_rule import apply_rule
 from juiz.judging.explain import explain
+from juiz.judging.judge import Judge
+from schemas import BatchOptions
 from schemas.judgement import CheckResult
 
 IDENTIFIER = re.compile(r"\b[a-z]+_[a-z_]+\b|rule-\d|checks-\d")
@@ -98,3 +104,24 @@ def test_an_unread_grade_says_so_and_gives_no_score() -> None:
     told = explain(template, results, outcome)
     assert not outcome.ok and "could not be read" in told.supporting_evidence
     assert not re.search(r"score \d", told.supporting_evidence)
+
+
+def test_the_seeds_grades_read_as_portuguese_sentences_and_their_report_reads_back(
+    seeds_dir: Path, tmp_path: Path
+) -> None:
+    # The default check-based judge on the FAKE worker engine (its P(yes) follow the default rules), all metrics
+    # the seeds' segments allow: what a reader sees is sentences in the seeds' language, the numbers stay in checks.
+    triples = [t for path in sorted(seeds_dir.glob("00*.txt")) for t in read_triples(path)]
+    options = BatchOptions.model_validate({"metrics": ["answer_relevance", "groundedness"]})
+    graded = Judge(FakeWorkerEngine()).grade(triples, options)
+    assert len(graded) == 3
+    for result in graded:
+        for name, metric in (result.metrics or {}).items():
+            assert metric.status.value == "ok" and metric.checks, (result.id, name)
+            text = f"{metric.criteria} {metric.supporting_evidence}"
+            assert text.startswith("O juiz respondeu") and not IDENTIFIER.search(text), text
+            assert (metric.supporting_evidence or "").endswith(f"nota {metric.score} de 3."), text
+            assert f"Score: {metric.score}" in (metric.raw_output or "")  # the rule's own line, every number
+    report = tmp_path / "report.md"
+    report.write_text(render_report(graded))
+    assert [t.question for t in read_triples(report)] == [t.question for t in triples]
