@@ -33,7 +33,7 @@ from schemas.judgement import NEEDS_CONTEXT, CheckResult, MetricResult, MetricSt
 
 log = logging.getLogger(__name__)
 
-# How context_relevance's item score comes from its segments' scores (see README, "Metrics").
+# How context_relevance's item score comes from its segments' scores (docs/explanation/judge.md, "Metrics").
 CONTEXT_AGGREGATE = "max"
 # What a check prompt shows as the context of an item that has none (answer relevance needs none).
 NO_CONTEXT = "(none)"

@@ -11,8 +11,8 @@ from typing import Any
 
 from juiz.engines.base import Completion, GenerationRequest
 from juiz.judging.check_rule import apply_rule
-from juiz.judging.explain import explain
 from juiz.judging.checks import CheckJob
+from juiz.judging.explain import explain
 from juiz.judging.parsing import expected_score, parse_reply
 from juiz.judging.samples import combine_samples
 from schemas import Provenance
