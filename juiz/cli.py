@@ -143,12 +143,12 @@ def build_parser(extra: Sequence[Command] = ()) -> argparse.ArgumentParser:
         "corpus", type=Path, help="triples whose contexts are the corpus (JSONL, JSON, CSV), or a folder of .txt/.md"
     )
     synth.add_argument("-o", "--output", type=Path, required=True, help="examples JSONL")
-    synth.add_argument("--seed", type=int, default=0)
+    synth.add_argument("--seed", type=int, default=0, help="the random seed that picks and alters the claims")
 
     train = sub.add_parser("train", help="train the claim verifier on examples from `juiz synth`")
     train.add_argument("examples", type=Path, help="examples JSONL from `juiz synth`")
     train.add_argument("-o", "--output", type=Path, required=True, help="verifier JSON")
-    train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--seed", type=int, default=0, help="the logistic regression's random seed")
 
     _add_check(sub)
     _add_submit(sub)
