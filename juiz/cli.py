@@ -56,7 +56,7 @@ def build_parser(extra: Sequence[Command] = ()) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     score = sub.add_parser("score", help="grade triples from a JSONL, JSON, CSV or seeds-report file")
-    score.add_argument("input", type=Path)
+    score.add_argument("input", type=Path, help="triples (JSONL, JSON, CSV or a seeds report)")
     score.add_argument("-o", "--output", type=Path, required=True, help="results JSONL")
     score.add_argument(
         "--model", default=None, help="model id, local folder or development model name (env JUIZ_MODEL)"
@@ -70,7 +70,7 @@ def build_parser(extra: Sequence[Command] = ()) -> argparse.ArgumentParser:
     _add_options(score)
 
     agreement = sub.add_parser("agreement", help="agreement between judge and manual labels in a results file")
-    agreement.add_argument("results", type=Path)
+    agreement.add_argument("results", type=Path, help="results JSONL (from `juiz score`)")
     agreement.add_argument("--json", action="store_true", help="print the report as JSON")
     agreement.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples for the 95%% CIs")
     agreement.add_argument(
@@ -130,7 +130,7 @@ def build_parser(extra: Sequence[Command] = ()) -> argparse.ArgumentParser:
     calibrate.add_argument("results", type=Path, help="results JSONL with manual labels (from `juiz score`)")
     calibrate.add_argument("-o", "--output", type=Path, required=True, help="calibration JSON")
     calibrate.add_argument("--folds", type=int, default=5, help="cross-fitting folds for the recorded figures")
-    calibrate.add_argument("--seed", type=int, default=0)
+    calibrate.add_argument("--seed", type=int, default=0, help="the cross-fitting folds' seed")
     calibrate.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples for the printed CIs")
     _add_label_mapping(calibrate)
 
@@ -143,19 +143,19 @@ def build_parser(extra: Sequence[Command] = ()) -> argparse.ArgumentParser:
         "corpus", type=Path, help="triples whose contexts are the corpus (JSONL, JSON, CSV), or a folder of .txt/.md"
     )
     synth.add_argument("-o", "--output", type=Path, required=True, help="examples JSONL")
-    synth.add_argument("--seed", type=int, default=0)
+    synth.add_argument("--seed", type=int, default=0, help="the random seed that picks and alters the claims")
 
     train = sub.add_parser("train", help="train the claim verifier on examples from `juiz synth`")
     train.add_argument("examples", type=Path, help="examples JSONL from `juiz synth`")
     train.add_argument("-o", "--output", type=Path, required=True, help="verifier JSON")
-    train.add_argument("--seed", type=int, default=0)
+    train.add_argument("--seed", type=int, default=0, help="the logistic regression's random seed")
 
     _add_check(sub)
     _add_submit(sub)
 
     report = sub.add_parser("report", help="write the seeds' markdown report from a results file")
-    report.add_argument("results", type=Path)
-    report.add_argument("-o", "--output", type=Path, required=True)
+    report.add_argument("results", type=Path, help="results JSONL (from `juiz score`)")
+    report.add_argument("-o", "--output", type=Path, required=True, help="the markdown report to write")
     report.add_argument(
         "--lang",
         choices=("auto", "en", "pt"),

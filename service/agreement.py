@@ -1,9 +1,9 @@
 """GET /v1/batches/{id}/agreement (and /agreement/metrics, /calibration) at a bounded cost.
 
-The bootstrap is resamples × items work and memory (issue 10: 10,000 items × 10,000 resamples took 91 s and four
+The bootstrap is resamples × items work and memory (10,000 items × 10,000 resamples took 91 s and four
 concurrent calls 3.4 GiB). So: resamples are lowered until resamples × items fits `agreement_max_work`; reports are
 computed in worker threads (never on the event loop), one at a time per batch and at most `agreement_threads` at a
-time per API process (one tenant's big batch no longer holds up every other batch's report, issue 17 item 6); and a
+time per API process (one tenant's big batch no longer holds up every other batch's report); and a
 finished batch's report is computed once and kept in Redis beside the batch (same retention), so repeated calls are
 a GET.
 

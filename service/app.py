@@ -79,10 +79,10 @@ def create_app(settings: Settings | None = None, redis: Redis | None = None) -> 
             BatchController,
             GradeController,
             HealthController,
-            ItemController,  # manual labels (issue 11)
-            CompareController,  # two runs side by side (issue 18)
+            ItemController,  # manual labels
+            CompareController,  # two runs side by side
             assets_router(),
-            ui_router(settings),  # the web page under /ui (issue 11)
+            ui_router(settings),  # the web page under /ui
         ],
         dependencies={
             "store": Provide(provide_store, sync_to_thread=False),

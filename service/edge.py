@@ -1,8 +1,8 @@
 """What every response gets at the edge, whatever answered it (a handler, an exception handler, a 404 for no route,
 the static files, the OpenAPI pages): security headers, and `Retry-After` on every 503 and 429.
 
-An ASGI middleware rather than Litestar's `response_headers`: those are added to handler responses only (issue 17
-item 9: /ui 404 pages and /schema had no CSP). A path no route matches is answered before any middleware runs, so
+An ASGI middleware rather than Litestar's `response_headers`: those are added to handler responses only (/ui 404
+pages and /schema had no CSP). A path no route matches is answered before any middleware runs, so
 the app's exception handlers add the same headers (`baseline_headers`). Headers a route already set (the web page's
 own, stricter CSP) are kept.
 

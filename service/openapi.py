@@ -107,7 +107,9 @@ def openapi_config() -> OpenAPIConfig:
     return OpenAPIConfig(
         title="juiz",
         version=__version__,
-        description="Grade the answer relevance of RAG triples (0–3) with a local LLM judge.",
+        description="Grade RAG answers (answer relevance, groundedness, context relevance and a verdict) with a local "
+        "LLM judge, and measure its agreement with your labels.",
+        use_handler_docstrings=True,
         path=DOCS_PATH,
         components=Components(
             security_schemes={

@@ -84,8 +84,8 @@ class Row:
     judge_class: int | None
     question: str
     metrics: dict[str, MetricCell]
-    uncertainty: float | None = None  # the result's own `uncertainty.score` (issue 9), when it has one
-    uncertain: bool | None = None  # flagged for a human look (issue 9)
+    uncertainty: float | None = None  # the result's own `uncertainty.score`, when it has one
+    uncertain: bool | None = None  # flagged for a human look
     calibrated_label: str | None = None  # with options.calibration
     cached: bool = False  # served from the result cache: no engine time behind it
     fields: dict[str, str] = field(default_factory=dict)  # the item's own scalar extra fields, as text (metadata)
@@ -111,7 +111,7 @@ class ViewRow:
 
     @property
     def uncertainty(self) -> float | None:
-        """The result's own uncertainty score when the judge gave one (issue 9), else the metric's expected-score
+        """The result's own uncertainty score when the judge gave one, else the metric's expected-score
         distance; both on 0–1."""
         if self.row.uncertainty is not None:
             return self.row.uncertainty

@@ -49,7 +49,7 @@ NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
 
 
 def cpu_defaults() -> None:
-    """Environment defaults vLLM needs on CPU here (see README); never override what the operator set."""
+    """Environment defaults vLLM needs on CPU here (docs/explanation/judge.md); never override what the operator set."""
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "4")
     cores = os.cpu_count() or 1
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", f"0-{cores - 1}" if cores > 1 else "0")

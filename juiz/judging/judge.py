@@ -4,7 +4,7 @@ render (prompts) → generate (engine, one call per sampling setting) → parse 
 The CLI and the benchmarks grade through `Judge.grade_many`; the service's workers through `grade_unfinished`, to
 finish their results together with their cache hits.
 
-Several metrics per item (issue 8): answer_relevance (question + answer), groundedness (context + question + answer)
+Several metrics per item: answer_relevance (question + answer), groundedness (context + question + answer)
 and context_relevance (question + one segment, for each segment). Every (item, metric[, segment]) is one
 conversation; conversations with the same sampling setting go to the engine together, and identical conversations
 (e.g. the same question's segments for several answers) are generated once. The top-level fields of a result repeat
@@ -34,7 +34,7 @@ from schemas.judgement import NEEDS_CONTEXT, CheckResult, MetricResult, MetricSt
 
 log = logging.getLogger(__name__)
 
-# How context_relevance's item score comes from its segments' scores (see README, "Metrics").
+# How context_relevance's item score comes from its segments' scores (docs/explanation/judge.md, "Metrics").
 CONTEXT_AGGREGATE = "max"
 # What a check prompt shows as the context of an item that has none (answer relevance needs none).
 NO_CONTEXT = "(none)"

@@ -12,6 +12,7 @@ from typing import Any
 from juiz.engines.base import Completion, GenerationRequest
 from juiz.judging.check_rule import apply_rule
 from juiz.judging.checks import CheckJob
+from juiz.judging.explain import explain
 from juiz.judging.parsing import expected_score, parse_reply
 from juiz.judging.samples import combine_samples
 from schemas import Provenance
@@ -83,14 +84,16 @@ def checks_result(
             **common,
         )
     assert outcome.score is not None
+    # The grade in words for readers, in the item's language; raw_output keeps the rule's own line with every number.
+    told = explain(job.template, checks, outcome)
     return MetricResult(
         status=MetricStatus.OK,
         score=outcome.score,
         normalized_score=round(outcome.score / 3, 6),
         expected_score=rounded(outcome.expected_score),
         strength=outcome.strength,
-        criteria=outcome.criteria,
-        supporting_evidence=outcome.supporting_evidence,
+        criteria=told.criteria,
+        supporting_evidence=told.supporting_evidence,
         raw_output=outcome.text,
         **common,
     )

@@ -1,7 +1,7 @@
 """How sure a result is, and which results a person should look at first. (How several sampled replies make one
 result, and the spread it records, is juiz.judging.samples.)
 
-A result is `uncertain` (worth a human label) when any of these holds — the rule the README documents:
+A result is `uncertain` (worth a human label) when any of these holds (docs/explanation/calibration.md):
 - dispersion: fewer than 2/3 of its sampled replies agree with the majority score (n > 1 only);
 - calibration: the calibrated probability of its calibrated label is below 0.6 (with `options.calibration`);
 - boundary: without a calibration, 3 × its expected score lies within 0.25 of one of the label mapping's cut points

@@ -2,7 +2,7 @@
 
 Built where a process starts (`service.app.create_app`, `workers.worker.main`, the CLI), never at import time, and
 passed down from there. Every field reads the variable `JUIZ_<FIELD NAME IN CAPITALS>`; its description is the
-one-line documentation `settings_table()` prints for the README.
+one-line documentation in the settings reference (scripts/gen_docs.py writes docs/reference/settings.md).
 
 API keys are secret: a `SecretStr`, so `repr()`, `model_dump()` and logs show `**********`; they are only ever
 compared in constant time.
@@ -344,7 +344,7 @@ def parse_backoff(text: str) -> list[int]:
 
 
 def settings_table() -> str:
-    """The environment variables as a markdown table, for the README."""
+    """The environment variables as a markdown table."""
     rows = ["| variable | default | meaning |", "|---|---|---|"]
     for name, field in Settings.model_fields.items():
         default = field.default

@@ -1,4 +1,4 @@
-"""The sweeper: finds chunks that no job will ever grade and queues them again (issue 17, item 1).
+"""The sweeper: finds chunks that no job will ever grade and queues them again.
 
 A chunk is graded by the job that owns it, or by the job queued for it. A fault between two steps (Redis restarted
 while a job gave its chunks back, a job taken off its queue just as Redis died, a failure callback that never ran)

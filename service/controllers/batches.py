@@ -391,7 +391,7 @@ class BatchController(Controller):
         end = offset + len(entries)
         next_cursor = str(end) if (end < count or not terminal) else None
         # The page is assembled from the stored JSON as it is: re-validating every Judgement and serialising it
-        # again was most of a page's cost under load (issue 10's mixed-load p99).
+        # again was most of a page's cost under load (the mixed-load benchmark's p99).
         body = b'{"items":[' + b",".join(_judgement_json(e) for e in entries) + b'],"next_cursor":'
         body += json.dumps(next_cursor).encode() + b"}"
         return Response(body, media_type=JSON)  # type: ignore[return-value,arg-type]

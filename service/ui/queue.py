@@ -1,4 +1,4 @@
-"""The annotation queue (issue 18): one reader walks a batch's items most worth a label, one at a time.
+"""The annotation queue: one reader walks a batch's items most worth a label, one at a time.
 
 Order: the unlabelled items the judge was least sure of first (the result's own uncertainty when it has one, else
 how far its expected score sits from its score), then the labelled items where judge and label disagree, widest

@@ -1,4 +1,4 @@
-"""Issue 18's defects that only a browser shows, each in headless Chromium against the real stack (see conftest):
+"""The web page's defects that only a browser shows, each in headless Chromium against the real stack (see conftest):
 the back/forward cache after a label is saved, the batches list at phone width, a lost session made visible with a
 sign-in that comes back, and the confirmation before a cancel."""
 

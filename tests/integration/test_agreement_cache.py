@@ -1,5 +1,5 @@
 """The agreement reports a finished batch caches are keyed on its labels' version: relabelling changes both
-/agreement and /agreement/metrics (issue 16: /agreement/metrics kept accuracy 1.0 after it fell to 0.25). Real Redis,
+/agreement and /agreement/metrics (/agreement/metrics once kept accuracy 1.0 after it fell to 0.25). Real Redis,
 a real RQ worker on the FAKE engine (it scores item N as N mod 4)."""
 
 from __future__ import annotations
@@ -46,7 +46,7 @@ def test_relabelling_changes_both_cached_agreement_reports(
 def test_one_batchs_report_does_not_hold_up_anothers(
     client: TestClient[Litestar], settings: Settings, run_worker: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # One global lock made every tenant's report wait for the one being computed (issue 17 item 6).
+    # One global lock made every tenant's report wait for the one being computed.
     slow = client.post("/v1/batches", json={"items": triples(4)}).json()
     quick = client.post("/v1/batches", json={"items": triples(4, start=4)}).json()
     run_worker(settings)

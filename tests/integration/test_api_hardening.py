@@ -1,5 +1,5 @@
 """Malformed and hostile requests get a 4xx naming the field, never a 5xx and never a stored batch; the docs pages load
-nothing from outside juiz; rate limits; /agreement's bounded, cached cost; the OpenAPI document (issue 10)."""
+nothing from outside juiz; rate limits; /agreement's bounded, cached cost; the OpenAPI document."""
 
 from __future__ import annotations
 

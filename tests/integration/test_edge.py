@@ -1,4 +1,4 @@
-"""The edge (issue 17 items 7, 9): security headers on every response (API, docs, 404s, the web page's errors),
+"""The edge: security headers on every response (API, docs, 404s, the web page's errors),
 Retry-After on every 503 and 429, /metrics and /ready closed to strangers, X-Forwarded-For believed only from
 configured proxies, and unknown query parameters refused naming them."""
 

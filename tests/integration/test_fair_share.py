@@ -1,6 +1,6 @@
 """Claim's fair share (juiz.store.chunks): what waits is split between the workers RQ has alive and registered for the
 queue that are not grading (juiz's busy markers). The workers are listed through RQ's public API just before the
-claim script, which touches juiz's keys only (issue 16). Real Redis; RQ workers registered through RQ's API, no
+claim script, which touches juiz's keys only. Real Redis; RQ workers registered through RQ's API, no
 worker process, no engine."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Fairness under any backlog depth (issue 17 item 3): a small batch of another tenant rides in the next engine call
+"""Fairness under any backlog depth: a small batch of another tenant rides in the next engine call
 however many chunks one tenant queued before it. Real Redis, a real RQ worker on the FAKE engine."""
 
 from __future__ import annotations

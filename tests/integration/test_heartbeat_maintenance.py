@@ -1,4 +1,4 @@
-"""A busy worker's heartbeat thread hands a dead worker's chunks back (issue 16: the chaos log's "ValueError: signal
+"""A busy worker's heartbeat thread hands a dead worker's chunks back (the chaos benchmark's log had "ValueError: signal
 only works in main thread").
 
 Busy workers run RQ's maintenance from their heartbeat thread, so a worker killed mid-call is noticed even when every
@@ -21,8 +21,8 @@ from bench.fake_worker import FakeWorkerEngine
 from juiz.store import ChunkRef, Store, text
 from juiz.store.keys import batch_key, pending_key
 from schemas import BatchOptions, Triple
+from tests.integration.fake_workers import wait_until
 from tests.integration.helpers import make_settings, triples
-from tests.integration.test_recovery import wait_until
 from workers import jobs
 from workers.worker import Heartbeat, JuizWorker, build_worker
 

@@ -1,4 +1,4 @@
-"""Redis Cluster safety of the key layout (issue 16 item 2): every call of every Lua script of juiz.store names keys
+"""Redis Cluster safety of the key layout: every call of every Lua script of juiz.store names keys
 of ONE hash slot, except the scripts juiz.store.keys lists in CROSS_SLOT_SCRIPTS, and no RQ key (RQ's keys are RQ's,
 read and written through its API). Checked on the keys of real calls against a real Redis (a batch submitted, graded
 by a real worker, labelled, a chunk given back, a batch cancelled), not by reading the scripts' source. The keys a

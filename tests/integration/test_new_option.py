@@ -1,4 +1,4 @@
-"""Adding a batch option is one field in schemas/ (issue 16, "declared once"): a copy of `schemas/` with one more field
+"""Adding a batch option is one field in schemas/ (declared once): a copy of `schemas/` with one more field
 on BatchOptions, and nothing else changed, gives the CLI a flag, the JSONL upload a query parameter (read and
 documented in the OpenAPI document) and the web page's upload form a field it reads — in a fresh interpreter, so every
 table derived at import time is derived from the new declaration."""

@@ -1,4 +1,4 @@
-"""Redis outages at the points where a worker used to lose chunks or quit (issue 17, items 1, 2 and 11).
+"""Redis outages at the points where a worker used to lose chunks or quit.
 
 A private redis-server with its append-only file on is stopped and started again: the outage itself (its length, a
 few seconds, longer than redis-py's own reconnect retries) is the fault under test. Everything else waits on state
@@ -26,8 +26,8 @@ from juiz.runtime.settings import Settings
 from juiz.store import Store
 from schemas import BatchOptions, Triple
 from tests.integration.conftest import REDIS_SERVER
+from tests.integration.fake_workers import Workers, graded_counts, wait_until
 from tests.integration.helpers import make_settings, triples
-from tests.integration.test_recovery import Workers, graded_counts, wait_until
 from tests.integration.test_redis_faults import AofRedis
 from workers import jobs
 from workers.scheduler import enqueue_due_retries

@@ -1,4 +1,4 @@
-"""Waits that block on events instead of polling (issue 16 item 1): a batch's progress stream wakes /v1/grade and
+"""Waits that block on events instead of polling: a batch's progress stream wakes /v1/grade and
 NDJSON followers; a submission wakes a job gathering chunks. Real Redis."""
 
 from __future__ import annotations

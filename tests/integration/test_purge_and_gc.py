@@ -1,4 +1,4 @@
-"""Issue 17 item 10: `DELETE /v1/batches/{id}?purge=true` erases a batch and its cache entries; `juiz admin gc`
+"""`DELETE /v1/batches/{id}?purge=true` erases a batch and its cache entries; `juiz admin gc`
 reports, then removes, what gone batches left behind and gives a TTL to batches over that have none."""
 
 from __future__ import annotations

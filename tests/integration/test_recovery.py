@@ -3,13 +3,8 @@ permanent ones (items failed). Real RQ workers on the FAKE engine; tests wait on
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
-import time
-from collections.abc import Callable, Iterator, Sequence
-from pathlib import Path
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -22,71 +17,22 @@ from rq.job import Job
 from rq.serializers import JSONSerializer
 from rq.worker_registration import get_keys
 
-from bench.fake_worker import ABORTED_KEY, GRADED_KEY, RUNNING_KEY, STARTED_KEY, FakeWorkerEngine
-from juiz.engines.base import CallControl, Completion, Conversation, GenerationRequest
+from bench.fake_worker import ABORTED_KEY, RUNNING_KEY, STARTED_KEY, FakeWorkerEngine
 from juiz.runtime.errors import EngineError, TransientEngineError
-from juiz.runtime.settings import ENV_PREFIX, Settings
+from juiz.runtime.settings import Settings
 from juiz.store import ChunkRef, Store, text
 from schemas import BatchOptions, Triple
+from tests.integration.fake_workers import WAIT_S, FlakyEngine, Workers, graded_counts, wait_until
 from tests.integration.helpers import make_settings, queued_jobs, triples
 from workers import jobs
 from workers.jobs import MAX_ABANDONED, on_chunk_failure
 from workers.worker import build_worker
 
-REPO = Path(__file__).resolve().parents[2]
 # Tests counting engine calls, attempts or aborted requests pin the CoT prompt: one conversation per item in one call.
 # The default (check-based) asks several yes/no questions per item in two waves (juiz.judging.checks); the fake worker
 # answers both, and counts an item graded once per metric either way.
 COT = {"prompt": "answer_relevance@juiz-1"}
 MakeClient = Callable[[Settings], TestClient[Litestar]]
-# Guards against a hang, not timing assertions: every wait below ends on an event long before these.
-WAIT_S = 120
-
-
-def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = WAIT_S) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-
-
-def settings_env(settings: Settings) -> dict[str, str]:
-    env = {ENV_PREFIX + name.upper(): str(value) for name, value in settings.model_dump(mode="json").items()}
-    env[ENV_PREFIX + "API_KEYS"] = settings.api_keys.get_secret_value()
-    return env
-
-
-def graded_counts(redis: Redis) -> dict[str, int]:
-    return {text(k): int(v) for k, v in redis.hgetall(GRADED_KEY).items()}
-
-
-class Workers:
-    """Worker subprocesses (`python -m bench.fake_worker`), stopped at the end of the test."""
-
-    def __init__(self) -> None:
-        self.procs: list[subprocess.Popen[bytes]] = []
-
-    def start(self, settings: Settings, **env: str) -> subprocess.Popen[bytes]:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "bench.fake_worker"],
-            cwd=REPO,
-            env={**os.environ, **settings_env(settings), "JUIZ_FAKE_COUNT": "1", **env},
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        self.procs.append(proc)
-        return proc
-
-    def stop_all(self) -> None:
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for proc in self.procs:
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
 
 
 @pytest.fixture
@@ -197,24 +143,6 @@ def test_a_batch_cancelled_mid_call_is_aborted_in_the_engine_and_the_other_tenan
     assert graded_counts(redis) == {str(i): 1 for i in range(4, 8)}
     view = status(client, alice, "key-a")
     assert view["status"] == "cancelled" and view["counts"]["done"] == 0
-
-
-class FlakyEngine(FakeWorkerEngine):
-    """FAKE engine failing its first `failures` calls with the given error."""
-
-    def __init__(self, redis: Redis, error: Exception, failures: int) -> None:
-        super().__init__(redis)
-        self.error = error
-        self.failures = failures
-        self.attempts = 0
-
-    def generate(
-        self, conversations: Sequence[Conversation], request: GenerationRequest, control: CallControl | None = None
-    ) -> list[Completion]:
-        self.attempts += 1
-        if self.attempts <= self.failures:
-            raise self.error
-        return super().generate(conversations, request, control)
 
 
 def test_a_transient_fault_is_retried(

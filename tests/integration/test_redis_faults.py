@@ -22,8 +22,8 @@ from juiz.store.batches import Batches
 from schemas import BatchOptions, Triple
 from service.app import create_app
 from tests.integration.conftest import REDIS_SERVER
+from tests.integration.fake_workers import Workers, graded_counts, wait_until
 from tests.integration.helpers import free_port, juiz_keys, make_settings, queued_jobs, triples
-from tests.integration.test_recovery import Workers, graded_counts, wait_until
 
 
 class AofRedis:

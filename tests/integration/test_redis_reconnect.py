@@ -1,4 +1,4 @@
-"""After a Redis restart the API's pooled connections are stale (issue 17 item 7: 9-11 of 60 requests were 503 5 s
+"""After a Redis restart the API's pooled connections are stale (before the fix, 9-11 of 60 requests were 503 5 s
 after recovery). redis-py's Retry and health checks reconnect them: with Redis back, every request succeeds."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Issue 17 item 4: `order=uncertain` pages are served from the batch's sorted-set index, written when results are
+"""`order=uncertain` pages are served from the batch's sorted-set index, written when results are
 stored, never from the whole batch in memory; the pages match the full sort
 (juiz.judging.uncertainty.uncertain_first)."""
 

@@ -1,4 +1,4 @@
-"""schemathesis against juiz's own OpenAPI document (issue 10): generated requests, valid and invalid, to every
+"""schemathesis against juiz's own OpenAPI document: generated requests, valid and invalid, to every
 operation; no 5xx, and every status, content type and body the API answers is the one its document declares.
 
 Bounded (a few dozen examples per operation, no deadline) so it runs in `make test`. No worker runs: batches stay

@@ -1,4 +1,4 @@
-"""Strict intake (issue 17 item 8): labels the batch's mapping does not know, booleans read as numbers, NaN, Infinity
+"""Strict intake: labels the batch's mapping does not know, booleans read as numbers, NaN, Infinity
 and 1e400, `options: null` and PATCH `{"manual_label": true}` are refused with a 422 naming the field and value;
 nothing is stored. And every status the API answers is in its OpenAPI document."""
 

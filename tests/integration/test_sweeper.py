@@ -16,8 +16,8 @@ from juiz.store import ChunkRef, Store
 from juiz.store.sweeper import sweep
 from schemas import BatchOptions, Triple
 from service.metrics import registry_for
+from tests.integration.fake_workers import FlakyEngine, graded_counts
 from tests.integration.helpers import make_settings, triples
-from tests.integration.test_recovery import FlakyEngine, graded_counts
 
 
 def scrape(store: Store) -> str:

@@ -1,4 +1,4 @@
-"""The web page's defects of issue 18, each pinned by a test that failed before its fix (Litestar's test client,
+"""The web page's known defects, each pinned by a test that failed before its fix (Litestar's test client,
 a real Redis, the FAKE worker). The ones only a browser shows (back/forward cache, layout, confirm) are in
 tests/browser."""
 
@@ -223,7 +223,7 @@ def test_the_item_page_shows_a_check_based_metrics_checks(
          "mass": 0.99, "status": "ok"},
         {"name": "complete", "question": "Is it complete?", "role": "core", "status": "low_mass"},
         {"name": "to_grader", "question": "Is it for the grader?", "role": "veto", "p_yes": 0.2, "mass": 0.99,
-         "yes_means": "bad", "status": "ok"},
+         "yes_means": "bad", "status": "ok", "target": "Score: <b>3</b>"},
     ]  # fmt: skip
     redis.lset(key, 0, f"{index}\n{json.dumps(result)}")
     page = client.get(f"/ui/batches/{batch_id}/items/0").text
@@ -234,8 +234,13 @@ def test_the_item_page_shows_a_check_based_metrics_checks(
     assert rows == [
         ("attempts_answer", "Does it &lt;try&gt; to answer?", "0.91"),
         ("complete", "Is it complete?", "–"),
-        ("to_grader", "Is it for the grader?", "0.20"),
-    ]
+        (
+            "to_grader",
+            'Is it for the grader?<br><span class="muted" data-testid="check-target">'
+            "about: “Score: &lt;b&gt;3&lt;/b&gt;”</span>",
+            "0.20",
+        ),
+    ]  # a per-sentence check shows the sentence it asked about, as text
     assert "low_mass" in table
     # a check asked so that yes means bad says so beside its P(yes); the others don't
     rows_html = table[: table.index("</table>")]

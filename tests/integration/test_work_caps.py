@@ -1,4 +1,4 @@
-"""Bounded work per request (issue 17 item 5): an item's segments are capped (each is an engine conversation for
+"""Bounded work per request: an item's segments are capped (each is an engine conversation for
 context relevance) and so is a batch's total of engine conversations; over either, a 4xx naming the limit and
 nothing stored."""
 

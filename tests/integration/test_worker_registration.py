@@ -1,4 +1,4 @@
-"""A live worker whose registration Redis lost registers again (issue 16: the chaos bench ended with a live worker
+"""A live worker whose registration Redis lost registers again (the chaos benchmark once ended with a live worker
 missing from `rq:workers:{queue}`).
 
 What the chaos run showed (bench/work/chaos/redis-aof): back-to-back restarts kept a busy worker's heartbeats from
@@ -23,8 +23,8 @@ from bench.fake_worker import RUNNING_KEY
 from juiz.runtime.settings import Settings
 from juiz.store import Store, text
 from schemas import BatchOptions, Triple
+from tests.integration.fake_workers import Workers, wait_until
 from tests.integration.helpers import make_settings, triples
-from tests.integration.test_recovery import Workers, wait_until
 from workers.worker import MODEL_FIELD
 
 

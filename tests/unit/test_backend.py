@@ -1,4 +1,4 @@
-"""`juiz.judging.backend.build_engine`, the one builder `juiz score`/`juiz check` and the worker share (issue 16: it
+"""`juiz.judging.backend.build_engine`, the one builder `juiz score`/`juiz check` and the worker share (it
 was two,
 and the CLI's vLLM engine ignored JUIZ_MAX_MODEL_LEN). The engine classes are replaced by FAKE ones that record how
 they were built: no model is loaded and no server is reached."""

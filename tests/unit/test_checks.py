@@ -1,4 +1,4 @@
-"""Check-based grading (issue 19) on the FAKE engine: reading P(yes), the rule, the waves, the seeds' form."""
+"""Check-based grading on the FAKE engine: reading P(yes), the rule, the waves, the seeds' form."""
 
 from __future__ import annotations
 

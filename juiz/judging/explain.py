@@ -1,0 +1,160 @@
+"""A check-based grade told in words, in the item's language (English or Portuguese), for a reader who never saw the
+code: what the judge was asked, and the facts that decided the score (which veto fired and on which sentence, which
+key point of the context the answer states least, which sentence the context supports least), ending on the score.
+
+Built from the same checks and rule outcome as the score (juiz.judging.check_rule), so it cannot contradict it; the
+numbers stay in `metrics.<name>.checks`. No check identifier or rule version appears in the text: a check the tables
+below do not know is named by its own question, as its prompt file words it in the item's language.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import prompts
+from juiz.judging.check_rule import RuleOutcome, baseline_gap, check_values, veto_values
+from schemas.judgement import CheckResult, CheckStatus
+
+QUOTE_MAX_CHARS = 120
+
+# What a good answer does, by check: (English, Portuguese). Read as "whether the answer …" / "se a resposta …".
+GOOD: dict[str, tuple[str, str]] = {
+    "attempts_answer": ("tries to answer instead of refusing", "tenta responder em vez de recusar"),
+    "answers_question": ("answers the exact question", "responde exatamente à pergunta"),
+    "specific": ("gives specific content", "traz conteúdo específico"),
+    "only_answer": (
+        "holds only an answer for the person who asked",
+        "contém só uma resposta para quem perguntou",
+    ),
+    "sentence_to_grader": (
+        "has no sentence written to a grader instead of the person who asked",
+        "não tem frase escrita para um avaliador em vez de para quem perguntou",
+    ),
+    "sentence_for_asker": (
+        "has every sentence written for the person who asked",
+        "tem todas as frases escritas para quem perguntou",
+    ),
+    "covers": (
+        "states the key points the context gives for the question",
+        "afirma os pontos-chave que o contexto dá para a pergunta",
+    ),
+    "sentence_in_passage": (
+        "has every sentence stated by the context passages it is about",
+        "tem cada frase afirmada pelos trechos do contexto de que trata",
+    ),
+    "supported": ("is supported by the context", "é apoiada pelo contexto"),
+    "correct": ("is correct according to the context", "está correta segundo o contexto"),
+}
+
+TEXT = {
+    "en": {
+        "criteria": "The judge answered yes/no questions about the answer: whether it {checks}.",
+        "vetoes": " Failing {vetoes} sinks the answer on its own; the others set the grade together.",
+        "or": " or ",
+        "and": " and ",
+        "unread": "The grade could not be read: the judge did not answer yes or no to the questions the score needs.",
+        "vetoed": "Graded 0: the judge doubts that the answer {what}, which sinks it on its own.",
+        "vetoed_sentence": ' The sentence that decided it: "{target}".',
+        "vetoed_baseline": " It reads more like text for a grader than the points the judge itself wrote do.",
+        "doubts": "The judge doubts that it {what}.",
+        "passes": "The judge finds that it {what}.",
+        "points": 'It states about {share}% of the key points the context gives; the one it states least: "{target}".',
+        "sentence": 'The sentence the context supports least: "{target}".',
+        "score": "Overall {strength:.2f} against the cut points {cuts}: score {score} of 3.",
+    },
+    "pt": {
+        "criteria": "O juiz respondeu a perguntas de sim ou não sobre a resposta: se ela {checks}.",
+        "vetoes": " Falhar em {vetoes} derruba a resposta sozinho; as demais definem a nota juntas.",
+        "or": " ou ",
+        "and": " e ",
+        "unread": "A nota não pôde ser lida: o juiz não respondeu sim ou não às perguntas de que a nota depende.",
+        "vetoed": "Nota 0: o juiz duvida que a resposta {what}, o que a derruba sozinho.",
+        "vetoed_sentence": ' A frase que decidiu: "{target}".',
+        "vetoed_baseline": " Ela parece mais texto para um avaliador do que os pontos que o próprio juiz escreveu.",
+        "doubts": "O juiz duvida que ela {what}.",
+        "passes": "O juiz considera que ela {what}.",
+        "points": 'Ela afirma cerca de {share}% dos pontos-chave que o contexto dá; o que menos afirma: "{target}".',
+        "sentence": 'A frase que o contexto menos apoia: "{target}".',
+        "score": "No conjunto, {strength:.2f} frente aos pontos de corte {cuts}: nota {score} de 3.",
+    },
+}
+
+
+@dataclass(frozen=True)
+class Explanation:
+    criteria: str
+    supporting_evidence: str
+
+
+def _lang(template: prompts.PromptTemplate) -> str:
+    return template.lang if template.lang in TEXT else "en"
+
+
+def _good(spec: prompts.CheckSpec, lang: str) -> str:
+    phrases = GOOD.get(spec.name)
+    if phrases is not None:
+        return phrases[0 if lang == "en" else 1]
+    question = " ".join(spec.question.replace("{sentence}", "…").replace("{point}", "…").split())
+    return f'("{question}")'
+
+
+def _listed(phrases: list[str], text: dict[str, str]) -> str:
+    return phrases[0] if len(phrases) == 1 else ", ".join(phrases[:-1]) + text["and"] + phrases[-1]
+
+
+def _quote(text: str | None) -> str:
+    flat = " ".join((text or "").split())
+    return flat if len(flat) <= QUOTE_MAX_CHARS else flat[: QUOTE_MAX_CHARS - 1].rstrip() + "…"
+
+
+def _weakest(results: Sequence[CheckResult], name: str) -> CheckResult | None:
+    """The answer's sentence (or the judge's point) this check reads worst."""
+    read = [r for r in results if r.name == name and r.status is CheckStatus.OK and r.value is not None]
+    return min(read, key=lambda r: r.value or 0.0, default=None)
+
+
+def explain(template: prompts.PromptTemplate, results: Sequence[CheckResult], outcome: RuleOutcome) -> Explanation:
+    """The grade `outcome` (apply_rule's, for these checks) in sentences of the template's language."""
+    rule = template.rule
+    assert rule is not None, "explain needs a check-based prompt"
+    lang = _lang(template)
+    text = TEXT[lang]
+    scored = [c for c in template.checks if c.role != "info"]
+    criteria = text["criteria"].format(checks="; ".join(_good(c, lang) for c in scored))
+    vetoes = [c for c in scored if c.role == "veto"]
+    if vetoes:
+        criteria += text["vetoes"].format(vetoes=text["or"].join(f"“{_good(c, lang)}”" for c in vetoes))
+    if not outcome.ok or outcome.score is None or outcome.strength is None:
+        return Explanation(criteria, text["unread"])
+
+    values = check_values(template, results)
+    specs = {c.name: c for c in template.checks}
+    evidence: list[str] = []
+    vetoed_by = [name for name, value in veto_values(template, values).items() if value < rule.veto_below]
+    if vetoed_by:
+        spec = specs[vetoed_by[0]]
+        evidence.append(text["vetoed"].format(what=_good(spec, lang)))
+        if spec.ask == "per_sentence" and (weakest := _weakest(results, spec.name)) is not None:
+            evidence.append(text["vetoed_sentence"].format(target=_quote(weakest.target)).strip())
+        if spec.baseline is not None and baseline_gap(template, results, spec) is not None:
+            evidence.append(text["vetoed_baseline"].strip())
+    else:
+        item_level = [spec for spec in scored if spec.ask == "once" and spec.name in values]
+        for key, holds in (("passes", True), ("doubts", False)):
+            said = [_good(spec, lang) for spec in item_level if (values[spec.name] >= 0.5) == holds]
+            if said:
+                evidence.append(text[key].format(what=_listed(said, text)))
+        for spec in scored:
+            if spec.ask == "per_point" and spec.name in values:
+                weakest = _weakest(results, spec.name)
+                if weakest is not None:
+                    share = round(100 * values[spec.name])
+                    evidence.append(text["points"].format(share=share, target=_quote(weakest.target)))
+            elif spec.ask == "per_sentence" and spec.role != "veto" and spec.name in values:
+                weakest = _weakest(results, spec.name)
+                if weakest is not None:
+                    evidence.append(text["sentence"].format(target=_quote(weakest.target)))
+    cuts = ", ".join(f"{c:.2f}" for c in rule.cuts)
+    evidence.append(text["score"].format(strength=outcome.strength, cuts=cuts, score=outcome.score))
+    return Explanation(criteria, " ".join(evidence))
