@@ -83,6 +83,7 @@ class ReadyView(BaseModel):
     redis: bool
     workers: list[WorkerView]
     reason: str | None = None
+    writable: bool | None = None  # Redis accepts writes (not full, not a replica, can persist); None: not reached
 
 
 class HealthView(BaseModel):

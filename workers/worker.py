@@ -23,6 +23,10 @@ Faults the worker rides out or stops on:
   `ConnectionError`; what a fault left half-done (a job lost between queue and registry) is requeued by the sweeper.
   Should its worker key expire meanwhile (no heartbeat reached Redis within its TTL) and RQ's maintenance drop it from
   the registry, its next heartbeat (idle, or the job's heartbeat thread) notices and registers it again.
+- Redis refusing writes (full at maxmemory with noeviction, a read-only replica, MISCONF): the same as away
+  (juiz.runtime.retry.REDIS_ERRORS), except that a worker waits for a write to get through, not for a PING (which a
+  full Redis still answers). RQ's own writes (register_birth, heartbeats, set_state, the job's status) are among the
+  steps waited out; /ready and /metrics report the store not writable (the worker itself can't write to say so).
 - A dead engine (`EngineDeadError`): the job gives its chunks back and the worker stops, deregistered (so /ready
   drops it), and the process exits non-zero (`ENGINE_DEAD_EXIT`) for a supervisor to restart it.
 
@@ -61,7 +65,7 @@ from rq.worker import SimpleWorker, Worker, WorkerStatus
 from tenacity import (
     RetryCallState,
     Retrying,
-    retry_if_exception_type,
+    retry_if_exception,
     stop_after_delay,
     stop_any,
     stop_never,
@@ -72,7 +76,7 @@ from tenacity import (
 from juiz.engines.base import JudgeEngine
 from juiz.judging.backend import build_engine
 from juiz.runtime.errors import EngineDeadError, InputError
-from juiz.runtime.retry import REDIS_ERRORS
+from juiz.runtime.retry import REDIS_ERRORS, waiting_helps
 from juiz.runtime.settings import Settings
 from juiz.store import Store
 from juiz.store.connection import redis_client
@@ -93,6 +97,7 @@ class JuizWorker(SimpleWorker):
     judge model announced, and a stop (exit non-zero) when the engine dies."""
 
     settings: Settings
+    store: Store
     model_id: str = ""
     priority_streak: int = 0
 
@@ -297,12 +302,13 @@ class JuizWorker(SimpleWorker):
                 self.unsubscribe()
 
     def wait_for_redis(self, deadline_s: float | None = None) -> None:
-        """Ping with exponential backoff until Redis answers; with `deadline_s`, the error propagates after it.
+        """Probe with a small write, with exponential backoff, until Redis takes it; with `deadline_s`, the error
+        propagates after it.
 
-        Without a deadline it waits as long as Redis is away: a worker never exits for a ConnectionError. A stop
-        asked for meanwhile (SIGTERM) ends the wait with RQ's StopRequested, so the work loop ends."""
+        Without a deadline it waits as long as Redis is away or refuses writes: a worker never exits for either. A
+        stop asked for meanwhile (SIGTERM) ends the wait with RQ's StopRequested, so the work loop ends."""
         for attempt in Retrying(
-            retry=retry_if_exception_type(REDIS_ERRORS),
+            retry=retry_if_exception(waiting_helps),
             wait=wait_exponential(multiplier=0.2, max=5),
             stop=stop_any(
                 stop_when_event_set(self.stop_event), stop_never if deadline_s is None else stop_after_delay(deadline_s)
@@ -313,7 +319,7 @@ class JuizWorker(SimpleWorker):
             with attempt:
                 if self.stop_asked:
                     raise StopRequested
-                self.connection.ping()
+                self.store.check_writable()
 
 
 def _log_once_per_outage(state: RetryCallState) -> None:
@@ -377,6 +383,7 @@ def build_worker(settings: Settings, redis: Redis, engine: JudgeEngine, name: st
         maintenance_interval=settings.maintenance_interval_s,
     )
     worker.settings = settings
+    worker.store = store
     worker.model_id = engine.model_id
     jobs.bind(jobs.Binding(judge=Judge(engine), store=store, settings=settings, worker_name=worker.name))
     return worker
@@ -388,7 +395,7 @@ def run(settings: Settings, engine: JudgeEngine, *, burst: bool = False, name: s
     Raises EngineDeadError when the worker stopped because its engine died (its work is back in the queue).
     """
     redis = redis_client(settings)  # retries a connection a Redis restart left stale, as the API's does
-    _wait_for(redis)
+    _retried(Store(redis, settings).check_writable)  # Redis may be restarting, or full, too: wait rather than exit
     worker = build_worker(settings, redis, engine, name=name)
     scheduler = None if burst else SchedulerThread(settings, redis)
     if scheduler is not None:
@@ -418,15 +425,10 @@ def run(settings: Settings, engine: JudgeEngine, *, burst: bool = False, name: s
         redis.close()
 
 
-def _wait_for(redis: Redis) -> None:
-    """At start-up Redis may be restarting too: wait for it rather than exit."""
-    _retried(redis.ping)
-
-
 def _retried(step: Any) -> None:
-    """`step()` retried with backoff for as long as Redis is away."""
+    """`step()` retried with backoff for as long as Redis is away or refuses writes."""
     for attempt in Retrying(
-        retry=retry_if_exception_type(REDIS_ERRORS),
+        retry=retry_if_exception(waiting_helps),
         wait=wait_exponential(multiplier=0.2, max=5),
         before_sleep=_log_once_per_outage,
         reraise=True,

@@ -81,6 +81,11 @@ class Store:
         self.results = Results(redis, settings, self.metrics)
         self.labels = Labels(redis)
 
+    def check_writable(self) -> None:
+        """Raise what Redis answers a small write with: OutOfMemoryError, ReadOnlyError, StoreMisconfigured (a
+        refusal, juiz.runtime.retry.REDIS_REFUSED) or a connection error. A PING answers while writes are refused."""
+        self.redis.set(keys.WRITE_PROBE_KEY, b"1", px=10_000)
+
     def rq_queue(self, name: str) -> Queue:
         return self.jobs.rq_queue(name)
 
