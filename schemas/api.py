@@ -68,6 +68,7 @@ class ErrorBody(BaseModel):
     line: int | None = Field(default=None, description="1-based line of the offending item in a JSONL upload.")
     limit: str | None = Field(default=None, description="The limit that was exceeded, e.g. 'max_items'.")
     maximum: int | None = None
+    request_id: str | None = Field(default=None, description="A 500's id, also in the API's log and X-Request-ID.")
 
 
 class WorkerView(BaseModel):

@@ -10,6 +10,7 @@
     labels    manual labels set in place, and the batch's labels_version
     cache     the result cache
     metrics   counters and histograms for /metrics
+    ratelimit per-caller request counts per minute (the API's rate limit, the page's sign-in)
     orphans   what `juiz admin gc` finds: keys and index entries whose batch is gone, batches over without a TTL
 
 `Store` is the facade the API and the workers hold: it builds the nouns on one connection, and keeps the names its
@@ -25,6 +26,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from redis import Redis
+from redis.asyncio import Redis as AsyncRedis
 from rq import Queue
 
 from juiz.runtime.errors import IdempotencyConflict
@@ -38,6 +40,7 @@ from juiz.store.keys import PREFIX, text
 from juiz.store.labels import Labels
 from juiz.store.metrics import ENGINE_CALL_BUCKETS, ITEM_BUCKETS, RATE_WINDOW_S, Metrics
 from juiz.store.queues import ChunkJobs, JuizQueue
+from juiz.store.ratelimit import RateCounts
 from juiz.store.results import Results
 from schemas import BatchOptions, Judgement, Triple
 from schemas.triple import Label
@@ -69,7 +72,7 @@ class Store:
     active_key = staticmethod(keys.active_key)
     tenant_batches_key = staticmethod(keys.tenant_batches_key)
 
-    def __init__(self, redis: Redis, settings: Settings) -> None:
+    def __init__(self, redis: Redis, settings: Settings, async_redis: AsyncRedis | None = None) -> None:
         self.redis = redis
         self.settings = settings
         self.metrics = Metrics(redis)
@@ -80,6 +83,7 @@ class Store:
         self.items = Items(redis)
         self.results = Results(redis, settings, self.metrics)
         self.labels = Labels(redis)
+        self.rates = RateCounts(redis, async_redis)
 
     def check_writable(self) -> None:
         """Raise what Redis answers a small write with: OutOfMemoryError, ReadOnlyError, StoreMisconfigured (a
