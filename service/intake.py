@@ -22,6 +22,7 @@ from litestar.exceptions import HTTPException
 from pydantic import TypeAdapter, ValidationError, model_validator
 
 from juiz.agreement.labels import check_labels
+from juiz.formats.encodable import NOT_TEXT, unencodable
 from juiz.formats.options import OPTIONS, loads_strict, options_from_text
 from juiz.formats.options import validate_options as validate_option_fields
 from juiz.formats.readers import (
@@ -85,6 +86,8 @@ class BatchSubmissionBody(BatchSubmission):
     def _items_through_field_map(cls, data: Any) -> Any:
         if not isinstance(data, dict) or not isinstance(data.get("items"), list):
             return data  # pydantic names what is wrong with the body itself
+        if (where := unencodable({k: v for k, v in data.items() if k != "items"})) is not None:
+            raise InputError(NOT_TEXT, source="body", field=where or None)  # options, name, field_map; items below
         field_map = read_field_map(data.get("field_map"))
         items = [validate_triple(obj, ITEMS_SOURCE, index, field_map) for index, obj in enumerate(data["items"])]
         return {**data, "items": items}
@@ -100,6 +103,8 @@ class GradeRequestBody(GradeRequest):
     def _item_through_field_map(cls, data: Any) -> Any:
         if not isinstance(data, dict) or "item" not in data:
             return data
+        if (where := unencodable({k: v for k, v in data.items() if k != "item"})) is not None:
+            raise InputError(NOT_TEXT, source="body", field=where or None)
         field_map = read_field_map(data.get("field_map"))
         try:
             item = validate_triple(data["item"], "item", None, field_map)

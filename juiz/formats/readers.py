@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from juiz.formats.encodable import NOT_TEXT, unencodable
 from juiz.formats.report_format import (
     DEFAULT_LANGUAGE,
     HEADINGS,
@@ -282,6 +283,8 @@ def validate_model(model: type[M], obj: object, source: str, line: int | None) -
     """Validate one object, turning pydantic's error list into one InputError that names the first bad field."""
     if not isinstance(obj, dict):
         raise InputError(f"expected a JSON object, got {_json_type(obj)}", source=source, line=line)
+    if (where := unencodable(obj)) is not None:
+        raise InputError(NOT_TEXT, source=source, line=line, field=where or None)
     try:
         return model.model_validate(obj)
     except ValidationError as exc:
