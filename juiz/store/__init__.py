@@ -11,6 +11,7 @@
     cache     the result cache
     metrics   counters and histograms for /metrics
     ratelimit per-caller request counts per minute (the API's rate limit, the page's sign-in)
+    reads     the API's hot reads on its event loop (asyncio client): polls, raw result pages, progress waits
     orphans   what `juiz admin gc` finds: keys and index entries whose batch is gone, batches over without a TTL
 
 `Store` is the facade the API and the workers hold: it builds the nouns on one connection, and keeps the names its
@@ -41,6 +42,7 @@ from juiz.store.labels import Labels
 from juiz.store.metrics import ENGINE_CALL_BUCKETS, ITEM_BUCKETS, RATE_WINDOW_S, Metrics
 from juiz.store.queues import ChunkJobs, JuizQueue
 from juiz.store.ratelimit import RateCounts
+from juiz.store.reads import AsyncReads
 from juiz.store.results import Results
 from schemas import BatchOptions, Judgement, Triple
 from schemas.triple import Label
@@ -84,6 +86,14 @@ class Store:
         self.results = Results(redis, settings, self.metrics)
         self.labels = Labels(redis)
         self.rates = RateCounts(redis, async_redis)
+        self._reads = None if async_redis is None else AsyncReads(async_redis)
+
+    @property
+    def reads(self) -> AsyncReads:
+        """The API's event-loop reads (juiz.store.reads); only a store built with the asyncio client has them."""
+        if self._reads is None:
+            raise RuntimeError("this store has no asyncio client: its async reads are the API's")
+        return self._reads
 
     def check_writable(self) -> None:
         """Raise what Redis answers a small write with: OutOfMemoryError, ReadOnlyError, StoreMisconfigured (a

@@ -77,3 +77,9 @@ def test_an_unhandled_exception_is_a_500_with_a_request_id_in_the_log(
     assert "a bug nobody expected" not in response.text  # the body names no internals
     (record,) = [r for r in caplog.records if request_id in r.getMessage()]
     assert record.exc_info is not None and "a bug nobody expected" in str(record.exc_info[1])
+
+
+def test_text_exports_name_their_charset_once(client: TestClient[Litestar]) -> None:
+    made = client.post("/v1/batches", json={"items": triples(1)})
+    report = client.get(f"/v1/batches/{made.json()['id']}/report")
+    assert report.headers["content-type"] == "text/markdown; charset=utf-8", report.headers
