@@ -13,10 +13,9 @@ from prometheus_client import Counter
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 from redis.exceptions import ResponseError
-from rq import Worker
 
 from juiz.runtime.retry import write_refused
-from juiz.store import ENGINE_CALL_BUCKETS, ITEM_BUCKETS, Store, text
+from juiz.store import ENGINE_CALL_BUCKETS, ITEM_BUCKETS, Store
 from juiz.store.sweeper import stalled_batches
 from schemas import WorkerView
 
@@ -38,26 +37,8 @@ RATE_LIMIT_FAILED_OPEN = Counter(
 
 
 def live_workers(store: Store) -> list[WorkerView]:
-    """RQ workers listening to our queues, with the model each announced. A worker drops out when its heartbeat
-    lapses (RQ's worker key expires)."""
-    ours = set(store.settings.queues)
-    views = []
-    for worker in Worker.all(connection=store.redis):
-        queues = worker.queue_names()
-        if not ours.intersection(queues):
-            continue
-        model = store.redis.hget(worker.key, "juiz_model")
-        heartbeat = worker.last_heartbeat
-        views.append(
-            WorkerView(
-                name=worker.name,
-                model=text(model) if model else None,
-                state=str(worker.get_state()),
-                queues=queues,
-                last_heartbeat=heartbeat.replace(tzinfo=UTC) if heartbeat and heartbeat.tzinfo is None else heartbeat,
-            )
-        )
-    return sorted(views, key=lambda w: w.name)
+    """RQ workers listening to our queues, with the model each announced (juiz.store.queues)."""
+    return store.jobs.workers()
 
 
 def store_writable(store: Store) -> bool:

@@ -86,7 +86,6 @@ from workers.scheduler import SchedulerThread, enqueue_due_retries
 
 log = logging.getLogger(__name__)
 
-MODEL_FIELD = "juiz_model"  # set in the RQ worker's own hash, so it lives and dies with the worker's heartbeat
 ENGINE_DEAD_EXIT = 3  # exit code of a worker whose engine died
 BAD_SETTING_EXIT = 2  # a setting it cannot start with (as `juiz` exits on bad input)
 JOB_FUNCTIONS = frozenset({f"{jobs.__name__}.{jobs.grade_chunk.__name__}"})  # the one function a juiz job may name
@@ -126,12 +125,12 @@ class JuizWorker(SimpleWorker):
     def register_birth(self) -> None:
         with self.registration_lock:
             super().register_birth()
-            self.connection.hset(self.key, MODEL_FIELD, self.model_id)
+            self.store.jobs.announce_model(self.key, self.model_id)
 
     def is_registered(self) -> bool:
         """This worker's hash is whole (the model field is written last) and in RQ's registry sets: the queues' (read
         by claim's fair share) and the global one (Worker.all: /ready, /metrics)."""
-        if not self.connection.hexists(self.key, MODEL_FIELD):
+        if not self.store.jobs.announced(self.key):
             return False
         registries = [Worker.all_keys(connection=self.connection), *(Worker.all_keys(queue=q) for q in self.queues)]
         return all(self.key in keys for keys in registries)

@@ -11,6 +11,7 @@
     cache     the result cache
     metrics   counters and histograms for /metrics
     ratelimit per-caller request counts per minute (the API's rate limit, the page's sign-in)
+    pages     the web page's own state: label queues, a fitted calibration, a tenant's saved one
     reads     the API's hot reads on its event loop (asyncio client): polls, raw result pages, progress waits
     orphans   what `juiz admin gc` finds: keys and index entries whose batch is gone, batches over without a TTL
 
@@ -40,6 +41,7 @@ from juiz.store.items import Items
 from juiz.store.keys import PREFIX, text
 from juiz.store.labels import Labels
 from juiz.store.metrics import ENGINE_CALL_BUCKETS, ITEM_BUCKETS, RATE_WINDOW_S, Metrics
+from juiz.store.pages import PageState
 from juiz.store.queues import ChunkJobs, JuizQueue
 from juiz.store.ratelimit import RateCounts
 from juiz.store.reads import AsyncReads
@@ -86,6 +88,7 @@ class Store:
         self.results = Results(redis, settings, self.metrics)
         self.labels = Labels(redis)
         self.rates = RateCounts(redis, async_redis)
+        self.pages = PageState(redis)
         self._reads = None if async_redis is None else AsyncReads(async_redis)
 
     @property
@@ -94,6 +97,9 @@ class Store:
         if self._reads is None:
             raise RuntimeError("this store has no asyncio client: its async reads are the API's")
         return self._reads
+
+    def ping(self) -> None:
+        self.redis.ping()
 
     def check_writable(self) -> None:
         """Raise what Redis answers a small write with: OutOfMemoryError, ReadOnlyError, StoreMisconfigured (a

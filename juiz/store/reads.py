@@ -72,5 +72,12 @@ class AsyncReads:
         value = await self.redis.get(key)
         return value.encode() if isinstance(value, str) else value
 
+    async def shared_secret(self, key: str, make: str) -> str:
+        """A secret every API replica shares: `make` stored under `key` unless one is there already (SET NX), then
+        read."""
+        while (value := await self.redis.get(key)) is None:
+            await self.redis.set(key, make, nx=True)
+        return text(value)
+
     async def cache(self, key: str, value: str, ttl_s: int | None) -> None:
         await self.redis.set(key, value, ex=ttl_s or None)

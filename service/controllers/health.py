@@ -46,7 +46,7 @@ class HealthController(Controller):
         """200 when Redis answers and takes writes and at least one live worker listens to our queues (each with
         its model); 503 otherwise, with the reason."""
         try:
-            store.redis.ping()
+            store.ping()
         except RedisError as exc:
             view = ReadyView(ready=False, redis=False, workers=[], reason=f"Redis unreachable: {type(exc).__name__}")
             return Response(view, status_code=503)

@@ -58,7 +58,7 @@ from redis.exceptions import ResponseError
 from juiz.runtime.errors import JuizError
 from juiz.runtime.retry import write_refused
 from juiz.runtime.settings import Settings
-from juiz.store import PREFIX, Store, text
+from juiz.store import PREFIX, Store
 from service.auth import OPEN_TENANT
 from service.metrics import RATE_LIMIT_FAILED_OPEN
 
@@ -177,11 +177,10 @@ def session_store(redis: AsyncRedis) -> RedisStore:
     return RedisStore(redis, namespace=SESSION_NAMESPACE)
 
 
-async def shared_csrf_secret(redis: AsyncRedis) -> str:
-    """The CSRF secret every API replica shares when JUIZ_CSRF_SECRET is empty: created once (SET NX), then read."""
-    while (value := await redis.get(CSRF_SECRET_KEY)) is None:
-        await redis.set(CSRF_SECRET_KEY, secrets.token_hex(32), nx=True)
-    return text(value)
+async def shared_csrf_secret(store: Store) -> str:
+    """The CSRF secret every API replica shares when JUIZ_CSRF_SECRET is empty: created once (SET NX), then read.
+    Redis refusing that write (full) is the app's 507, never a 500."""
+    return await store.reads.shared_secret(CSRF_SECRET_KEY, secrets.token_hex(32))
 
 
 class _CSRFMiddleware(CSRFMiddleware):
@@ -193,7 +192,7 @@ class _CSRFMiddleware(CSRFMiddleware):
         if scope["type"] == "http" and cast("HTTPScope", scope)["method"] not in SAFE_METHODS:
             check_origin(ASGIConnection[Any, Any, Any, Any](scope))
         if not self.config.secret:
-            self.config.secret = await shared_csrf_secret(scope["app"].state.async_redis)
+            self.config.secret = await shared_csrf_secret(scope["app"].state.store)
         try:
             await super().__call__(scope, receive, send)
         except Exception:
