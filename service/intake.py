@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 from litestar import Request
 from litestar.exceptions import HTTPException
 from pydantic import TypeAdapter, ValidationError, model_validator
@@ -71,7 +72,9 @@ class JsonRequest(Request[Any, Any, Any]):
         if jsonl and content_type is not None and is_jsonl(content_type):
             return None  # not one JSON document: the handler reads the upload line by line (errors name the line)
         require_media_type(content_type, (JSON, *JSONL_TYPES) if jsonl else (JSON,))
-        return _json_object(_text(await self.body()), self.app.state.settings)
+        body = await self.body()
+        check_values(body, self.app.state.settings)
+        return _json_object(_text(body), self.app.state.settings)
 
 
 class BatchSubmissionBody(BatchSubmission):
@@ -142,6 +145,7 @@ def read_submission(
     require_media_type(content_type, (JSON, *JSONL_TYPES))
     if content_type is not None and is_jsonl(content_type):
         return read_jsonl_submission(body, content_type, query, settings)
+    check_values(body, settings)
     try:
         data = BatchSubmissionBody.model_validate(_json_object(_text(body), settings))
     except ValidationError as exc:
@@ -156,6 +160,7 @@ def read_jsonl_submission(
     naming it)."""
     _refuse_unknown_query(query, jsonl=True)
     max_items = settings.max_items
+    check_values(body, settings)
     text = _text(body)
     lines = [number for number, line in enumerate(text.split("\n"), start=1) if line.strip()]
     if len(lines) > max_items:
@@ -333,6 +338,35 @@ def _text(body: bytes) -> str:
 
 def _too_deep(settings: Settings) -> str:
     return f"JSON nested deeper than {settings.max_json_depth} levels (max_json_depth)"
+
+
+_COUNT_CHUNK = 1 << 22  # bytes per numpy pass: a few MB of temporaries whatever the body's size
+_QUOTE, _OBJECT, _ARRAY, _COMMA = (ord(c) for c in '"{[,')
+
+
+def count_values(body: bytes) -> int:
+    """Objects, arrays and the elements after each one's first (commas), outside strings: about as many as the
+    values a parse would build, counted on the bytes (numpy, a chunk at a time) with no object made. Bounds what a
+    parse may cost before it runs (64 MiB of `{"text":"a"},` would be 5 million dicts, then 5 million models)."""
+    # An escaped backslash, then an escaped quote, neither opens nor closes a string (copies only if present).
+    data = body.replace(b"\\\\", b"").replace(b'\\"', b"")
+    array = np.frombuffer(data, dtype=np.uint8)
+    total, inside = 0, 0
+    for start in range(0, len(array), _COUNT_CHUNK):
+        part = array[start : start + _COUNT_CHUNK]
+        quotes = part == _QUOTE
+        outside = ((np.cumsum(quotes, dtype=np.uint8) + inside) & 1) == 0  # uint8 wraps: parity survives
+        structural = (part == _OBJECT) | (part == _ARRAY) | (part == _COMMA)
+        total += int(np.count_nonzero(structural & outside))
+        inside = (inside + int(np.count_nonzero(quotes))) & 1
+    return total
+
+
+def check_values(body: bytes, settings: Settings) -> None:
+    """413 naming max_json_values when the body holds more values than it allows, before it is parsed."""
+    limit = settings.max_json_values
+    if len(body) // 2 > limit and (count := count_values(body)) > limit:  # a value takes 2 bytes at least
+        raise LimitExceeded("max_json_values", limit, count, what="JSON values")
 
 
 def _json_object(text: str, settings: Settings) -> dict[str, Any]:
