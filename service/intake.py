@@ -17,7 +17,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 from litestar import Request
 from litestar.exceptions import HTTPException
 from pydantic import TypeAdapter, ValidationError, model_validator
@@ -28,6 +27,7 @@ from juiz.formats.options import OPTIONS, loads_strict, options_from_text
 from juiz.formats.options import validate_options as validate_option_fields
 from juiz.formats.readers import (
     FieldMap,
+    count_values,
     parse_triples_jsonl,
     validate_triple,  # the readers' one validator: InputError naming the field (as the user wrote it)
 )
@@ -338,28 +338,6 @@ def _text(body: bytes) -> str:
 
 def _too_deep(settings: Settings) -> str:
     return f"JSON nested deeper than {settings.max_json_depth} levels (max_json_depth)"
-
-
-_COUNT_CHUNK = 1 << 22  # bytes per numpy pass: a few MB of temporaries whatever the body's size
-_QUOTE, _OBJECT, _ARRAY, _COMMA = (ord(c) for c in '"{[,')
-
-
-def count_values(body: bytes) -> int:
-    """Objects, arrays and the elements after each one's first (commas), outside strings: about as many as the
-    values a parse would build, counted on the bytes (numpy, a chunk at a time) with no object made. Bounds what a
-    parse may cost before it runs (64 MiB of `{"text":"a"},` would be 5 million dicts, then 5 million models)."""
-    # An escaped backslash, then an escaped quote, neither opens nor closes a string (copies only if present).
-    data = body.replace(b"\\\\", b"").replace(b'\\"', b"")
-    array = np.frombuffer(data, dtype=np.uint8)
-    total, inside = 0, 0
-    for start in range(0, len(array), _COUNT_CHUNK):
-        part = array[start : start + _COUNT_CHUNK]
-        quotes = part == _QUOTE
-        outside = ((np.cumsum(quotes, dtype=np.uint8) + inside) & 1) == 0  # uint8 wraps: parity survives
-        structural = (part == _OBJECT) | (part == _ARRAY) | (part == _COMMA)
-        total += int(np.count_nonzero(structural & outside))
-        inside = (inside + int(np.count_nonzero(quotes))) & 1
-    return total
 
 
 def check_values(body: bytes, settings: Settings) -> None:
