@@ -177,7 +177,7 @@ class JuizWorker(SimpleWorker):
         except REDIS_ERRORS:
             # RQ's bookkeeping around the job failed (Redis restarting). The job's results are stored already (the
             # job retries its own writes); its registry entry expires and maintenance tidies it. Don't quit.
-            self.log.exception("Redis went away around job %s; waiting for it", job.id)
+            self.log.exception("Redis away or refusing writes around job %s; waiting for it", job.id)
             self.wait_for_redis()
         binding = jobs.bound()
         if binding.engine_dead is not None:
@@ -190,7 +190,7 @@ class JuizWorker(SimpleWorker):
             if pipeline is None:  # not one of RQ's beats queued in its own pipeline (a job starting)
                 self.keep_registered()
         except REDIS_ERRORS:
-            self.log.warning("heartbeat failed: Redis away")
+            self.log.warning("heartbeat failed: Redis away or refusing writes")
 
     def clean_abandoned_jobs(self) -> None:
         """RQ's StartedJobRegistry cleanup for this worker's queues, as a job's heartbeat thread runs it (`Heartbeat`):
@@ -221,7 +221,7 @@ class JuizWorker(SimpleWorker):
             super().run_maintenance_tasks()
             self.sweep()
         except REDIS_ERRORS:
-            self.log.warning("maintenance skipped: Redis away")
+            self.log.warning("maintenance skipped: Redis away or refusing writes")
             self.wait_for_redis()
 
     def sweep(self) -> None:
@@ -323,7 +323,9 @@ class JuizWorker(SimpleWorker):
 
 def _log_once_per_outage(state: RetryCallState) -> None:
     if state.attempt_number == 1:
-        log.warning("Redis away; waiting for it: %s", state.outcome.exception() if state.outcome else "")
+        log.warning(
+            "Redis away or refusing writes; waiting for it: %s", state.outcome.exception() if state.outcome else ""
+        )
 
 
 class ThreadDeathPenalty(TimerDeathPenalty):
@@ -358,7 +360,7 @@ class Heartbeat(threading.Thread):
                     worker.clean_abandoned_jobs()
                     worker.sweep()
             except REDIS_ERRORS:
-                log.warning("heartbeat failed: Redis away")
+                log.warning("heartbeat failed: Redis away or refusing writes")
             except Exception:  # never let a heartbeat problem end the thread: silence would look like death
                 log.exception("heartbeat failed")
 
