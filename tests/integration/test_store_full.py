@@ -49,6 +49,24 @@ def small_redis(tmp_path: Path) -> Iterator[str]:
         process.wait(timeout=10)
 
 
+@pytest.fixture
+def replica_redis(small_redis: str, tmp_path: Path) -> Iterator[str]:
+    """A read-only replica of `small_redis`: every write is refused with READONLY."""
+    primary_port = small_redis.rsplit(":", 1)[1].split("/")[0]
+    port = free_port()
+    args = ["--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(tmp_path)]
+    args += ["--replicaof", "127.0.0.1", primary_port, "--replica-read-only", "yes"]
+    process = subprocess.Popen([REDIS_SERVER, *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    client = Redis.from_url(f"redis://127.0.0.1:{port}/0")
+    try:
+        wait_until(lambda: _pings(client), "the replica to start")
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        client.close()
+        process.terminate()
+        process.wait(timeout=10)
+
+
 def _pings(client: Redis) -> bool:
     try:
         return bool(client.ping())
@@ -151,4 +169,16 @@ def test_worker_waits_out_a_full_redis_and_finishes_the_batch(small_redis: str) 
         results = client.get(f"/v1/batches/{batch_id}/results", params={"limit": 100}).json()
         ids = [r["id"] for r in results["items"]]
         assert sorted(ids) == sorted(f"t{i}" for i in range(24)), ids
+    redis.close()
+
+
+def test_a_read_only_replica_is_a_503_with_retry_after(replica_redis: str) -> None:
+    redis = Redis.from_url(replica_redis)
+    settings = make_settings(replica_redis)
+    with TestClient(create_app(settings, redis)) as client:
+        refused = client.post("/v1/batches", json={"items": triples(1)})
+        assert refused.status_code == 503, refused.text
+        assert int(refused.headers["Retry-After"]) > 0 and "refuses writes" in refused.json()["detail"]
+        ready = client.get("/ready", headers=METRICS_HEADERS)
+        assert ready.status_code == 503 and ready.json()["writable"] is False
     redis.close()
