@@ -11,19 +11,23 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from litestar import Litestar
 from litestar.testing import TestClient
 from redis import Redis
 from redis.exceptions import OutOfMemoryError
 
 from bench.fake_worker import FakeWorkerEngine
+from juiz.judging.judge import Judge
 from juiz.runtime.settings import Settings
 from juiz.store import Store
 from service.app import create_app
 from tests.integration.conftest import REDIS_SERVER
 from tests.integration.helpers import METRICS_HEADERS, free_port, make_settings, triples
 from tests.integration.test_recovery import wait_until
+from workers import jobs
 from workers import worker as worker_module
 
 MAXMEMORY = "2mb"
@@ -182,3 +186,21 @@ def test_a_read_only_replica_is_a_503_with_retry_after(replica_redis: str) -> No
         ready = client.get("/ready", headers=METRICS_HEADERS)
         assert ready.status_code == 503 and ready.json()["writable"] is False
     redis.close()
+
+
+def test_a_retry_of_a_finished_batchs_job_grades_nothing(
+    client: TestClient[Litestar], settings: Settings, redis: Redis, run_worker: Any
+) -> None:
+    """What RQ's retry runs after a worker resumed (SIGSTOP, then SIGCONT) and failed to record a job whose batch
+    others finished meanwhile: the job finds the batch over and stops, nothing graded or stored again."""
+    made = client.post("/v1/batches", json={"items": triples(4)}).json()
+    run_worker(settings)
+    assert client.get(made["links"]["self"]).json()["status"] == "done"
+    engine = FakeWorkerEngine()
+    jobs.bind(jobs.Binding(judge=Judge(engine), store=Store(redis, settings), settings=settings))
+    try:
+        assert jobs.grade_chunk(made["id"], 0) == {"skipped": 1}
+    finally:
+        jobs.unbind()
+    assert engine.done == 0
+    assert len(client.get(made["links"]["results"], params={"limit": 100}).json()["items"]) == 4
