@@ -6,6 +6,7 @@ Bad input is one line on stderr naming the file, line and field, and exit code 2
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 import time
@@ -133,6 +134,22 @@ def build_parser(extra: Sequence[Command] = ()) -> argparse.ArgumentParser:
     calibrate.add_argument("--resamples", type=int, default=1000, help="bootstrap resamples for the printed CIs")
     _add_label_mapping(calibrate)
 
+    synth = sub.add_parser(
+        "synth",
+        help="build labelled claims from a corpus, without people: supported, contradicted (a fact swapped), "
+        "not stated (another document's): the verifier's training data",
+    )
+    synth.add_argument(
+        "corpus", type=Path, help="triples whose contexts are the corpus (JSONL, JSON, CSV), or a folder of .txt/.md"
+    )
+    synth.add_argument("-o", "--output", type=Path, required=True, help="examples JSONL")
+    synth.add_argument("--seed", type=int, default=0)
+
+    train = sub.add_parser("train", help="train the claim verifier on examples from `juiz synth`")
+    train.add_argument("examples", type=Path, help="examples JSONL from `juiz synth`")
+    train.add_argument("-o", "--output", type=Path, required=True, help="verifier JSON")
+    train.add_argument("--seed", type=int, default=0)
+
     _add_check(sub)
     _add_submit(sub)
 
@@ -179,6 +196,8 @@ def main(argv: Sequence[str] | None = None, extra: Sequence[Command] = ()) -> in
         "check": _check,
         "submit": _submit,
         "calibrate": _calibrate,
+        "synth": _synth,
+        "train": _train,
         "report": _report,
         "models": _models,
         "admin": _admin,
@@ -194,6 +213,36 @@ def main(argv: Sequence[str] | None = None, extra: Sequence[Command] = ()) -> in
         return EXIT_FAILURE
     except KeyboardInterrupt:
         return 130
+
+
+def _synth(args: argparse.Namespace) -> int:
+    from juiz.formats.corpus import read_passages
+    from juiz.judging.synthetic import build_examples
+
+    try:
+        examples = build_examples(read_passages(args.corpus), seed=args.seed)
+    except ValueError as exc:
+        raise InputError(f"{args.corpus}: {exc}") from exc
+    with args.output.open("w", encoding="utf-8") as out:
+        for example in examples:
+            out.write(json.dumps(example.to_json(), ensure_ascii=False) + "\n")
+    print(f"{len(examples)} examples → {args.output}", file=sys.stderr)
+    return 0
+
+
+def _train(args: argparse.Namespace) -> int:
+    from juiz.judging.synthetic import Example
+    from juiz.judging.verifier import train
+
+    try:
+        rows = args.examples.read_text(encoding="utf-8").splitlines()
+        examples = [Example.from_json(json.loads(row)) for row in rows if row.strip()]
+        verifier = train(examples, seed=args.seed)
+    except (OSError, ValueError, KeyError) as exc:
+        raise InputError(f"{args.examples}: {exc}") from exc
+    verifier.save(args.output)
+    print(f"{verifier.version} from {len(examples)} examples → {args.output}", file=sys.stderr)
+    return 0
 
 
 def _options(args: argparse.Namespace):  # type: ignore[no-untyped-def]
