@@ -100,6 +100,7 @@ class ErrorBody(BaseModel):
     line: int | None = Field(default=None, description="1-based line of the offending item in a JSONL upload.")
     limit: str | None = Field(default=None, description="The limit that was exceeded, e.g. 'max_items'.")
     maximum: int | None = None
+    request_id: str | None = Field(default=None, description="A 500's id, also in the API's log and X-Request-ID.")
 
 
 class WorkerView(BaseModel):
@@ -115,6 +116,7 @@ class ReadyView(BaseModel):
     redis: bool
     workers: list[WorkerView]
     reason: str | None = None
+    writable: bool | None = None  # Redis accepts writes (not full, not a replica, can persist); None: not reached
 
 
 class HealthView(BaseModel):

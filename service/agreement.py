@@ -23,7 +23,6 @@ from typing import Any, Generic, TypeVar
 
 import anyio
 from pydantic import BaseModel
-from redis.asyncio import Redis as AsyncRedis
 
 from juiz.agreement.statistics import compute_agreement, compute_agreement_by_metric, metric_columns
 from juiz.calibration.agreement import compute_calibrated_agreement
@@ -101,15 +100,15 @@ PLAIN = _Kind("agreement", _plain, AgreementReport)
 BY_METRIC = _Kind("agreement-by-metric", _by_metric, AgreementByMetric)
 
 
-async def _cached(store: Store, redis: AsyncRedis, record: BatchRecord, requested: int, kind: _Kind[Report]) -> Report:
+async def _cached(store: Store, record: BatchRecord, requested: int, kind: _Kind[Report]) -> Report:
     """The batch's report of this kind; from Redis when the batch is over and it was computed before."""
     compute = partial(kind.compute, store, record, requested)
     if not record.terminal:  # still changing: computed each time, within the cap
         return await _in_thread(store, record.id, compute)
     # Read before the results are: a report computed while a label changes is stored under the older version.
-    version = int(await redis.hget(Store.batch_key(record.id), "labels_version") or 0)
+    version = await store.reads.labels_version(record.id)
     key = cache_key(record.id, requested, kind.name, version)
-    cached = await redis.get(key)
+    cached = await store.reads.cached(key)
     if cached is not None:
         return kind.model.model_validate_json(cached)
     running = _IN_FLIGHT.get(key)
@@ -120,7 +119,7 @@ async def _cached(store: Store, redis: AsyncRedis, record: BatchRecord, requeste
     try:
         report = await _in_thread(store, record.id, compute)
         retention = store.settings.retention_s
-        await redis.set(key, report.model_dump_json(), ex=retention or None)
+        await store.reads.cache(key, report.model_dump_json(), retention or None)
         future.set_result(report)
         return report
     except Exception as exc:
@@ -134,14 +133,12 @@ async def _cached(store: Store, redis: AsyncRedis, record: BatchRecord, requeste
         del _IN_FLIGHT[key]
 
 
-async def cached_agreement(store: Store, redis: AsyncRedis, record: BatchRecord, requested: int) -> AgreementReport:
-    return await _cached(store, redis, record, requested, PLAIN)
+async def cached_agreement(store: Store, record: BatchRecord, requested: int) -> AgreementReport:
+    return await _cached(store, record, requested, PLAIN)
 
 
-async def cached_agreement_by_metric(
-    store: Store, redis: AsyncRedis, record: BatchRecord, requested: int
-) -> AgreementByMetric:
-    return await _cached(store, redis, record, requested, BY_METRIC)
+async def cached_agreement_by_metric(store: Store, record: BatchRecord, requested: int) -> AgreementByMetric:
+    return await _cached(store, record, requested, BY_METRIC)
 
 
 async def fitted_calibration(store: Store, record: BatchRecord, folds: int, seed: int) -> CalibrationSpec:

@@ -58,10 +58,10 @@ def create_app(settings: Settings | None = None, redis: Redis | None = None) -> 
     @asynccontextmanager
     async def redis_connection(app: Litestar) -> AsyncIterator[None]:
         client = redis if redis is not None else redis_client(settings)
-        store = Store(client, settings)
-        app.state.store = store
         # The hot read paths (result pages, rate limits) talk to Redis on the event loop instead of a worker thread.
         app.state.async_redis = async_redis_client(settings)
+        store = Store(client, settings, app.state.async_redis)
+        app.state.store = store
         # The web page's sessions: Litestar's RedisStore on that client (service.ui.session).
         app.stores.register(SESSION_STORE, session_store(app.state.async_redis), allow_override=True)
         app.state.metrics_registry = registry_for(store)

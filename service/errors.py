@@ -8,11 +8,16 @@ juiz.runtime.errors.IdempotencyConflict 409 field Idempotency-Key
 ValidationException (Litestar) 422 a typed body, path or query parameter Litestar refused (its default is 400)
 HTTPException (Litestar)      its own status (401, 404 …), field when known
 redis ConnectionError         503  Redis is unreachable
+redis OutOfMemoryError        507  Redis is full (maxmemory, noeviction): writes refused, reads still answered
+redis ReadOnlyError, MISCONF  503  Redis refuses writes (a replica; a snapshot that failed)
+any other exception           500  logged with its traceback and a request id, which the body carries
 """
 
 from __future__ import annotations
 
 import logging
+import re
+import uuid
 from typing import Any
 
 from litestar import Request, Response
@@ -21,14 +26,19 @@ from litestar.exceptions.http_exceptions import RequestEntityTooLarge
 from litestar.types import ExceptionHandlersMap
 from pydantic import ValidationError
 from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import OutOfMemoryError, ResponseError
 from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from juiz.runtime.errors import IdempotencyConflict, InputError, JuizError, PromptError
+from juiz.runtime.retry import REDIS_REFUSED, write_refused
 from schemas import ErrorBody
 from service.edge import baseline_headers
+from service.metrics import STORE_REFUSED
 
 log = logging.getLogger(__name__)
 
+REQUEST_ID_HEADER = "X-Request-ID"
+_REQUEST_ID = re.compile(r"[A-Za-z0-9._-]{1,64}")  # a caller's id is echoed only when it is this plain
 ITEMS_SOURCE = "items"  # InputError.source for an item of a JSON body: its `line` is the item's 0-based index
 
 
@@ -122,6 +132,37 @@ def redis_down(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]
     return _respond(ErrorBody(status_code=503, detail=detail), headers={"Retry-After": str(retry_after)})
 
 
+def store_refused(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
+    """Redis is up but refuses writes: 507 when it is full (more memory, or a purge, cures it), 503 otherwise (a
+    replica, a failed snapshot), both with Retry-After; never a 500. Reads do not reach here: Redis answers them."""
+    if not write_refused(exc):
+        return internal_error(request, exc)
+    full = isinstance(exc, OutOfMemoryError) or getattr(exc, "status_code", None) == "OOM"
+    STORE_REFUSED.labels("full" if full else "refused").inc()
+    log.error("Redis refused a write (%s): %s", type(exc).__name__, exc)
+    retry_after = request.app.state.settings.retry_after_s
+    why = "is full (maxmemory)" if full else "refuses writes (read-only or unable to persist)"
+    body = ErrorBody(status_code=507 if full else 503, detail=f"the queue store (Redis) {why}; try again later")
+    return _respond(body, headers={"Retry-After": str(retry_after)}, path=request.url.path)
+
+
+def request_id(request: Request[Any, Any, Any]) -> str:
+    """The caller's X-Request-ID when it is a plain token, else a fresh one: what a 500 and its log line share."""
+    given = request.headers.get(REQUEST_ID_HEADER, "")
+    return given if _REQUEST_ID.fullmatch(given) else uuid.uuid4().hex
+
+
+def internal_error(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
+    """Anything no other handler answers: logged with its traceback and a request id, which the 500 carries (body
+    and X-Request-ID), so an operator finds the one from the other. The body says nothing else about the fault."""
+    rid = request_id(request)
+    log.error(
+        "unhandled %s on %s %s [request %s]", type(exc).__name__, request.method, request.url.path, rid, exc_info=exc
+    )
+    body = ErrorBody(status_code=500, detail=f"internal error (request id {rid})", request_id=rid)
+    return _respond(body, headers={REQUEST_ID_HEADER: rid}, path=request.url.path)
+
+
 EXCEPTION_HANDLERS: ExceptionHandlersMap = {
     InputError: input_error,
     PromptError: prompt_error,
@@ -132,4 +173,7 @@ EXCEPTION_HANDLERS: ExceptionHandlersMap = {
     HTTPException: http_exception,
     RedisConnectionError: redis_down,
     RedisTimeoutError: redis_down,
+    **dict.fromkeys(REDIS_REFUSED, store_refused),
+    ResponseError: store_refused,  # a refusal another client did not map to a class of its own; else a 500
+    Exception: internal_error,
 }

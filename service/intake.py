@@ -22,10 +22,12 @@ from litestar.exceptions import HTTPException
 from pydantic import TypeAdapter, ValidationError, model_validator
 
 from juiz.agreement.labels import check_labels
+from juiz.formats.encodable import NOT_TEXT, unencodable
 from juiz.formats.options import OPTIONS, loads_strict, options_from_text
 from juiz.formats.options import validate_options as validate_option_fields
 from juiz.formats.readers import (
     FieldMap,
+    count_values,
     parse_triples_jsonl,
     validate_triple,  # the readers' one validator: InputError naming the field (as the user wrote it)
 )
@@ -70,7 +72,9 @@ class JsonRequest(Request[Any, Any, Any]):
         if jsonl and content_type is not None and is_jsonl(content_type):
             return None  # not one JSON document: the handler reads the upload line by line (errors name the line)
         require_media_type(content_type, (JSON, *JSONL_TYPES) if jsonl else (JSON,))
-        return _json_object(_text(await self.body()), self.app.state.settings)
+        body = await self.body()
+        check_values(body, self.app.state.settings)
+        return _json_object(_text(body), self.app.state.settings)
 
 
 class BatchSubmissionBody(BatchSubmission):
@@ -85,6 +89,8 @@ class BatchSubmissionBody(BatchSubmission):
     def _items_through_field_map(cls, data: Any) -> Any:
         if not isinstance(data, dict) or not isinstance(data.get("items"), list):
             return data  # pydantic names what is wrong with the body itself
+        if (where := unencodable({k: v for k, v in data.items() if k != "items"})) is not None:
+            raise InputError(NOT_TEXT, source="body", field=where or None)  # options, name, field_map; items below
         field_map = read_field_map(data.get("field_map"))
         items = [validate_triple(obj, ITEMS_SOURCE, index, field_map) for index, obj in enumerate(data["items"])]
         return {**data, "items": items}
@@ -100,6 +106,8 @@ class GradeRequestBody(GradeRequest):
     def _item_through_field_map(cls, data: Any) -> Any:
         if not isinstance(data, dict) or "item" not in data:
             return data
+        if (where := unencodable({k: v for k, v in data.items() if k != "item"})) is not None:
+            raise InputError(NOT_TEXT, source="body", field=where or None)
         field_map = read_field_map(data.get("field_map"))
         try:
             item = validate_triple(data["item"], "item", None, field_map)
@@ -137,6 +145,7 @@ def read_submission(
     require_media_type(content_type, (JSON, *JSONL_TYPES))
     if content_type is not None and is_jsonl(content_type):
         return read_jsonl_submission(body, content_type, query, settings)
+    check_values(body, settings)
     try:
         data = BatchSubmissionBody.model_validate(_json_object(_text(body), settings))
     except ValidationError as exc:
@@ -151,6 +160,7 @@ def read_jsonl_submission(
     naming it)."""
     _refuse_unknown_query(query, jsonl=True)
     max_items = settings.max_items
+    check_values(body, settings)
     text = _text(body)
     lines = [number for number, line in enumerate(text.split("\n"), start=1) if line.strip()]
     if len(lines) > max_items:
@@ -328,6 +338,13 @@ def _text(body: bytes) -> str:
 
 def _too_deep(settings: Settings) -> str:
     return f"JSON nested deeper than {settings.max_json_depth} levels (max_json_depth)"
+
+
+def check_values(body: bytes, settings: Settings) -> None:
+    """413 naming max_json_values when the body holds more values than it allows, before it is parsed."""
+    limit = settings.max_json_values
+    if len(body) // 2 > limit and (count := count_values(body)) > limit:  # a value takes 2 bytes at least
+        raise LimitExceeded("max_json_values", limit, count, what="JSON values")
 
 
 def _json_object(text: str, settings: Settings) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from litestar.exceptions import NotFoundException
 
 from juiz.agreement.labels import class_of_label, resolve_numeric_scale
 from juiz.runtime.errors import InputError, JuizError
-from juiz.store import PREFIX, BatchRecord, Store
+from juiz.store import BatchRecord, Store
 from schemas import Judgement
 from schemas.calibration import CalibrationSpec
 from schemas.labels import LabelMapping
@@ -90,17 +90,10 @@ def manual_class_name(label: Label | None, mapping: LabelMapping) -> str | None:
 
 def invalidate_agreement(store: Store, batch_id: str) -> None:
     """Drop the agreement reports the API cached for the batch (service.agreement keys them per resample count)."""
-    pattern = Store.batch_key(batch_id, "agreement:*")
-    stale = list(store.redis.scan_iter(match=pattern, count=1000))
-    if stale:
-        store.redis.delete(*stale)
-
-
-def saved_calibration_key(tenant: str) -> str:
-    return f"{PREFIX}:ui:calibration:{tenant}"
+    store.pages.drop_agreement_reports(batch_id)
 
 
 def saved_calibration(store: Store, tenant: str) -> CalibrationSpec | None:
     """The calibration the tenant saved from a label queue's end: the upload form offers it for new batches."""
-    raw = store.redis.get(saved_calibration_key(tenant))
+    raw = store.pages.saved_calibration(tenant)
     return None if raw is None else CalibrationSpec.model_validate_json(raw)

@@ -9,11 +9,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 from litestar.plugins.prometheus import PrometheusConfig
+from prometheus_client import Counter
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
-from rq import Worker
+from redis.exceptions import ResponseError
 
-from juiz.store import ENGINE_CALL_BUCKETS, ITEM_BUCKETS, Store, text
+from juiz.runtime.retry import write_refused
+from juiz.store import ENGINE_CALL_BUCKETS, ITEM_BUCKETS, Store
 from juiz.store.sweeper import stalled_batches
 from schemas import WorkerView
 
@@ -25,27 +27,28 @@ STATUSES = ("ok", "parse_error", "failed")
 HTTP_METRICS = PrometheusConfig(app_name="juiz", prefix="juiz_http", group_path=True, exclude=["/metrics", "/schema"])
 
 
+# This API process's answers to Redis refusing writes (full, read-only, MISCONF), in the default registry.
+STORE_REFUSED = Counter(
+    "juiz_store_refused_writes", "Requests answered 507/503 because Redis refused a write.", labelnames=["reason"]
+)
+RATE_LIMIT_FAILED_OPEN = Counter(
+    "juiz_rate_limit_failed_open", "Requests let through uncounted because Redis refused the rate limit's write."
+)
+
+
 def live_workers(store: Store) -> list[WorkerView]:
-    """RQ workers listening to our queues, with the model each announced. A worker drops out when its heartbeat
-    lapses (RQ's worker key expires)."""
-    ours = set(store.settings.queues)
-    views = []
-    for worker in Worker.all(connection=store.redis):
-        queues = worker.queue_names()
-        if not ours.intersection(queues):
-            continue
-        model = store.redis.hget(worker.key, "juiz_model")
-        heartbeat = worker.last_heartbeat
-        views.append(
-            WorkerView(
-                name=worker.name,
-                model=text(model) if model else None,
-                state=str(worker.get_state()),
-                queues=queues,
-                last_heartbeat=heartbeat.replace(tzinfo=UTC) if heartbeat and heartbeat.tzinfo is None else heartbeat,
-            )
-        )
-    return sorted(views, key=lambda w: w.name)
+    """RQ workers listening to our queues, with the model each announced (juiz.store.queues)."""
+    return store.jobs.workers()
+
+
+def store_writable(store: Store) -> bool:
+    try:
+        store.check_writable()
+    except ResponseError as exc:
+        if write_refused(exc):
+            return False
+        raise
+    return True
 
 
 class RedisCollector(Collector):
@@ -110,6 +113,11 @@ class RedisCollector(Collector):
         for worker in workers:
             info.add_metric([worker.name, worker.model or "", worker.state], 1)
         yield info
+        yield GaugeMetricFamily(
+            "juiz_store_writable",
+            "1 when Redis takes a write, 0 when it refuses them (full, read-only, MISCONF): workers wait.",
+            value=store_writable(store),
+        )
         seen = GaugeMetricFamily("juiz_scrape_timestamp_seconds", "When these figures were read from Redis.")
         seen.add_metric([], datetime.now(UTC).timestamp())
         yield seen

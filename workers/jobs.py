@@ -27,7 +27,8 @@ Faults:
   one): the chunks taken from other jobs go back to the queue, the job's own chunk stays for RQ's retry (`Retry`
   with backoff, set at enqueue time); past the retries its items are stored as `failed` with the reason.
 - `EngineDeadError`: store nothing, give every chunk back, and stop the worker (non-zero exit; see workers.worker).
-- Redis away at any step: every read and chunk state change is retried with backoff for up to `redis_retry_s`, and
+- Redis away or refusing writes (full, read-only, MISCONF) at any step: every read and chunk state change goes
+  through `Binding.retried` (juiz.store.retrying), retried with backoff for up to `redis_retry_s`, and
   each is idempotent (a claim is read back from the owned set, a release repeated gives the same chunks back, the
   stored-marker makes a repeated store harmless). A job that gives up never drops owner entries of chunks it could
   not give back; what it leaves, RQ's abandoned-job handling or the sweeper (juiz.store.sweeper) requeues.
@@ -46,6 +47,7 @@ The job reaches the worker process's one `Judge` through `bind()`, called by the
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 import uuid
@@ -63,9 +65,10 @@ from juiz.judging.judgements import failed_judgement, finished, from_cache
 from juiz.judging.plan import plan_or_reason, provenance_by_metric
 from juiz.judging.result_cache import cache_key, cacheable, reusable
 from juiz.runtime.errors import EngineDeadError, TransientEngineError
-from juiz.runtime.retry import REDIS_ERRORS, while_redis_away
+from juiz.runtime.retry import REDIS_ERRORS
 from juiz.runtime.settings import Settings
 from juiz.store import BatchRecord, ChunkRef, Store
+from juiz.store.retrying import retrying
 from schemas import BatchOptions, Judgement, Triple
 from workers.progress import CallProgress
 
@@ -83,6 +86,12 @@ class Binding:
     settings: Settings
     worker_name: str = field(default_factory=lambda: uuid.uuid4().hex[:8])
     engine_dead: EngineDeadError | None = None  # set by a job; the worker stops after it
+
+    @functools.cached_property
+    def retried(self) -> Store:
+        """The store with every call retried while Redis is away or refuses writes, for up to redis_retry_s: what a
+        job's steps use (each is idempotent). The heartbeat and the cancel poll use `store`: they must not wait."""
+        return retrying(self.store, self.settings.redis_retry_s)
 
     @property
     def worker_key(self) -> str:
@@ -125,26 +134,26 @@ def grade_chunk(batch_id: str, chunk_no: int) -> dict[str, int]:
     are dropped only for chunks stored or given back, never for chunks a failed release left behind.
     """
     b = bound()
-    store, settings = b.store, b.settings
+    store, settings = b.retried, b.settings
     job = get_current_job()
     job_id = job.id if job is not None else f"local-{uuid.uuid4().hex}"
-    batch = while_redis_away(settings.redis_retry_s, lambda: store.get_batch(batch_id))
+    batch = store.get_batch(batch_id)
     if batch is None or batch.terminal:
         return {"skipped": 1}
     queue = batch.queue
     # An earlier run of this same job whose worker died may still hold chunks it took from other jobs.
-    while_redis_away(settings.redis_retry_s, lambda: store.release(queue, job_id, store.owned(job_id)))
+    store.release(queue, job_id, store.owned(job_id))
     if queue != settings.priority_queue:
         _settle(b, batch)
     own = ChunkRef(batch_id, chunk_no)
-    claim = while_redis_away(settings.redis_retry_s, lambda: store.claim(queue, job_id, b.worker_key, own=own))
+    claim = store.claim(queue, job_id, b.worker_key, own=own)
     if claim is None:
         return {"not_ours": 1}  # done, cancelled, or handed to a newer job while this one was taken as dead
     # The owned set is the truth: a claim retried after its reply was lost returns nothing the first one took.
-    taken = while_redis_away(settings.redis_retry_s, lambda: _union(claim.chunks, store.owned(job_id)))
+    taken = _union(claim.chunks, store.owned(job_id))
     try:
         batches: dict[str, BatchRecord | None] = {batch_id: batch}
-        work = while_redis_away(settings.redis_retry_s, lambda: _load(store, [own, *taken], batches))
+        work = _load(store, [own, *taken], batches)
         if queue != settings.priority_queue and batch.n_chunks == 1:
             taken += _gather(b, queue, job_id, work, batch.created_at, batches, taken)
         counts = _grade_and_store(b, work, job)
@@ -158,7 +167,7 @@ def grade_chunk(batch_id: str, chunk_no: int) -> dict[str, int]:
         # RQ retries this job (own chunk) or gives up on it (on_chunk_failure); the other chunks go back now.
         _give_back(b, queue, job_id, own, taken, own_requeue=False)
         raise
-    while_redis_away(settings.redis_retry_s, lambda: store.finish(job_id, b.worker_key, [own, *taken]))
+    store.finish(job_id, b.worker_key, [own, *taken])
     return counts
 
 
@@ -168,11 +177,11 @@ def _give_back(b: Binding, queue: str, job_id: str, own: ChunkRef, taken: list[C
     for RQ's retry to claim again (out of `pending`, so no other job grades it before the retry's backoff is over;
     if RQ gives up, `on_chunk_failure` settles it). Owner entries are dropped only by a release that got through,
     so one that never did leaves them for the sweeper (juiz.store.sweeper) rather than orphaning the chunks."""
-    store, settings = b.store, b.settings
-    while_redis_away(settings.redis_retry_s, lambda: store.release(queue, job_id, _union(taken, store.owned(job_id))))
+    store = b.retried
+    store.release(queue, job_id, _union(taken, store.owned(job_id)))
     if own_requeue:
-        while_redis_away(settings.redis_retry_s, lambda: store.release(queue, job_id, [own]))
-    while_redis_away(settings.redis_retry_s, lambda: store.finish(job_id, b.worker_key, []))
+        store.release(queue, job_id, [own])
+    store.finish(job_id, b.worker_key, [])
 
 
 def _union(first: Sequence[ChunkRef], second: Sequence[ChunkRef]) -> list[ChunkRef]:
@@ -201,10 +210,7 @@ def _settle(b: Binding, batch: BatchRecord) -> None:
     settings = b.settings
     deadline = batch.created_at + settings.gather_s
     while (now := time.time()) < deadline:
-        quiet_at = (
-            while_redis_away(settings.redis_retry_s, lambda: b.store.last_batch_at(batch.queue))
-            + settings.gather_quiet_s
-        )
+        quiet_at = b.retried.last_batch_at(batch.queue) + settings.gather_quiet_s
         if now >= quiet_at:
             return
         time.sleep(min(quiet_at, deadline) - now)
@@ -227,43 +233,37 @@ def _gather(
     GPU costs about as much as a small one. Counting from the batch's creation bounds the wait per batch: a batch
     that has been queued that long (a backlog) starts at once; a batch of several chunks never waits here.
     """
-    settings, store = b.settings, b.store
+    settings, store = b.settings, b.retried
     taken: list[ChunkRef] = []
     deadline = created_at + settings.gather_s
     have = sum(len(w.items) for w in work)
     # Read before the claim below, so a chunk queued after that claim still wakes the wait that follows it.
-    cursor = while_redis_away(settings.redis_retry_s, lambda: store.chunk_events_cursor(queue))
+    cursor = store.chunk_events_cursor(queue)
     while have < settings.coalesce_max_items and time.time() < deadline:
         # The share is recomputed with what has arrived since: idle workers take their part of it themselves.
-        while_redis_away(
-            settings.redis_retry_s,
-            lambda have=have: store.claim(queue, job_id, b.worker_key, own=None, have=have),  # type: ignore[misc]
-        )
+        store.claim(queue, job_id, b.worker_key, own=None, have=have)
         # What this job owns now, less what it held already: a claim retried after a lost reply loses nothing.
         known = {*held, *taken}
-        fresh = [c for c in while_redis_away(settings.redis_retry_s, lambda: store.owned(job_id)) if c not in known]
+        fresh = [c for c in store.owned(job_id) if c not in known]
         taken += fresh
-        more = while_redis_away(settings.redis_retry_s, lambda fresh=fresh: _load(store, fresh, batches))  # type: ignore[misc]
+        more = _load(store, fresh, batches)
         work += more
         have += sum(len(w.items) for w in more)
         if have >= settings.coalesce_max_items or (remaining := deadline - time.time()) <= 0:
             break
         # Wakes when a batch is submitted or chunks are given back (or at the deadline), not on a timer.
-        cursor = while_redis_away(
-            settings.redis_retry_s,
-            lambda c=cursor, r=remaining: store.wait_for_chunks(queue, c, r),  # type: ignore[misc]
-        )
+        cursor = store.wait_for_chunks(queue, cursor, remaining)
     return taken
 
 
 def _grade_and_store(b: Binding, work: list[_Work], job: Any) -> dict[str, int]:
     """Plan → cache lookup → grade → finish → store, each once for the whole call, in that order."""
-    store, judge, settings = b.store, b.judge, b.settings
+    store, judge, settings = b.retried, b.judge, b.settings
     if not work:
         return {"chunks": 0, "items": 0, "graded": 0, "stored": 0}
     flat = [(w, index, triple) for w in work for index, triple in w.items]
     # The call's bounds, which the job itself decides: RQ's timeout, cancelled batches (item by item of `flat`).
-    control = _call_control(store, [w.batch.id for w, _, _ in flat], job)
+    control = _call_control(b.store, [w.batch.id for w, _, _ in flat], job)
     # One plan per item: the cache keys on it, the judge grades by it and a failed result records it. An item whose
     # prompt can't be served (e.g. its file removed since intake) fails alone: sent to the judge, it would fail the
     # whole call, other batches' items with its reason.
@@ -277,26 +277,24 @@ def _grade_and_store(b: Binding, work: list[_Work], job: Any) -> dict[str, int]:
     # The Redis steps before the call, together: the batches marked running; with the result cache, each batch's
     # keys remembered (so a purge erases them) and read.
     for batch_id in {w.batch.id for w in work}:
-        while_redis_away(settings.redis_retry_s, lambda batch_id=batch_id: store.mark_running(batch_id))  # type: ignore[misc]
+        store.mark_running(batch_id)
     cached: list[dict[str, Any] | None] = [None] * len(flat)
     if settings.result_cache:
         digests: dict[str, list[str]] = {}
         for (w, _, _), key in zip(flat, keys, strict=True):
             if key is not None:
                 digests.setdefault(w.batch.id, []).append(key)
-        while_redis_away(settings.redis_retry_s, lambda: store.cache.remember(digests))
-        found = iter(
-            while_redis_away(settings.redis_retry_s, lambda: store.cache_get([k for k in keys if k is not None]))
-        )
+        store.cache.remember(digests)
+        found = iter(store.cache_get([k for k in keys if k is not None]))
         cached = [None if key is None else next(found) for key in keys]
-        while_redis_away(settings.redis_retry_s, lambda: store.record_cache_hits(sum(h is not None for h in cached)))
+        store.record_cache_hits(sum(h is not None for h in cached))
     failures = {position: item.reason for position, item in enumerate(planned) if item.reason is not None}
     to_grade = [position for position, item in enumerate(planned) if item.plan is not None and cached[position] is None]
     graded: dict[int, Judgement] = {}
     engine_call: tuple[float, int] | None = None
     # Conversations done / planned per chunk, written while the call runs (workers.progress).
     call = CallProgress(
-        store, settings.progress_interval_s, [w.chunk for w, _, _ in flat], to_grade, settings.redis_retry_s
+        b.store, settings.progress_interval_s, [w.chunk for w, _, _ in flat], to_grade, settings.redis_retry_s
     )
     call.start()
     if to_grade:
@@ -340,14 +338,12 @@ def _grade_and_store(b: Binding, work: list[_Work], job: Any) -> dict[str, int]:
     # The Redis steps after the call, together: the call's timing, the fresh cache entries, then each chunk's results
     # (a cancelled batch's are refused by the store script: aborted requests are never stored).
     if engine_call is not None:
-        while_redis_away(settings.redis_retry_s, lambda: store.record_engine_call(*engine_call))
-    while_redis_away(settings.redis_retry_s, lambda: store.cache_put(fresh))
+        store.record_engine_call(*engine_call)
+    store.cache_put(fresh)
     stored = 0
     for w in work:
         chunk_results = [(index, results[position]) for position, (chunk, index, _) in enumerate(flat) if chunk is w]
-        stored += len(
-            while_redis_away(settings.redis_retry_s, lambda w=w, r=chunk_results: store.store_results(w.batch, r))  # type: ignore[misc]
-        )
+        stored += len(store.store_results(w.batch, chunk_results))
     call.fold()
     return {"chunks": len(work), "items": len(flat), "graded": len(to_grade), "stored": stored}
 
@@ -394,18 +390,16 @@ def on_chunk_failure(job: Any, connection: Any, exc_type: Any = None, exc_value:
         log.error("job %s failed, but no judge is bound here to record it", job.id)
         return
     batch_id, chunk_no = job.args
-    store, engine, settings = _binding.store, _binding.judge.engine, _binding.settings
-    batch = while_redis_away(settings.redis_retry_s, lambda: store.get_batch(batch_id))
+    store, engine = _binding.retried, _binding.judge.engine
+    batch = store.get_batch(batch_id)
     if batch is None or batch.terminal:
         return
     own = ChunkRef(batch_id, chunk_no)
     if exc_type is not None and issubclass(exc_type, AbandonedJobError):
-        held = _union([own], while_redis_away(settings.redis_retry_s, lambda: store.owned(job.id)))
-        deaths = while_redis_away(settings.redis_retry_s, lambda: store.count_abandoned(held))
+        held = _union([own], store.owned(job.id))
+        deaths = store.count_abandoned(held)
         poison = [c for c, n in zip(held, deaths, strict=True) if n > MAX_ABANDONED]
-        back = while_redis_away(
-            settings.redis_retry_s, lambda: store.release(batch.queue, job.id, [c for c in held if c not in poison])
-        )
+        back = store.release(batch.queue, job.id, [c for c in held if c not in poison])
         log.warning("job %s was abandoned by its worker; %d chunk(s) queued again", job.id, len(back))
         for chunk in poison:  # every worker that graded it died: fail its items rather than kill the next one
             chunk_batch = store.get_batch(chunk.batch_id)
@@ -422,11 +416,11 @@ def on_chunk_failure(job: Any, connection: Any, exc_type: Any = None, exc_value:
     if job.should_retry:
         return
     reason = f"gave up after retries: {exc_type.__name__ if exc_type else 'abandoned'}: {exc_value or ''}".rstrip(": ")
-    items = while_redis_away(settings.redis_retry_s, lambda: store.chunk_items(batch, chunk_no))
+    items = store.chunk_items(batch, chunk_no)
     failed = [(i, _never_graded(t, batch.options, engine, reason)) for i, t in items]
-    while_redis_away(settings.redis_retry_s, lambda: store.store_results(batch, failed))
+    store.store_results(batch, failed)
     # RQ won't run it again: nobody waits
-    while_redis_away(settings.redis_retry_s, lambda: store.drop_pending(batch.queue, [own]))
-    while_redis_away(settings.redis_retry_s, lambda: store.release(batch.queue, job.id, store.owned(job.id)))
-    while_redis_away(settings.redis_retry_s, lambda: store.finish(job.id, _binding.worker_key, [own]))
+    store.drop_pending(batch.queue, [own])
+    store.release(batch.queue, job.id, store.owned(job.id))
+    store.finish(job.id, _binding.worker_key, [own])
     log.warning("chunk %s:%s failed for good (%s); %d item(s) marked failed", batch_id, chunk_no, reason, len(items))

@@ -14,8 +14,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from juiz.judging.progress import Progress
-from juiz.runtime.retry import REDIS_ERRORS, while_redis_away
+from juiz.runtime.retry import REDIS_ERRORS
 from juiz.store import ChunkProgress, ChunkRef, Store
+from juiz.store.retrying import retrying
 
 log = logging.getLogger(__name__)
 
@@ -92,11 +93,11 @@ class CallProgress:
         """Stop the thread and write the final figures (before the results are stored: a batch that is over refuses
         progress writes)."""
         self.stop()
-        while_redis_away(self.redis_retry_s, lambda: self.store.write_progress(self.figures()))
+        retrying(self.store, self.redis_retry_s).write_progress(self.figures())
 
     def fold(self) -> None:
         """After the results are stored: the chunks' figures into their batches' sums."""
         by_batch: dict[str, list[int]] = {}
         for chunk in self.chunks:
             by_batch.setdefault(chunk.ref.batch_id, []).append(chunk.ref.chunk_no)
-        while_redis_away(self.redis_retry_s, lambda: self.store.fold_progress(by_batch))
+        retrying(self.store, self.redis_retry_s).fold_progress(by_batch)

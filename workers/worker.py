@@ -23,6 +23,10 @@ Faults the worker rides out or stops on:
   `ConnectionError`; what a fault left half-done (a job lost between queue and registry) is requeued by the sweeper.
   Should its worker key expire meanwhile (no heartbeat reached Redis within its TTL) and RQ's maintenance drop it from
   the registry, its next heartbeat (idle, or the job's heartbeat thread) notices and registers it again.
+- Redis refusing writes (full at maxmemory with noeviction, a read-only replica, MISCONF): the same as away
+  (juiz.runtime.retry.REDIS_ERRORS), except that a worker waits for a write to get through, not for a PING (which a
+  full Redis still answers). RQ's own writes (register_birth, heartbeats, set_state, the job's status) are among the
+  steps waited out; /ready and /metrics report the store not writable (the worker itself can't write to say so).
 - A dead engine (`EngineDeadError`): the job gives its chunks back and the worker stops, deregistered (so /ready
   drops it), and the process exits non-zero (`ENGINE_DEAD_EXIT`) for a supervisor to restart it.
 
@@ -61,7 +65,7 @@ from rq.worker import SimpleWorker, Worker, WorkerStatus
 from tenacity import (
     RetryCallState,
     Retrying,
-    retry_if_exception_type,
+    retry_if_exception,
     stop_after_delay,
     stop_any,
     stop_never,
@@ -72,7 +76,7 @@ from tenacity import (
 from juiz.engines.base import JudgeEngine
 from juiz.judging.backend import build_engine
 from juiz.runtime.errors import EngineDeadError, InputError
-from juiz.runtime.retry import REDIS_ERRORS
+from juiz.runtime.retry import REDIS_ERRORS, waiting_helps
 from juiz.runtime.settings import Settings
 from juiz.store import Store
 from juiz.store.connection import redis_client
@@ -82,7 +86,6 @@ from workers.scheduler import SchedulerThread, enqueue_due_retries
 
 log = logging.getLogger(__name__)
 
-MODEL_FIELD = "juiz_model"  # set in the RQ worker's own hash, so it lives and dies with the worker's heartbeat
 ENGINE_DEAD_EXIT = 3  # exit code of a worker whose engine died
 BAD_SETTING_EXIT = 2  # a setting it cannot start with (as `juiz` exits on bad input)
 JOB_FUNCTIONS = frozenset({f"{jobs.__name__}.{jobs.grade_chunk.__name__}"})  # the one function a juiz job may name
@@ -93,6 +96,7 @@ class JuizWorker(SimpleWorker):
     judge model announced, and a stop (exit non-zero) when the engine dies."""
 
     settings: Settings
+    store: Store
     model_id: str = ""
     priority_streak: int = 0
 
@@ -121,12 +125,12 @@ class JuizWorker(SimpleWorker):
     def register_birth(self) -> None:
         with self.registration_lock:
             super().register_birth()
-            self.connection.hset(self.key, MODEL_FIELD, self.model_id)
+            self.store.jobs.announce_model(self.key, self.model_id)
 
     def is_registered(self) -> bool:
         """This worker's hash is whole (the model field is written last) and in RQ's registry sets: the queues' (read
         by claim's fair share) and the global one (Worker.all: /ready, /metrics)."""
-        if not self.connection.hexists(self.key, MODEL_FIELD):
+        if not self.store.jobs.announced(self.key):
             return False
         registries = [Worker.all_keys(connection=self.connection), *(Worker.all_keys(queue=q) for q in self.queues)]
         return all(self.key in keys for keys in registries)
@@ -173,7 +177,7 @@ class JuizWorker(SimpleWorker):
         except REDIS_ERRORS:
             # RQ's bookkeeping around the job failed (Redis restarting). The job's results are stored already (the
             # job retries its own writes); its registry entry expires and maintenance tidies it. Don't quit.
-            self.log.exception("Redis went away around job %s; waiting for it", job.id)
+            self.log.exception("Redis away or refusing writes around job %s; waiting for it", job.id)
             self.wait_for_redis()
         binding = jobs.bound()
         if binding.engine_dead is not None:
@@ -186,7 +190,7 @@ class JuizWorker(SimpleWorker):
             if pipeline is None:  # not one of RQ's beats queued in its own pipeline (a job starting)
                 self.keep_registered()
         except REDIS_ERRORS:
-            self.log.warning("heartbeat failed: Redis away")
+            self.log.warning("heartbeat failed: Redis away or refusing writes")
 
     def clean_abandoned_jobs(self) -> None:
         """RQ's StartedJobRegistry cleanup for this worker's queues, as a job's heartbeat thread runs it (`Heartbeat`):
@@ -217,7 +221,7 @@ class JuizWorker(SimpleWorker):
             super().run_maintenance_tasks()
             self.sweep()
         except REDIS_ERRORS:
-            self.log.warning("maintenance skipped: Redis away")
+            self.log.warning("maintenance skipped: Redis away or refusing writes")
             self.wait_for_redis()
 
     def sweep(self) -> None:
@@ -297,12 +301,13 @@ class JuizWorker(SimpleWorker):
                 self.unsubscribe()
 
     def wait_for_redis(self, deadline_s: float | None = None) -> None:
-        """Ping with exponential backoff until Redis answers; with `deadline_s`, the error propagates after it.
+        """Probe with a small write, with exponential backoff, until Redis takes it; with `deadline_s`, the error
+        propagates after it.
 
-        Without a deadline it waits as long as Redis is away: a worker never exits for a ConnectionError. A stop
-        asked for meanwhile (SIGTERM) ends the wait with RQ's StopRequested, so the work loop ends."""
+        Without a deadline it waits as long as Redis is away or refuses writes: a worker never exits for either. A
+        stop asked for meanwhile (SIGTERM) ends the wait with RQ's StopRequested, so the work loop ends."""
         for attempt in Retrying(
-            retry=retry_if_exception_type(REDIS_ERRORS),
+            retry=retry_if_exception(waiting_helps),
             wait=wait_exponential(multiplier=0.2, max=5),
             stop=stop_any(
                 stop_when_event_set(self.stop_event), stop_never if deadline_s is None else stop_after_delay(deadline_s)
@@ -313,12 +318,14 @@ class JuizWorker(SimpleWorker):
             with attempt:
                 if self.stop_asked:
                     raise StopRequested
-                self.connection.ping()
+                self.store.check_writable()
 
 
 def _log_once_per_outage(state: RetryCallState) -> None:
     if state.attempt_number == 1:
-        log.warning("Redis away; waiting for it: %s", state.outcome.exception() if state.outcome else "")
+        log.warning(
+            "Redis away or refusing writes; waiting for it: %s", state.outcome.exception() if state.outcome else ""
+        )
 
 
 class ThreadDeathPenalty(TimerDeathPenalty):
@@ -353,7 +360,7 @@ class Heartbeat(threading.Thread):
                     worker.clean_abandoned_jobs()
                     worker.sweep()
             except REDIS_ERRORS:
-                log.warning("heartbeat failed: Redis away")
+                log.warning("heartbeat failed: Redis away or refusing writes")
             except Exception:  # never let a heartbeat problem end the thread: silence would look like death
                 log.exception("heartbeat failed")
 
@@ -377,6 +384,7 @@ def build_worker(settings: Settings, redis: Redis, engine: JudgeEngine, name: st
         maintenance_interval=settings.maintenance_interval_s,
     )
     worker.settings = settings
+    worker.store = store
     worker.model_id = engine.model_id
     jobs.bind(jobs.Binding(judge=Judge(engine), store=store, settings=settings, worker_name=worker.name))
     return worker
@@ -388,7 +396,7 @@ def run(settings: Settings, engine: JudgeEngine, *, burst: bool = False, name: s
     Raises EngineDeadError when the worker stopped because its engine died (its work is back in the queue).
     """
     redis = redis_client(settings)  # retries a connection a Redis restart left stale, as the API's does
-    _wait_for(redis)
+    _retried(Store(redis, settings).check_writable)  # Redis may be restarting, or full, too: wait rather than exit
     worker = build_worker(settings, redis, engine, name=name)
     scheduler = None if burst else SchedulerThread(settings, redis)
     if scheduler is not None:
@@ -418,15 +426,10 @@ def run(settings: Settings, engine: JudgeEngine, *, burst: bool = False, name: s
         redis.close()
 
 
-def _wait_for(redis: Redis) -> None:
-    """At start-up Redis may be restarting too: wait for it rather than exit."""
-    _retried(redis.ping)
-
-
 def _retried(step: Any) -> None:
-    """`step()` retried with backoff for as long as Redis is away."""
+    """`step()` retried with backoff for as long as Redis is away or refuses writes."""
     for attempt in Retrying(
-        retry=retry_if_exception_type(REDIS_ERRORS),
+        retry=retry_if_exception(waiting_helps),
         wait=wait_exponential(multiplier=0.2, max=5),
         before_sleep=_log_once_per_outage,
         reraise=True,

@@ -24,6 +24,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ValidationError
 from pydantic.fields import FieldInfo
 
+from juiz.formats.encodable import NOT_TEXT, unencodable
 from juiz.formats.readers import loads_strict
 from juiz.runtime.errors import InputError
 from schemas import BatchOptions
@@ -116,6 +117,8 @@ def validate_options(raw: object, *, source: str = "options", prefix: str = "opt
     if not isinstance(raw, dict):
         kind = "null" if raw is None else type(raw).__name__
         raise InputError(f"expected a JSON object, got {kind}", source=source, field=prefix or None)
+    if (where := unencodable(raw)) is not None:
+        raise InputError(NOT_TEXT, source=source, field=".".join(p for p in (prefix, where) if p) or None)
     try:
         return BatchOptions.model_validate(raw)
     except ValidationError as exc:

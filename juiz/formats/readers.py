@@ -16,8 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+import numpy as np
 from pydantic import BaseModel, ValidationError
 
+from juiz.formats.encodable import NOT_TEXT, unencodable
 from juiz.formats.report_format import (
     DEFAULT_LANGUAGE,
     HEADINGS,
@@ -166,6 +168,28 @@ def _finite_float(text: str) -> float:
     return value
 
 
+_COUNT_CHUNK = 1 << 22  # bytes per numpy pass: a few MB of temporaries whatever the body's size
+_QUOTE, _OBJECT, _ARRAY, _COMMA = (ord(c) for c in '"{[,')
+
+
+def count_values(body: bytes) -> int:
+    """Objects, arrays and the elements after each one's first (commas), outside strings: about as many as the
+    values a parse would build, counted on the bytes (numpy, a chunk at a time) with no object made. Bounds what a
+    parse may cost before it runs (64 MiB of `{"text":"a"},` would be 5 million dicts, then 5 million models)."""
+    # An escaped backslash, then an escaped quote, neither opens nor closes a string (copies only if present).
+    data = body.replace(b"\\\\", b"").replace(b'\\"', b"")
+    array = np.frombuffer(data, dtype=np.uint8)
+    total, inside = 0, 0
+    for start in range(0, len(array), _COUNT_CHUNK):
+        part = array[start : start + _COUNT_CHUNK]
+        quotes = part == _QUOTE
+        outside = ((np.cumsum(quotes, dtype=np.uint8) + inside) & 1) == 0  # uint8 wraps: parity survives
+        structural = (part == _OBJECT) | (part == _ARRAY) | (part == _COMMA)
+        total += int(np.count_nonzero(structural & outside))
+        inside = (inside + int(np.count_nonzero(quotes))) & 1
+    return total
+
+
 def loads_strict(text: str | bytes) -> Any:
     """`json.loads` refusing what the JSON standard refuses and Python accepts: NaN, Infinity, and numbers too large to
     be finite (1e400), which would otherwise be stored as null or inf. A ValueError (JSONDecodeError or not) on them."""
@@ -282,6 +306,8 @@ def validate_model(model: type[M], obj: object, source: str, line: int | None) -
     """Validate one object, turning pydantic's error list into one InputError that names the first bad field."""
     if not isinstance(obj, dict):
         raise InputError(f"expected a JSON object, got {_json_type(obj)}", source=source, line=line)
+    if (where := unencodable(obj)) is not None:
+        raise InputError(NOT_TEXT, source=source, line=line, field=where or None)
     try:
         return model.model_validate(obj)
     except ValidationError as exc:

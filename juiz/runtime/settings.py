@@ -88,6 +88,12 @@ class Settings(BaseSettings):
     max_json_depth: int = Field(
         32, ge=4, le=1000, description="Deepest nesting of JSON arrays/objects accepted in a request body."
     )
+    max_json_values: int = Field(
+        2_000_000,
+        ge=1000,
+        description="Most JSON values (objects, arrays and their elements) a request body may hold, counted on its "
+        "text before it is parsed (more: 413): a body of tiny segments is refused before it costs memory.",
+    )
     allow_open_api: bool = Field(
         False, description="Let `juiz serve` run without API keys on a non-loopback address (an open API, on purpose)."
     )

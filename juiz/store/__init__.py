@@ -11,6 +11,9 @@
     cache     the result cache
     metrics   counters and histograms for /metrics
     progress  conversations planned and done within engine calls, per chunk in flight (fields of the batch's hash)
+    ratelimit per-caller request counts per minute (the API's rate limit, the page's sign-in)
+    pages     the web page's own state: label queues, a fitted calibration, a tenant's saved one
+    reads     the API's hot reads on its event loop (asyncio client): polls, raw result pages, progress waits
     orphans   what `juiz admin gc` finds: keys and index entries whose batch is gone, batches over without a TTL
 
 `Store` is the facade the API and the workers hold: it builds the nouns on one connection, and keeps the names its
@@ -26,6 +29,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from redis import Redis
+from redis.asyncio import Redis as AsyncRedis
 from rq import Queue
 
 from juiz.runtime.errors import IdempotencyConflict
@@ -38,8 +42,11 @@ from juiz.store.items import Items
 from juiz.store.keys import PREFIX, text
 from juiz.store.labels import Labels
 from juiz.store.metrics import ENGINE_CALL_BUCKETS, ITEM_BUCKETS, RATE_WINDOW_S, Metrics
+from juiz.store.pages import PageState
 from juiz.store.progress import BatchProgress, ChunkProgress, ProgressWrites
 from juiz.store.queues import ChunkJobs, JuizQueue
+from juiz.store.ratelimit import RateCounts
+from juiz.store.reads import AsyncReads
 from juiz.store.results import Results
 from schemas import BatchOptions, Judgement, Triple
 from schemas.triple import Label
@@ -73,7 +80,7 @@ class Store:
     active_key = staticmethod(keys.active_key)
     tenant_batches_key = staticmethod(keys.tenant_batches_key)
 
-    def __init__(self, redis: Redis, settings: Settings) -> None:
+    def __init__(self, redis: Redis, settings: Settings, async_redis: AsyncRedis | None = None) -> None:
         self.redis = redis
         self.settings = settings
         self.metrics = Metrics(redis)
@@ -85,6 +92,24 @@ class Store:
         self.progress = ProgressWrites(redis)
         self.results = Results(redis, settings, self.metrics)
         self.labels = Labels(redis)
+        self.rates = RateCounts(redis, async_redis)
+        self.pages = PageState(redis)
+        self._reads = None if async_redis is None else AsyncReads(async_redis)
+
+    @property
+    def reads(self) -> AsyncReads:
+        """The API's event-loop reads (juiz.store.reads); only a store built with the asyncio client has them."""
+        if self._reads is None:
+            raise RuntimeError("this store has no asyncio client: its async reads are the API's")
+        return self._reads
+
+    def ping(self) -> None:
+        self.redis.ping()
+
+    def check_writable(self) -> None:
+        """Raise what Redis answers a small write with: OutOfMemoryError, ReadOnlyError, StoreMisconfigured (a
+        refusal, juiz.runtime.retry.REDIS_REFUSED) or a connection error. A PING answers while writes are refused."""
+        self.redis.set(keys.WRITE_PROBE_KEY, b"1", px=10_000)
 
     def rq_queue(self, name: str) -> Queue:
         return self.jobs.rq_queue(name)

@@ -27,6 +27,10 @@ node. Every key of a batch carries `{batch id}`; every key of a queue's scheduli
     active                zset    ids of batches not known to be over, by creation time (what juiz.store.sweeper checks)
     cache:sha             string  a reusable result for (question, answer, prompt, prompt sha, model, sampling)
     metrics, hist:*, rate:*       counters and histograms /metrics reads at scrape time
+    ui:queue:sha:id, ui:fitted:sha, ui:calibration:t   the web page's state (juiz.store.pages)
+    ui:session:*, ui:csrf-secret   the web page's sessions (Litestar's RedisStore) and shared CSRF secret
+    ratelimit:who:minute  string  requests counted in a one-minute window (juiz.store.ratelimit)
+    writable              string  a short-lived probe: does Redis accept writes (full, read-only, can't persist)?
 
 The layout changed with the hash tags (juiz is pre-1.0): keys written by an earlier version are not read.
 
@@ -56,6 +60,7 @@ PREFIX = "juiz"
 # The scripts whose calls name keys of more than one slot, and why: see above.
 CROSS_SLOT_SCRIPTS = frozenset({"claim"})
 METRICS_KEY = f"{PREFIX}:metrics"
+WRITE_PROBE_KEY = f"{PREFIX}:writable"
 
 
 def text(value: Any) -> str:

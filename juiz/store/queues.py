@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from datetime import UTC
 from typing import Any
 
 from redis import Redis
@@ -17,9 +18,11 @@ from rq.serializers import JSONSerializer
 
 from juiz.runtime.settings import Settings
 from juiz.store.keys import batch_key, text
+from schemas import WorkerView
 
 JOB_FUNCTION = "workers.jobs.grade_chunk"  # by name: the API never imports the worker side
 FAILURE_CALLBACK = "workers.jobs.on_chunk_failure"
+MODEL_FIELD = "juiz_model"  # set in the RQ worker's own hash by the worker (announce_model)
 
 
 class JuizQueue(Queue):
@@ -50,6 +53,38 @@ class ChunkJobs:
         a worker's record lapses when its heartbeat stops, before RQ's maintenance cleans the registry; RQ also drops
         a lapsed worker from its global registry there, as its maintenance does)."""
         return [worker.key for worker in Worker.all(queue=self.rq_queue(queue_name))]
+
+    def announce_model(self, worker_key: str, model: str) -> None:
+        """The judge model a worker serves, in RQ's own worker hash: it lives and dies with the worker's heartbeat."""
+        self.redis.hset(worker_key, MODEL_FIELD, model)
+
+    def announced(self, worker_key: str) -> bool:
+        """The worker's hash is whole (the model field is written last, after RQ's register_birth)."""
+        return bool(self.redis.hexists(worker_key, MODEL_FIELD))
+
+    def workers(self) -> list[WorkerView]:
+        """RQ workers listening to our queues, with the model each announced. A worker drops out when its heartbeat
+        lapses (RQ's worker key expires)."""
+        ours = set(self.settings.queues)
+        views = []
+        for worker in Worker.all(connection=self.redis):
+            queues = worker.queue_names()
+            if not ours.intersection(queues):
+                continue
+            model = self.redis.hget(worker.key, MODEL_FIELD)
+            heartbeat = worker.last_heartbeat
+            if heartbeat is not None and heartbeat.tzinfo is None:
+                heartbeat = heartbeat.replace(tzinfo=UTC)
+            views.append(
+                WorkerView(
+                    name=worker.name,
+                    model=text(model) if model else None,
+                    state=str(worker.get_state()),
+                    queues=queues,
+                    last_heartbeat=heartbeat,
+                )
+            )
+        return sorted(views, key=lambda w: w.name)
 
     def enqueue(self, queue_name: str, chunks: Sequence[tuple[str, int]], pipe: Any) -> None:
         """Queue one RQ job per chunk (in `pipe`), remembering which job is each chunk's, for `claim`."""

@@ -25,8 +25,8 @@ from juiz.calibration.fitting import CalibrationUnavailable
 from juiz.formats.options import OPTIONS
 from juiz.formats.report import render_report
 from juiz.runtime.errors import InputError
-from juiz.store import TERMINAL, Store, batch_from_hash
-from juiz.store.results import UNCERTAIN_PAGE, uncertain_page_keys
+from juiz.store import Store
+from juiz.store.reads import AsyncReads
 from schemas import (
     MAX_NAME_CHARS,
     AgreementByMetric,
@@ -56,7 +56,6 @@ MAX_PAGE = 1000
 UNCERTAIN_RANKS_PER_CALL = 100  # results one order=uncertain script call reads (Redis waits meanwhile)
 STREAM_PAGE = 500
 FOLLOW_WAIT_S = 5.0  # one blocking read at most this long (then the batch is read again anyway)
-TERMINAL_STATUSES = frozenset(status.value.encode() for status in TERMINAL)
 
 Resamples = Annotated[
     int, QueryParameter(ge=0, le=10_000, description="bootstrap resamples for the CIs (capped by agreement_max_work)")
@@ -66,28 +65,26 @@ BatchId = Annotated[
 ]
 
 
-async def _uncertain_page(redis: AsyncRedis, tenant: str, batch_id: str, offset: int, limit: int) -> Response[Any]:
+async def _uncertain_page(reads: AsyncReads, tenant: str, batch_id: str, offset: int, limit: int) -> Response[Any]:
     """A page of the results stored so far, most uncertain first (juiz.judging.uncertainty.uncertain_first), read from
     the batch's index, never the whole batch; while the batch runs, new results can reorder the pages (next_cursor is
-    null once the batch is over and read). Script calls on the event loop (juiz.store.results.UNCERTAIN_PAGE), the
-    stored JSON as it is: no thread hop, no Judgement parsed and serialised again (20 concurrent readers of such
-    pages held the event loop: another tenant's poll p99 1.6 s). At most UNCERTAIN_RANKS_PER_CALL results per call,
-    one call after another: a script blocks Redis while it runs (one LINDEX per result, ~10 µs each on a 10k batch),
-    so a page of 1,000 in one call made every other client's command wait ~10 ms behind each reader's page."""
-    script = redis.register_script(UNCERTAIN_PAGE)  # no round trip: the script object, called by its SHA
-    keys = uncertain_page_keys(batch_id)
+    null once the batch is over and read). Script calls on the event loop (juiz.store.reads), the stored JSON as it
+    is: no thread hop, no Judgement parsed and serialised again (20 concurrent readers of such pages held the event
+    loop: another tenant's poll p99 1.6 s). At most UNCERTAIN_RANKS_PER_CALL results per call, one call after
+    another: a script blocks Redis while it runs (one LINDEX per result, ~10 µs each on a 10k batch), so a page of
+    1,000 in one call made every other client's command wait ~10 ms behind each reader's page."""
     entries: list[bytes] = []
     first, stop = offset, offset + limit
     while True:
         asked = min(stop - first, UNCERTAIN_RANKS_PER_CALL)
-        owner, status, count, ranked, more = await script(keys=keys, args=[first, first + asked - 1])
-        if owner is None or owner.decode() != tenant:
+        page = await reads.uncertain(batch_id, first, first + asked - 1)
+        if page.owner != tenant:
             raise NotFoundException(detail=f"no batch {batch_id}", extra={"field": "batch_id"})
-        entries += more
-        first += int(ranked)
-        if first >= stop or int(ranked) < asked:
+        entries += page.entries
+        first += page.ranked
+        if first >= stop or page.ranked < asked:
             break  # the page is full, or the index holds no more
-    next_cursor = str(first) if (first < int(count) or status not in TERMINAL_STATUSES) else None
+    next_cursor = str(first) if (first < page.count or not page.terminal) else None
     body = b'{"items":[' + b",".join(_judgement_json(e) for e in entries) + b'],"next_cursor":'
     body += json.dumps(next_cursor).encode() + b"}"
     return Response(body, media_type=JSON)
@@ -157,6 +154,10 @@ def _query_parameters() -> list[OpenAPIParameter]:
     return parameters
 
 
+def store_of(state: State) -> Store:
+    return state.store  # type: ignore[no-any-return]
+
+
 def _offset(cursor: str | None) -> int:
     # isdigit() alone accepts '²'; more than 15 digits is no offset Redis can hold (and no cursor juiz gave).
     if cursor is None or cursor == "":
@@ -167,20 +168,14 @@ def _offset(cursor: str | None) -> int:
 
 
 async def _owned_raw_results(
-    redis: AsyncRedis, tenant: str, batch_id: str, offset: int, limit: int
+    reads: AsyncReads, tenant: str, batch_id: str, offset: int, limit: int
 ) -> tuple[list[bytes], bool, int]:
     """One round trip on the event loop: (raw result entries from `offset`, batch over, results stored). 404 for
     another tenant's batch. The hot path of result pages and polls: no thread hop, no Judgement re-validation."""
-    key = Store.batch_key(batch_id)
-    results = Store.batch_key(batch_id, "results")
-    async with redis.pipeline(transaction=False) as pipe:
-        pipe.hmget(key, "tenant", "status")
-        pipe.lrange(results, offset, offset + limit - 1)
-        pipe.llen(results)
-        (owner, status), entries, count = await pipe.execute()
-    if owner is None or owner.decode() != tenant:
+    page = await reads.results(batch_id, offset, limit)
+    if page.owner != tenant:
         raise NotFoundException(detail=f"no batch {batch_id}", extra={"field": "batch_id"})
-    return entries, status in TERMINAL_STATUSES, int(count)
+    return page.entries, page.terminal, page.count
 
 
 def _judgement_json(entry: bytes) -> bytes:
@@ -192,7 +187,7 @@ def _judgement_json(entry: bytes) -> bytes:
 class _Follow:
     """The state of one NDJSON stream."""
 
-    redis: AsyncRedis
+    reads: AsyncReads
     tenant: str
     batch_id: str
     offset: int
@@ -212,9 +207,9 @@ async def _ndjson(state: _Follow, first: list[bytes], terminal: bool) -> AsyncIt
             if not state.follow or terminal:
                 return
             # Wakes on the batch's next progress event (results stored, a cancel), not on a timer.
-            state.cursor = await progress.wait_for_progress(state.redis, state.batch_id, state.cursor, FOLLOW_WAIT_S)
+            state.cursor = await state.reads.wait_for_progress(state.batch_id, state.cursor, FOLLOW_WAIT_S)
         entries, terminal, _ = await _owned_raw_results(
-            state.redis, state.tenant, state.batch_id, state.offset, STREAM_PAGE
+            state.reads, state.tenant, state.batch_id, state.offset, STREAM_PAGE
         )
 
 
@@ -327,8 +322,7 @@ class BatchController(Controller):
         """Status (queued, running, done, failed, cancelled), counts, timestamps, judgements per second, ETA."""
         # The polling path: one HGETALL on the event loop, no worker-thread hop (under load, handing the GIL
         # between the loop and a thread is what stretched the p99).
-        redis: AsyncRedis = state.async_redis
-        record = batch_from_hash(await redis.hgetall(Store.batch_key(batch_id)))
+        record = await store_of(state).reads.batch(batch_id)
         if record is None or record.tenant != tenant:
             raise NotFoundException(detail=f"no batch {batch_id}", extra={"field": "batch_id"})
         return batch_view(record)
@@ -378,16 +372,16 @@ class BatchController(Controller):
         `Accept: application/x-ndjson`, one judgement per line from the cursor on (`follow=true` waits for the rest).
         Each result has the same fields as a line of the CLI's results file."""
         offset = _offset(cursor)
-        redis: AsyncRedis = state.async_redis
+        reads = store_of(state).reads
         if order == "uncertain":
             if follow:
                 raise InputError("follow streams in completion order; use order=completion", field="order")
-            return await _uncertain_page(redis, tenant, batch_id, offset, limit)
+            return await _uncertain_page(reads, tenant, batch_id, offset, limit)
         if NDJSON in request.headers.get("accept", ""):
-            first, terminal, _ = await _owned_raw_results(redis, tenant, batch_id, offset, STREAM_PAGE)
-            stream = _ndjson(_Follow(redis, tenant, batch_id, offset, follow), first, terminal)
+            first, terminal, _ = await _owned_raw_results(reads, tenant, batch_id, offset, STREAM_PAGE)
+            stream = _ndjson(_Follow(reads, tenant, batch_id, offset, follow), first, terminal)
             return Stream(stream, media_type=NDJSON)  # type: ignore[return-value]
-        entries, terminal, count = await _owned_raw_results(redis, tenant, batch_id, offset, limit)
+        entries, terminal, count = await _owned_raw_results(reads, tenant, batch_id, offset, limit)
         end = offset + len(entries)
         next_cursor = str(end) if (end < count or not terminal) else None
         # The page is assembled from the stored JSON as it is: re-validating every Judgement and serialising it
@@ -414,7 +408,7 @@ class BatchController(Controller):
         Resamples × items is capped by `agreement_max_work` (resamples are lowered to fit; the report says how many
         were used). A finished batch's report is computed once and cached; the bootstrap runs off the event loop."""
         record = await anyio.to_thread.run_sync(owned_batch, store, tenant, batch_id)
-        return await cached_agreement(store, state.async_redis, record, resamples)
+        return await cached_agreement(store, record, resamples)
 
     @get(
         "/{batch_id:str}/agreement/metrics",
@@ -435,7 +429,7 @@ class BatchController(Controller):
         --by-metric` prints: which judge signal matches your annotators. One bootstrap per column, all of them
         within `agreement_max_work`; a finished batch's report is cached."""
         record = await anyio.to_thread.run_sync(owned_batch, store, tenant, batch_id)
-        return await cached_agreement_by_metric(store, state.async_redis, record, resamples)
+        return await cached_agreement_by_metric(store, record, resamples)
 
     @get(
         "/{batch_id:str}/calibration",
@@ -466,7 +460,7 @@ class BatchController(Controller):
         "/{batch_id:str}/report",
         operation_id="getBatchReport",
         sync_to_thread=True,
-        media_type="text/markdown; charset=utf-8",
+        media_type="text/markdown",  # Litestar adds the charset of a text/* type itself
         responses=responses(401, 404, 422, 429, 503),
         summary="Markdown report",
     )

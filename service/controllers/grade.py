@@ -65,7 +65,7 @@ class GradeController(Controller):
             if remaining <= 0:
                 break
             # Wakes when the result is stored (the batch's progress event), not on a timer.
-            cursor = await progress.wait_for_progress(state.async_redis, record.id, cursor, min(remaining, WAIT_MAX_S))
+            cursor = await progress.wait_for_progress(state.store.reads, record.id, cursor, min(remaining, WAIT_MAX_S))
         latest = await anyio.to_thread.run_sync(store.get_batch, record.id)
         view = batch_view(latest or record)
         return Response(view, status_code=202, headers={"Location": view.links.self})  # type: ignore[arg-type]

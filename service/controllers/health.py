@@ -14,7 +14,7 @@ from juiz import __version__
 from juiz.store import Store
 from schemas import HealthView, ReadyView
 from service.edge import operations_guard
-from service.metrics import live_workers
+from service.metrics import live_workers, store_writable
 from service.openapi import responses
 
 
@@ -36,25 +36,30 @@ class HealthController(Controller):
             **responses(401, 403),
             503: ResponseSpec(
                 data_container=ReadyView,
-                description="Not ready: Redis unreachable or no live worker; `reason` says which.",
+                description="Not ready: Redis unreachable or refusing writes, or no live worker; `reason` says which.",
                 generate_examples=False,
             ),
         },
         summary="Ready to grade",
     )
     def ready(self, store: NamedDependency[Store]) -> Response[ReadyView]:
-        """200 when Redis answers and at least one live worker listens to our queues (each with its model);
-        503 otherwise, with the reason."""
+        """200 when Redis answers and takes writes and at least one live worker listens to our queues (each with
+        its model); 503 otherwise, with the reason."""
         try:
-            store.redis.ping()
+            store.ping()
         except RedisError as exc:
             view = ReadyView(ready=False, redis=False, workers=[], reason=f"Redis unreachable: {type(exc).__name__}")
             return Response(view, status_code=503)
         workers = live_workers(store)
+        if not store_writable(store):
+            reason = "Redis refuses writes (full, read-only or unable to persist): batches wait, submissions get 507"
+            return Response(
+                ReadyView(ready=False, redis=True, writable=False, workers=workers, reason=reason), status_code=503
+            )
         if not workers:
-            view = ReadyView(ready=False, redis=True, workers=[], reason="no live worker on the queues")
+            view = ReadyView(ready=False, redis=True, writable=True, workers=[], reason="no live worker on the queues")
             return Response(view, status_code=503)
-        return Response(ReadyView(ready=True, redis=True, workers=workers))
+        return Response(ReadyView(ready=True, redis=True, writable=True, workers=workers))
 
     @get(
         "/metrics",

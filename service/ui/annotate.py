@@ -3,7 +3,6 @@ labels and saved for the tenant's next batches (the API's own fit, `GET /v1/batc
 
 from __future__ import annotations
 
-import hashlib
 import json
 from typing import Any
 
@@ -16,9 +15,9 @@ from litestar.params import FromPath
 from litestar.response import Redirect
 
 from juiz.calibration.fitting import CalibrationUnavailable
-from juiz.store import PREFIX, Store
+from juiz.store import Store
 from service.agreement import fitted_calibration
-from service.labelling import manual_class_name, save_label, saved_calibration_key
+from service.labelling import manual_class_name, save_label
 from service.ownership import owned_batch
 from service.rows import agreement_of, row_cache
 from service.ui import queue as label_queue
@@ -29,11 +28,6 @@ from service.ui.session import Posted
 
 MAX_QUEUE = 500
 CALIBRATION_FOLDS = 5
-
-
-def fitted_key(current: session.Session) -> str:
-    """Where a fitted, not yet saved calibration waits for its reader's second click (one per session)."""
-    return f"{PREFIX}:ui:fitted:{hashlib.sha256(current.id.encode()).hexdigest()}"
 
 
 class AnnotationController(Controller):
@@ -177,7 +171,7 @@ class AnnotationController(Controller):
                 "calibration.html", session=current, signed_in=not session.open_api(request), record=record,
                 spec=None, error=str(exc), status_code=409,
             )  # fmt: skip
-        await anyio.to_thread.run_sync(lambda: store.redis.set(fitted_key(current), spec.model_dump_json(), ex=3600))
+        await anyio.to_thread.run_sync(store.pages.keep_fitted, current.id, spec.model_dump_json())
         return html(
             "calibration.html", session=current, signed_in=not session.open_api(request), record=record, spec=spec,
             error=None, figures=json.dumps(spec.cross_fitted, indent=2, default=str), stamp=stamp,
@@ -194,9 +188,8 @@ class AnnotationController(Controller):
         """Keep the calibration just fitted as the tenant's: the upload form uses it for new batches."""
         current = posted.session
         await anyio.to_thread.run_sync(owned_batch, store, current.tenant, batch_id)
-        key = saved_calibration_key(current.tenant)
-        raw = await anyio.to_thread.run_sync(store.redis.get, fitted_key(current))
+        raw = await anyio.to_thread.run_sync(store.pages.fitted, current.id)
         if raw is None:
             raise NotFoundException(detail="no fitted calibration to save: fit it again")
-        await anyio.to_thread.run_sync(store.redis.set, key, raw)
+        await anyio.to_thread.run_sync(store.pages.save_calibration, current.tenant, raw)
         return Redirect("/ui/batches?calibration=saved#new-title", status_code=303)

@@ -53,7 +53,7 @@ class ExportController(Controller):
         _signed_in_batch(store, request, batch_id)
         return Stream(
             _csv(store, batch_id),
-            media_type="text/csv; charset=utf-8",
+            media_type="text/csv",  # Litestar adds the charset of a text/* type itself
             headers={"Content-Disposition": f'attachment; filename="juiz-{batch_id}.csv"'},
         )
 
@@ -64,7 +64,7 @@ class ExportController(Controller):
         record = _signed_in_batch(store, request, batch_id)
         return Response(
             render_report(store.results_in_input_order(batch_id), record.options.lang),
-            media_type="text/markdown; charset=utf-8",
+            media_type="text/markdown",  # Litestar adds the charset of a text/* type itself
             headers={"Content-Disposition": f'attachment; filename="juiz-{batch_id}-report.md"'},
         )
 

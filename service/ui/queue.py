@@ -9,13 +9,12 @@ step changed, so U (undo) can put the previous label back.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import secrets
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from juiz.store import PREFIX, Store
+from juiz.store import Store
 from schemas.labels import LabelMapping
 from schemas.triple import Label
 from service.rows import BatchIndex, Query, default_metric, page_of, view_rows
@@ -45,10 +44,6 @@ class LabelQueue:
         return self.items[self.at] if self.at < len(self.items) else None
 
 
-def _key(session_id: str, queue_id: str) -> str:
-    return f"{PREFIX}:ui:queue:{hashlib.sha256(session_id.encode()).hexdigest()}:{queue_id}"
-
-
 def worth_a_label(index: BatchIndex, size: int) -> list[int]:
     """Unlabelled items, most uncertain first; then labelled disagreements, widest (then most uncertain) first."""
     views = view_rows(index, default_metric(index.mapping))
@@ -75,11 +70,11 @@ def start(store: Store, session_id: str, batch_id: str, items: list[int]) -> Lab
 
 
 def save(store: Store, session_id: str, queue: LabelQueue) -> None:
-    store.redis.set(_key(session_id, queue.id), json.dumps(asdict(queue)), ex=QUEUE_TTL_S)
+    store.pages.save_queue(session_id, queue.id, json.dumps(asdict(queue)), QUEUE_TTL_S)
 
 
 def load(store: Store, session_id: str, batch_id: str, queue_id: str) -> LabelQueue | None:
-    raw = store.redis.get(_key(session_id, queue_id))
+    raw = store.pages.load_queue(session_id, queue_id)
     if raw is None:
         return None
     data = json.loads(raw)

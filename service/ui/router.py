@@ -97,7 +97,9 @@ def _invalid(_: Request[Any, Any, Any], exc: ValidationException) -> Response[An
 def _http(_: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:
     title = "Not found" if isinstance(exc, NotFoundException) else "Error"
     detail = "internal error" if exc.status_code >= 500 else exc.detail
-    return _error_page(exc.status_code, title, detail)
+    response = _error_page(exc.status_code, title, detail)
+    response.headers.update({k: v for k, v in (exc.headers or {}).items() if k.lower() == "retry-after"})
+    return response
 
 
 def http_exception(request: Request[Any, Any, Any], exc: HTTPException) -> Response[Any]:

@@ -53,12 +53,14 @@ from litestar.utils.dataclass import extract_dataclass_items
 from litestar.utils.empty import value_or_default
 from litestar.utils.scope.state import ScopeState
 from redis.asyncio import Redis as AsyncRedis
+from redis.exceptions import ResponseError
 
 from juiz.runtime.errors import JuizError
+from juiz.runtime.retry import write_refused
 from juiz.runtime.settings import Settings
-from juiz.store import PREFIX, Store, text
+from juiz.store import PREFIX, Store
 from service.auth import OPEN_TENANT
-from service.ratelimit import WINDOW_S
+from service.metrics import RATE_LIMIT_FAILED_OPEN
 
 COOKIE = "juiz_session"
 CSRF_COOKIE = "juiz_csrf"
@@ -175,11 +177,10 @@ def session_store(redis: AsyncRedis) -> RedisStore:
     return RedisStore(redis, namespace=SESSION_NAMESPACE)
 
 
-async def shared_csrf_secret(redis: AsyncRedis) -> str:
-    """The CSRF secret every API replica shares when JUIZ_CSRF_SECRET is empty: created once (SET NX), then read."""
-    while (value := await redis.get(CSRF_SECRET_KEY)) is None:
-        await redis.set(CSRF_SECRET_KEY, secrets.token_hex(32), nx=True)
-    return text(value)
+async def shared_csrf_secret(store: Store) -> str:
+    """The CSRF secret every API replica shares when JUIZ_CSRF_SECRET is empty: created once (SET NX), then read.
+    Redis refusing that write (full) is the app's 507, never a 500."""
+    return await store.reads.shared_secret(CSRF_SECRET_KEY, secrets.token_hex(32))
 
 
 class _CSRFMiddleware(CSRFMiddleware):
@@ -191,7 +192,7 @@ class _CSRFMiddleware(CSRFMiddleware):
         if scope["type"] == "http" and cast("HTTPScope", scope)["method"] not in SAFE_METHODS:
             check_origin(ASGIConnection[Any, Any, Any, Any](scope))
         if not self.config.secret:
-            self.config.secret = await shared_csrf_secret(scope["app"].state.async_redis)
+            self.config.secret = await shared_csrf_secret(scope["app"].state.store)
         try:
             await super().__call__(scope, receive, send)
         except Exception:
@@ -251,20 +252,17 @@ def _csrf_token(request: Request[Any, Any, Any]) -> str:
 def signin_retry_after(store: Store, request: Request[Any, Any, Any]) -> int | None:
     """Sign-in attempts count against the client address's API rate limit (the same counter /v1 uses for callers
     without a known key), so guessing keys through the form is as limited as through the API. Seconds to wait when
-    over the limit, else None."""
+    over the limit, else None; None too when Redis refuses the count's write (the limit fails open, counted)."""
     limit: int = store.settings.rate_limit_per_minute
     if limit <= 0:
         return None
-    now = time.time()
-    window = int(now // WINDOW_S)
-    key = f"{PREFIX}:ratelimit:client:{request.client.host if request.client else 'unknown'}:{window}"
-    with store.redis.pipeline(transaction=True) as pipe:
-        pipe.incr(key)
-        pipe.expire(key, WINDOW_S * 2)
-        count, _ = pipe.execute()
-    if int(count) <= limit:
+    try:
+        return store.rates.hit(f"client:{request.client.host if request.client else 'unknown'}", limit)
+    except ResponseError as exc:
+        if not write_refused(exc):
+            raise
+        RATE_LIMIT_FAILED_OPEN.inc()
         return None
-    return max(1, int((window + 1) * WINDOW_S - now) + 1)
 
 
 def put_flash(request: Request[Any, Any, Any], data: dict[str, Any]) -> None:

@@ -29,6 +29,7 @@ def script_names(store: Store) -> dict[str, str]:
     return {
         value.script: name.lstrip("_")
         for noun in vars(store).values()
+        if hasattr(noun, "__dict__")  # a noun, not a value (a store without the asyncio client has no reads)
         for name, value in vars(noun).items()
         if isinstance(value, Script)
     }

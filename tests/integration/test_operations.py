@@ -78,7 +78,13 @@ def test_ready_needs_redis_and_a_live_worker(
     assert client.get("/health").json()["status"] == "ok"
     not_ready = client.get("/ready", headers=METRICS_HEADERS)
     assert not_ready.status_code == 503
-    assert not_ready.json() == {"ready": False, "redis": True, "workers": [], "reason": "no live worker on the queues"}
+    assert not_ready.json() == {
+        "ready": False,
+        "redis": True,
+        "writable": True,
+        "workers": [],
+        "reason": "no live worker on the queues",
+    }
 
     worker = build_worker(settings, redis, engine, name="w-test")
     worker.register_birth()

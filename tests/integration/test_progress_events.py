@@ -16,6 +16,7 @@ from juiz.judging.judgements import failed_judgement
 from juiz.judging.plan import provenance_by_metric
 from juiz.runtime.settings import Settings
 from juiz.store import Store
+from juiz.store.reads import AsyncReads
 from schemas import BatchOptions, Triple
 from service.progress import START, wait_for_progress
 from tests.integration.helpers import triples
@@ -35,12 +36,12 @@ def test_a_waiter_wakes_when_a_result_is_stored(redis: Redis, redis_url: str, se
     async def scenario() -> None:
         client = AsyncRedis.from_url(redis_url)
         try:
-            assert await wait_for_progress(client, batch.id, START, 0.05) == START  # nothing yet: timed out
-            waiter = asyncio.create_task(wait_for_progress(client, batch.id, START, 60))
+            assert await wait_for_progress(AsyncReads(client), batch.id, START, 0.05) == START  # nothing yet: timed out
+            waiter = asyncio.create_task(wait_for_progress(AsyncReads(client), batch.id, START, 60))
             await anyio.to_thread.run_sync(store.store_results, batch, [(0, result)])
             cursor = await asyncio.wait_for(waiter, 10)  # on the event, long before its 60 s
             assert cursor != START
-            assert await wait_for_progress(client, batch.id, cursor, 0.05) == cursor  # nothing newer
+            assert await wait_for_progress(AsyncReads(client), batch.id, cursor, 0.05) == cursor  # nothing newer
         finally:
             await client.aclose()
 

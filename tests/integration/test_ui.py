@@ -243,3 +243,26 @@ def test_an_upload_over_max_body_bytes_is_refused(make_client: MakeClient, redis
         "/ui/batches", data={"_csrf_token": csrf}, files={"file": ("t.jsonl", big, "application/x-ndjson")}
     )
     assert response.status_code == 413
+
+
+def test_page_uploads_count_against_the_tenants_rate_limit(make_client: MakeClient, redis_url: str) -> None:
+    limited = make_settings(redis_url, api_keys=",".join(f"{t}:{k}" for t, k in KEYS.items()), rate_limit_per_minute=2)
+    client = make_client(limited)
+    csrf = sign_in(client, "alice")  # the sign-in counts against the client address, not the tenant
+    body = b'{"question": "q [item-1]", "answer": "a"}\n'
+    submit(client, KEYS["alice"], triples(1))  # 1 of alice's 2 this minute, through the API
+
+    def upload() -> Any:
+        return client.post(
+            "/ui/batches",
+            data={"_csrf_token": csrf, "metrics": "answer_relevance"},
+            files={"file": ("t.jsonl", body, "application/x-ndjson")},
+            follow_redirects=False,
+        )
+
+    assert upload().status_code == 303  # 2 of 2
+    refused = upload()
+    assert refused.status_code == 429, refused.text
+    assert int(refused.headers["Retry-After"]) > 0
+    # The other tenant's count is its own.
+    assert client.post("/v1/batches", json={"items": triples(1)}, headers={"Authorization": f"Bearer {KEYS['bob']}"})

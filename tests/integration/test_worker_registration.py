@@ -22,10 +22,10 @@ from rq.worker_registration import REDIS_WORKER_KEYS, WORKERS_BY_QUEUE_KEY, clea
 from bench.fake_worker import RUNNING_KEY
 from juiz.runtime.settings import Settings
 from juiz.store import Store, text
+from juiz.store.queues import MODEL_FIELD
 from schemas import BatchOptions, Triple
 from tests.integration.fake_workers import Workers, wait_until
 from tests.integration.helpers import make_settings, triples
-from workers.worker import MODEL_FIELD
 
 
 @pytest.fixture

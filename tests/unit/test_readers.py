@@ -378,3 +378,12 @@ def test_a_folder_reads_every_known_file_in_name_order(tmp_path: Path) -> None:
     empty.mkdir()
     with pytest.raises(InputError, match="no file with a known extension"):
         read_triples(empty)
+
+
+def test_a_body_s_values_are_counted_on_its_bytes_outside_strings() -> None:
+    from juiz.formats.readers import count_values
+
+    assert count_values(b'{"a":[1,2,"x,{[\\""],"b":{}}') == 6  # commas, braces and brackets in strings don't count
+    assert count_values(b'{"a":"\\\\","b":[1]}') == 3  # an escaped backslash doesn't escape the closing quote
+    tiny = b'{"items":[' + b",".join([b'{"text":"a"}'] * 100_000) + b"]}"
+    assert count_values(tiny) == 2 + 100_000 + 99_999
