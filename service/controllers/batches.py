@@ -19,13 +19,12 @@ from litestar.openapi.spec import Parameter as OpenAPIParameter
 from litestar.params import HeaderParameter, JSONBody, Parameter, QueryParameter
 from litestar.response import ServerSentEvent, Stream
 from litestar.response.sse import ServerSentEventMessage
-from redis.asyncio import Redis as AsyncRedis
 
 from juiz.calibration.fitting import CalibrationUnavailable
 from juiz.formats.options import OPTIONS
 from juiz.formats.report import render_report
 from juiz.runtime.errors import InputError
-from juiz.store import Store
+from juiz.store import TERMINAL, Store
 from juiz.store.reads import AsyncReads
 from schemas import (
     MAX_NAME_CHARS,
@@ -216,8 +215,8 @@ async def _ndjson(state: _Follow, first: list[bytes], terminal: bool) -> AsyncIt
 EVENTS_KEEPALIVE_S = 15.0  # a comment line when nothing moved for this long: proxies keep the stream open
 
 
-async def _owned_view(redis: AsyncRedis, tenant: str, batch_id: str) -> BatchView:
-    record = batch_from_hash(await redis.hgetall(Store.batch_key(batch_id)))
+async def _owned_view(reads: AsyncReads, tenant: str, batch_id: str) -> BatchView:
+    record = await reads.batch(batch_id)
     if record is None or record.tenant != tenant:
         raise NotFoundException(detail=f"no batch {batch_id}", extra={"field": "batch_id"})
     return batch_view(record)
@@ -230,7 +229,7 @@ def _moved(view: BatchView) -> tuple[object, ...]:
 
 
 async def _progress_events(
-    redis: AsyncRedis, tenant: str, batch_id: str, first: BatchView
+    reads: AsyncReads, tenant: str, batch_id: str, first: BatchView
 ) -> AsyncIterator[ServerSentEventMessage]:
     """The batch's view now, then again whenever it moved (woken by its events stream: results stored, progress
     written, a cancel); over after the view of a batch that is over."""
@@ -246,10 +245,10 @@ async def _progress_events(
         if view.status in TERMINAL:
             return
         seen = cursor
-        cursor = await progress.wait_for_progress(redis, batch_id, cursor, FOLLOW_WAIT_S)
+        cursor = await reads.wait_for_progress(batch_id, cursor, FOLLOW_WAIT_S)
         quiet_s += FOLLOW_WAIT_S if cursor == seen else 0.0
         try:
-            view = await _owned_view(redis, tenant, batch_id)
+            view = await _owned_view(reads, tenant, batch_id)
         except NotFoundException:
             return  # purged while followed
 
@@ -339,9 +338,9 @@ class BatchController(Controller):
         sent at once, then whenever the batch's status, counts or conversations move: conversations done / planned
         move within an item (the workers write them about once a second while they grade), items_done and counts as
         results are stored. The stream ends after the event of a batch that is over (done, failed, cancelled)."""
-        redis: AsyncRedis = state.async_redis
-        first = await _owned_view(redis, tenant, batch_id)  # a missing batch is a 404, not a cut stream
-        return ServerSentEvent(_progress_events(redis, tenant, batch_id, first))
+        reads = store_of(state).reads
+        first = await _owned_view(reads, tenant, batch_id)  # a missing batch is a 404, not a cut stream
+        return ServerSentEvent(_progress_events(reads, tenant, batch_id, first))
 
     @get(
         "/{batch_id:str}/results",
