@@ -123,7 +123,8 @@ class Settings(BaseSettings):
     grade_timeout_s: float = Field(60.0, gt=0, description="How long POST /v1/grade waits for its result before 202.")
     result_cache: bool = Field(
         True,
-        description="Reuse a stored result for the same triple, prompt, sampling and engine (model, dtype, server).",
+        description="Reuse a stored result for the same triple, prompt, sampling and engine (model, dtype or "
+        "quantisation, server).",
     )
     result_cache_ttl_s: int = Field(7 * 86400, ge=1, description="How long a cached result is reused.")
     idempotency_ttl_s: int = Field(86400, ge=1, description="How long an Idempotency-Key maps to its batch.")
