@@ -55,9 +55,14 @@ def test_every_cot_reply_parses_and_carries_provenance(each_engine: JudgeEngine,
         assert result.provenance.model == TEST_MODEL
         assert result.provenance.prompt.startswith(prompt + ".")
         assert result.provenance.sampling["temperature"] == 0.0
-        # The dtype the model ran in, on the result and on each metric: a grade reproduces only in the same one.
-        assert result.provenance.engine_dtype in ("bfloat16", "float16", "float32")
-        assert result.metrics and all(m.provenance and m.provenance.engine_dtype for m in result.metrics.values())
+        # The dtype (vLLM) or quantisation (llama.cpp) the model ran in, on the result and on each metric: a grade
+        # reproduces only in the same one.
+        ran_in = result.provenance.engine_dtype or result.provenance.engine_quantisation
+        assert ran_in in ("bfloat16", "float16", "float32", "Q4_1")
+        assert result.metrics and all(
+            m.provenance and (m.provenance.engine_dtype or m.provenance.engine_quantisation)
+            for m in result.metrics.values()
+        )
     by_id = {r.id: r for r in results}
     assert by_id["q43"].provenance.prompt.endswith(".pt") and by_id["en-1"].provenance.prompt.endswith(".en")
 
