@@ -335,9 +335,10 @@ def _engine(args: argparse.Namespace):  # type: ignore[no-untyped-def]
 def _add_engine(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--engine",
-        choices=["vllm", "openai"],
+        choices=["auto", "vllm", "llamacpp", "openai"],
         default=None,
-        help="vllm: in process (default, env JUIZ_ENGINE); openai: an OpenAI-compatible server (needs --base-url)",
+        help="auto (default, env JUIZ_ENGINE): vllm on a GPU, llamacpp on a CPU when the model has a GGUF; vllm or "
+        "llamacpp: in process; openai: an OpenAI-compatible server (needs --base-url)",
     )
     parser.add_argument(
         "--base-url",

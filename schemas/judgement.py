@@ -42,13 +42,20 @@ class Provenance(BaseModel):
     sampling: dict[str, Any]
     juiz_version: str
     engine: str | None = Field(
-        default=None, description="Judge back end when not in process: openai (an OpenAI-compatible server)."
+        default=None,
+        description="Judge back end when not vLLM in process: openai (an OpenAI-compatible server) or llamacpp "
+        "(llama.cpp in process, on the model's GGUF).",
     )
     engine_host: str | None = Field(default=None, description="Host of the judge server's base URL (never the key).")
     engine_dtype: str | None = Field(
         default=None,
         description="The dtype the in-process engine ran the model in, e.g. bfloat16: the same prompt run in float32 "
         "and in bf16 can differ in the second decimal of a check's P(yes).",
+    )
+    engine_quantisation: str | None = Field(
+        default=None,
+        description="The quantisation of the weights llama.cpp ran, e.g. Q4_K_M: a quantised model's P(yes) differs "
+        "from the same model's in float32.",
     )
     calibration: CalibrationRef | None = Field(
         default=None, description="The calibration that made `calibrated` (options.calibration), by id and sha256."

@@ -40,3 +40,29 @@ def tiny_engine():  # type: ignore[no-untyped-def]
     engine = VLLMEngine(str(model_dir(TEST_MODEL)), model_id=TEST_MODEL, max_model_len=4096)
     yield engine
     engine.close()
+
+
+@pytest.fixture(scope="session")
+def tiny_llamacpp_engine():  # type: ignore[no-untyped-def]
+    """One real llama.cpp engine on SmolLM2-135M's GGUF (Q4_1) for the whole session (it starts in seconds)."""
+    from juiz.engines.llamacpp_engine import LlamaCppEngine, server_config
+    from juiz.engines.models import TEST_MODEL, find_gguf
+
+    pytest.importorskip("xllamacpp")
+    gguf = find_gguf(TEST_MODEL)
+    if gguf is None:
+        pytest.skip(f"{TEST_MODEL}'s GGUF is not provisioned: run `juiz models pull {TEST_MODEL}`")
+    engine = LlamaCppEngine(server_config(gguf, TEST_MODEL, max_model_len=4096))
+    yield engine
+    engine.close()
+
+
+@pytest.fixture(scope="session")
+def tiny_judge_engine(request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
+    """The engine `JUIZ_ENGINE=auto` picks on this machine for the test model (llama.cpp on a CPU with its GGUF)."""
+    from juiz.engines.models import TEST_MODEL
+    from juiz.judging.backend import chosen_engine
+    from juiz.runtime.settings import Settings
+
+    picked = chosen_engine(Settings.from_env({}, model=TEST_MODEL))
+    return request.getfixturevalue("tiny_llamacpp_engine" if picked == "llamacpp" else "tiny_engine")

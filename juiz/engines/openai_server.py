@@ -355,8 +355,12 @@ class OpenAIEngine:
                         raise ServerError(
                             response.status_code, _reason(response), retry_after_s(response.headers.get("Retry-After"))
                         )
-                    return completion_from_choice(response.json(), word_groups)
+                    return self.completion(response.json(), word_groups)
         raise AssertionError("unreachable: tenacity re-raises the last error")
+
+    def completion(self, body: dict[str, Any], word_groups: tuple[tuple[str, ...], ...]) -> Completion:
+        """One chat-completions response → Completion (an engine that reads P(yes) by token id overrides this)."""
+        return completion_from_choice(body, word_groups)
 
     def _retrying(self) -> AsyncRetrying:
         return AsyncRetrying(

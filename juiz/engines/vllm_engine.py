@@ -48,9 +48,9 @@ CPU_BLOCK_SIZE = 32
 NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
 
 
-def cpu_defaults() -> None:
+def cpu_defaults(kv_cache_gib: int = 2) -> None:
     """Environment defaults vLLM needs on CPU here (docs/explanation/judge.md); never override what the operator set."""
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "4")
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(kv_cache_gib))
     cores = os.cpu_count() or 1
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", f"0-{cores - 1}" if cores > 1 else "0")
     preloads = [lib for lib in _CPU_PRELOADS if Path(lib).exists()]
@@ -122,14 +122,16 @@ class VLLMEngine:
         dtype: str = "auto",
         enforce_eager: bool | None = None,
         seed: int = 0,
+        cpu_kv_cache_gib: int = 2,
         **engine_kwargs: Any,
     ) -> None:
-        """`dtype` and `enforce_eager` as the operator set them (Settings: JUIZ_DTYPE, JUIZ_ENFORCE_EAGER; "auto" and
-        None let the device decide, see `engine_dtype` and below): the caller's settings, never read here."""
+        """`dtype`, `enforce_eager` and `cpu_kv_cache_gib` as the operator set them (Settings: JUIZ_DTYPE,
+        JUIZ_ENFORCE_EAGER, JUIZ_CPU_KV_CACHE_GIB; "auto" and None let the device decide, see `engine_dtype` and
+        below): the caller's settings, never read here."""
         check_model_path(model)
         on_gpu = has_cuda()
         if not on_gpu:
-            cpu_defaults()
+            cpu_defaults(cpu_kv_cache_gib)
             engine_kwargs.setdefault("block_size", CPU_BLOCK_SIZE)
         if chosen := engine_dtype(dtype, on_gpu):
             engine_kwargs["dtype"] = chosen

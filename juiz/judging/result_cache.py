@@ -4,8 +4,9 @@ consults both.
 
 Keyed per tenant (shared across tenants only with `shared_result_cache`), on the question, answer, context, and every
 requested metric's provenance as the item's plan records it: the engine that grades (the model and its origin:
-vLLM's dtype, a judge server's back end and host), the prompt and its hash, the sampling. A reused result keeps
-every metric and is marked `cached: true`; the batch's label mapping and calibration are applied afresh.
+vLLM's dtype, llama.cpp's quantisation, a judge server's back end and host), the prompt and its hash, the sampling.
+A reused result keeps every metric and is marked `cached: true`; the batch's label mapping and calibration are
+applied afresh.
 """
 
 from __future__ import annotations

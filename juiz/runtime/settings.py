@@ -134,7 +134,8 @@ class Settings(BaseSettings):
     grade_timeout_s: float = Field(60.0, gt=0, description="How long POST /v1/grade waits for its result before 202.")
     result_cache: bool = Field(
         True,
-        description="Reuse a stored result for the same triple, prompt, sampling and engine (model, dtype, server).",
+        description="Reuse a stored result for the same triple, prompt, sampling and engine (model, dtype or "
+        "quantisation, server).",
     )
     result_cache_ttl_s: int = Field(7 * 86400, ge=1, description="How long a cached result is reused.")
     idempotency_ttl_s: int = Field(86400, ge=1, description="How long an Idempotency-Key maps to its batch.")
@@ -147,10 +148,35 @@ class Settings(BaseSettings):
     )
     model: str = Field(DEFAULT_MODEL, min_length=1, description="Judge model: a development model name, folder or id.")
     max_model_len: int = Field(
-        8192, ge=256, description="vllm back end: the engine's context in tokens (prompt + reply); longer items fail."
+        8192,
+        ge=256,
+        description="vllm and llamacpp back ends: the engine's context in tokens (prompt + reply); longer items fail. "
+        "llama.cpp allocates it for each slot at start-up.",
     )
-    engine: Literal["vllm", "openai"] = Field(
-        "vllm", description="Judge back end: vllm (in process) or openai (an OpenAI-compatible server)."
+    engine: Literal["auto", "vllm", "llamacpp", "openai"] = Field(
+        "auto",
+        description="Judge back end: vllm (in process), llamacpp (llama.cpp in process, on the model's GGUF), openai "
+        "(an OpenAI-compatible server); auto: vllm where a CUDA GPU is present, else llamacpp when the model has a "
+        "GGUF, else vllm.",
+    )
+    llamacpp_slots: int = Field(
+        0,
+        ge=0,
+        description="llamacpp back end: sequences computed together, each with its own prompt cache and "
+        "JUIZ_MAX_MODEL_LEN tokens of KV cache; 0: one per core.",
+    )
+    llamacpp_threads: int = Field(0, ge=0, description="llamacpp back end: compute threads; 0: one per core.")
+    llamacpp_cache_ram_mib: int = Field(
+        256,
+        ge=0,
+        description="llamacpp back end: host memory (MiB) keeping prompts a slot swapped out, to be reused later; "
+        "0: none.",
+    )
+    cpu_kv_cache_gib: int = Field(
+        2,
+        ge=1,
+        description="vllm back end on a CPU: its KV cache in GiB (VLLM_CPU_KVCACHE_SPACE, which wins when set). With "
+        "the defaults the judge and a check on the test model fit side by side in 24 GB.",
     )
     engine_base_url: str = Field(
         "", description="openai back end: the server's base URL, up to /chat/completions (e.g. http://host:8000/v1)."

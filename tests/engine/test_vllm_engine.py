@@ -1,4 +1,5 @@
-"""Real vLLM generation on SmolLM2-135M (a plumbing model, useless as a judge): format, parsing, provenance.
+"""Real generation on SmolLM2-135M (a plumbing model, useless as a judge) on both in-process engines, vLLM and
+llama.cpp: format, parsing, provenance.
 
 The model's grades mean nothing; what is checked is that the production path (chat template, one batched call,
 structured outputs, log-probabilities, prefix caching) gives replies that always parse.
@@ -17,6 +18,14 @@ from schemas import BatchOptions, JudgementStatus, Triple
 pytestmark = pytest.mark.engine
 
 
+@pytest.fixture(params=["vllm", "llamacpp"])
+def each_engine(request: pytest.FixtureRequest) -> JudgeEngine:
+    """Each test on both back ends (the session's engines, started once each)."""
+    name = "tiny_engine" if request.param == "vllm" else "tiny_llamacpp_engine"
+    engine: JudgeEngine = request.getfixturevalue(name)
+    return engine
+
+
 def _triples(seeds_dir) -> list[Triple]:  # type: ignore[no-untyped-def]
     seeds = [t for path in sorted(seeds_dir.glob("00*.txt")) for t in read_triples(path)]
     own = [
@@ -27,15 +36,15 @@ def _triples(seeds_dir) -> list[Triple]:  # type: ignore[no-untyped-def]
     return seeds + own
 
 
-def test_engine_implements_the_protocol(tiny_engine: JudgeEngine) -> None:
-    assert isinstance(tiny_engine, JudgeEngine)
-    assert tiny_engine.model_id == TEST_MODEL
+def test_engine_implements_the_protocol(each_engine: JudgeEngine) -> None:
+    assert isinstance(each_engine, JudgeEngine)
+    assert each_engine.model_id == TEST_MODEL
 
 
 @pytest.mark.parametrize("prompt", ["answer_relevance@juiz-1", "answer_relevance@trulens-1"])
-def test_every_cot_reply_parses_and_carries_provenance(tiny_engine: JudgeEngine, seeds_dir, prompt: str) -> None:  # type: ignore[no-untyped-def]
+def test_every_cot_reply_parses_and_carries_provenance(each_engine: JudgeEngine, seeds_dir, prompt: str) -> None:  # type: ignore[no-untyped-def]
     triples = _triples(seeds_dir)
-    results = Judge(tiny_engine).grade(triples, BatchOptions(prompt=prompt))
+    results = Judge(each_engine).grade(triples, BatchOptions(prompt=prompt))
     assert len(results) == len(triples)
     for result in results:
         assert result.status == JudgementStatus.OK, (result.id, result.raw_output, result.error)
@@ -46,31 +55,36 @@ def test_every_cot_reply_parses_and_carries_provenance(tiny_engine: JudgeEngine,
         assert result.provenance.model == TEST_MODEL
         assert result.provenance.prompt.startswith(prompt + ".")
         assert result.provenance.sampling["temperature"] == 0.0
-        # The dtype the model ran in, on the result and on each metric: a grade reproduces only in the same one.
-        assert result.provenance.engine_dtype in ("bfloat16", "float16", "float32")
-        assert result.metrics and all(m.provenance and m.provenance.engine_dtype for m in result.metrics.values())
+        # The dtype (vLLM) or quantisation (llama.cpp) the model ran in, on the result and on each metric: a grade
+        # reproduces only in the same one.
+        ran_in = result.provenance.engine_dtype or result.provenance.engine_quantisation
+        assert ran_in in ("bfloat16", "float16", "float32", "Q4_1")
+        assert result.metrics and all(
+            m.provenance and (m.provenance.engine_dtype or m.provenance.engine_quantisation)
+            for m in result.metrics.values()
+        )
     by_id = {r.id: r for r in results}
     assert by_id["q43"].provenance.prompt.endswith(".pt") and by_id["en-1"].provenance.prompt.endswith(".en")
 
 
-def test_fast_mode_gives_a_digit_and_an_expected_score(tiny_engine: JudgeEngine, seeds_dir) -> None:  # type: ignore[no-untyped-def]
+def test_fast_mode_gives_a_digit_and_an_expected_score(each_engine: JudgeEngine, seeds_dir) -> None:  # type: ignore[no-untyped-def]
     # fast mode applies to CoT prompts only (the default check prompts, asks one token per check in any mode)
-    results = Judge(tiny_engine).grade(_triples(seeds_dir), BatchOptions(prompt="answer_relevance@juiz-1", mode="fast"))
+    results = Judge(each_engine).grade(_triples(seeds_dir), BatchOptions(prompt="answer_relevance@juiz-1", mode="fast"))
     for result in results:
         assert result.status == JudgementStatus.OK
         assert result.raw_output in ("0", "1", "2", "3")
         assert result.expected_score is not None
 
 
-def test_grading_is_deterministic_at_temperature_zero(tiny_engine: JudgeEngine) -> None:
+def test_grading_is_deterministic_at_temperature_zero(each_engine: JudgeEngine) -> None:
     """A CoT grade's text is the same reply twice. A check-based grade (the default) writes each check's P(yes),
     read from the logits: on CPU their last digits move with whether the item's prefix came from the cache (computed
     in another batch) or not, so its checks are compared within a tolerance and its score exactly."""
     triple = Triple(id="d", question="What is the boiling point of water?", answer="100 °C at sea level.")
     cot = BatchOptions(prompt="answer_relevance@juiz-1")
-    first, second = (Judge(tiny_engine).grade([triple], cot)[0] for _ in range(2))
+    first, second = (Judge(each_engine).grade([triple], cot)[0] for _ in range(2))
     assert first.raw_output == second.raw_output and first.score == second.score
-    first, second = (Judge(tiny_engine).grade([triple])[0] for _ in range(2))
+    first, second = (Judge(each_engine).grade([triple])[0] for _ in range(2))
     assert first.score == second.score
     checks = [(m.checks or []) for m in (first.metrics["answer_relevance"], second.metrics["answer_relevance"])]  # type: ignore[index]
     assert [c.name for c in checks[0]] == [c.name for c in checks[1]]
@@ -80,13 +94,13 @@ def test_grading_is_deterministic_at_temperature_zero(tiny_engine: JudgeEngine) 
             assert abs(a.p_yes - b.p_yes) < 0.1, (a.name, a.p_yes, b.p_yes)
 
 
-def test_yes_no_probabilities_are_read_by_token_id(tiny_engine: JudgeEngine) -> None:
+def test_yes_no_probabilities_are_read_by_token_id(each_engine: JudgeEngine) -> None:
     """`logprob_token_ids` gives every yes/no spelling's probability at the first reply token, whatever the top-k:
     the groups' sums are probabilities, and a reply that starts with one of the words puts mass on its group."""
     from juiz.judging.checks import CHECK_REQUEST
 
     conversation = [{"role": "user", "content": "Is Paris the capital of France? Reply with one word: Yes or No."}]
-    [completion] = tiny_engine.generate([conversation], CHECK_REQUEST)
+    [completion] = each_engine.generate([conversation], CHECK_REQUEST)
     assert completion.word_probs is not None
     yes, no = completion.word_probs
     assert 0.0 <= yes <= 1.0 and 0.0 <= no <= 1.0 and yes + no <= 1.0 + 1e-6
@@ -95,7 +109,7 @@ def test_yes_no_probabilities_are_read_by_token_id(tiny_engine: JudgeEngine) -> 
         assert (yes >= no) == (first == "yes")
 
 
-def test_check_prompts_grade_with_the_real_engine(tiny_engine: JudgeEngine, seeds_dir) -> None:  # type: ignore[no-untyped-def]
+def test_check_prompts_grade_with_the_real_engine(each_engine: JudgeEngine, seeds_dir) -> None:  # type: ignore[no-untyped-def]
     """Check-based prompts on the real path: a score or an explicit parse error, never a made-up grade, and every
     result in the seeds' form with each check's probability kept."""
     triples = _triples(seeds_dir)
@@ -103,7 +117,7 @@ def test_check_prompts_grade_with_the_real_engine(tiny_engine: JudgeEngine, seed
         metrics=["answer_relevance", "groundedness"],
         prompt=["answer_relevance@checks-2", "groundedness@checks-2"],
     )
-    results = Judge(tiny_engine).grade(triples, options)
+    results = Judge(each_engine).grade(triples, options)
     for result in results:
         ar = (result.metrics or {})["answer_relevance"]
         assert ar.checks, result.id

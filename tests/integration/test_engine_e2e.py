@@ -1,4 +1,5 @@
-"""End to end through HTTP with a real vLLM engine (SmolLM2-135M): submit → real worker → results over the API."""
+"""End to end through HTTP with the engine `JUIZ_ENGINE=auto` picks (SmolLM2-135M): submit → real worker → results
+over the API."""
 
 from __future__ import annotations
 
@@ -16,7 +17,7 @@ pytestmark = pytest.mark.engine
 
 
 def test_seeds_graded_through_the_api_by_a_real_engine(
-    tiny_engine: Any, make_client: Any, redis_url: str, redis: Redis, run_worker: Any, seeds_dir: Path
+    tiny_judge_engine: Any, make_client: Any, redis_url: str, redis: Redis, run_worker: Any, seeds_dir: Path
 ) -> None:
     settings = make_settings(redis_url, model=TEST_MODEL, chunk_size=2, coalesce_max_items=8, job_timeout_s=600)
     client = make_client(settings)
@@ -28,7 +29,7 @@ def test_seeds_graded_through_the_api_by_a_real_engine(
     options = {"prompt": "answer_relevance@juiz-1"}
     batch = client.post("/v1/batches", json={"items": items, "options": options}).json()
 
-    run_worker(settings, worker_engine=tiny_engine)
+    run_worker(settings, worker_engine=tiny_judge_engine)
 
     view = client.get(batch["links"]["self"]).json()
     assert view["status"] == "done" and view["counts"]["done"] == len(items)

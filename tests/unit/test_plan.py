@@ -88,7 +88,8 @@ def test_the_cache_key_follows_the_plan() -> None:
 
 def test_the_cache_key_covers_the_engine_that_grades_not_only_its_model() -> None:
     """The same model in bfloat16 and in float32 grades differently (a check's P(yes) by up to ~0.02): a bf16 worker
-    must not reuse a float32 worker's grade, nor an in-process engine a judge server's."""
+    must not reuse a float32 worker's grade, nor an in-process engine a judge server's, nor llama.cpp on Q4 weights
+    vLLM's (or another quantisation's)."""
     options = BatchOptions(metrics=ALL)
     engines = [
         ENGINE,
@@ -96,6 +97,8 @@ def test_the_cache_key_covers_the_engine_that_grades_not_only_its_model() -> Non
         FakeEngine(lambda _: "", "m", {"engine_dtype": "bfloat16"}),
         FakeEngine(lambda _: "", "m", {"engine": "openai", "engine_host": "judge.example"}),
         FakeEngine(lambda _: "", "m", {"engine": "openai", "engine_host": "other.example"}),
+        FakeEngine(lambda _: "", "m", {"engine": "llamacpp", "engine_quantisation": "Q4_K_M"}),
+        FakeEngine(lambda _: "", "m", {"engine": "llamacpp", "engine_quantisation": "Q8_0"}),
     ]
     keys = [cache_key(ITEM, options, plan_item(options, ITEM.question, e), "t") for e in engines]
     assert len(set(keys)) == len(engines)

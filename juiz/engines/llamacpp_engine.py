@@ -1,0 +1,250 @@
+"""llama.cpp in process: the GGUF as it ships (Q4_K_M for the development judge), on the CPU.
+
+The `xllamacpp` wheel embeds llama.cpp's OpenAI-compatible HTTP server; `LlamaCppEngine` starts it inside this
+process on 127.0.0.1 (a port the kernel picks), so its threads die with the worker whatever kills it, and talks to it
+as `OpenAIEngine` talks to any such server: the same requests, the reply grammar as GBNF, concurrency, cancellation
+and retries. What differs from a remote server:
+
+- the server's slots (parallel sequences, each with its own prompt cache) are sized to the cores, and each holds a
+  whole context of `max_model_len` tokens, so the KV cache is `slots × max_model_len` tokens, allocated at start-up;
+- a check's P(yes) is read by token id, as the in-process vLLM engine reads it: the ids of every spelling of each word
+  that the model's tokenizer writes as one token, looked up among the first position's top `WORD_TOP_LOGPROBS`
+  candidates (llama.cpp has no "log-probabilities of these ids"; an id beyond them is below the last one read);
+- results record `engine=llamacpp` and the GGUF's quantisation, not a host: the server is this process's own.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from juiz.engines.base import CallControl, Completion, Conversation, GenerationRequest, spellings
+from juiz.engines.openai_server import OpenAIEngine, completion_from_choice
+from juiz.runtime.errors import EngineError, ModelError
+
+log = logging.getLogger(__name__)
+
+BACKEND = "llamacpp"
+# Candidates read at a check's first reply token. llama.cpp sorts the whole vocabulary for them either way; past the
+# 100th candidate a token's probability is below 1e-3 on the development judge's check prompts.
+WORD_TOP_LOGPROBS = 100
+# Requests in flight per slot: one being computed and one queued, so a slot never waits for the client.
+REQUESTS_PER_SLOT = 2
+# A request to our own server waits for the one ahead of it in its slot: on a busy 2-core machine a 1.5B judge's
+# long prompt took minutes. A call's deadline (CallControl) still bounds it; this only catches a server that hangs.
+LOCAL_REQUEST_TIMEOUT_S = 3600.0
+# llama.cpp's names of its quantisation types (`general.file_type`) → the names its GGUF files go by.
+_QUANT_NAMES = {" - Small": "_S", " - Medium": "_M", " - Large": "_L"}
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """What the embedded server is started with; `server_config` derives it from the settings and the machine."""
+
+    gguf: Path
+    model_id: str
+    slots: int
+    slot_context: int  # tokens of KV cache per slot: a prompt and its reply must fit
+    threads: int
+    cache_ram_mib: int  # host memory for prompts a slot swapped out (llama.cpp's prompt cache in RAM)
+
+    @property
+    def kv_tokens(self) -> int:
+        return self.slots * self.slot_context
+
+
+def server_config(
+    gguf: Path,
+    model_id: str,
+    *,
+    max_model_len: int,
+    slots: int = 0,
+    threads: int = 0,
+    cache_ram_mib: int = 0,
+    cores: int | None = None,
+) -> ServerConfig:
+    """The server for this machine: `slots` and `threads` 0 mean one per core."""
+    cores = cores or os.cpu_count() or 1
+    return ServerConfig(
+        gguf=gguf,
+        model_id=model_id,
+        slots=slots or cores,
+        slot_context=max_model_len,
+        threads=threads or cores,
+        cache_ram_mib=cache_ram_mib,
+    )
+
+
+def quantisation_name(file_type: str) -> str:
+    """llama.cpp's description of a GGUF's type ("Q4_K - Medium") as its usual name ("Q4_K_M")."""
+    for long, short in _QUANT_NAMES.items():
+        if file_type.endswith(long):
+            return file_type.removesuffix(long) + short
+    return file_type
+
+
+def common_params(config: ServerConfig) -> Any:
+    """xllamacpp's `CommonParams` for the config: loopback, a free port, prompt caching, no web page."""
+    import xllamacpp
+
+    params = xllamacpp.CommonParams()
+    params.model.path = str(config.gguf)
+    params.model_alias = {config.model_id}  # the name requests and /v1/models use
+    params.hostnames = ["127.0.0.1"]
+    params.port = 0  # the kernel picks a free one; `Server.listening_address` says which
+    params.n_parallel = config.slots
+    params.n_ctx = config.kv_tokens  # split evenly between the slots
+    params.kv_unified = False  # each slot's context is its own: one long item can't starve the others
+    params.cache_prompt = True
+    params.cache_ram_mib = config.cache_ram_mib
+    params.cpuparams.n_threads = config.threads
+    params.cpuparams_batch.n_threads = config.threads
+    params.n_threads_http = config.slots * REQUESTS_PER_SLOT + 2
+    params.n_gpu_layers = 0
+    params.ui = False
+    params.endpoint_metrics = False
+    # llama.cpp logs every request and slot; silent unless juiz logs at DEBUG (a failed load still raises).
+    params.verbosity = 0 if log.isEnabledFor(logging.DEBUG) else -1
+    return params
+
+
+class LlamaCppEngine(OpenAIEngine):
+    """llama.cpp's server in this process, and the OpenAI-compatible client that talks to it."""
+
+    backend = BACKEND
+
+    def __init__(self, config: ServerConfig, *, transport: httpx.AsyncBaseTransport | None = None) -> None:
+        if not config.gguf.is_file():
+            raise ModelError(f"GGUF file does not exist: {config.gguf}")
+        try:
+            import xllamacpp
+        except ImportError as exc:  # pragma: no cover - depends on the install
+            raise EngineError("llama.cpp is not installed: install `xllamacpp`") from exc
+        started = time.perf_counter()
+        try:
+            self._server: Any = xllamacpp.Server(common_params(config))
+        except Exception as exc:
+            raise ModelError(f"llama.cpp could not load {config.gguf}: {exc}") from exc
+        self.config = config
+        self.address = str(self._server.listening_address)
+        self._token_groups: dict[tuple[tuple[str, ...], ...], list[list[int]]] = {}
+        try:
+            super().__init__(
+                self.address + "/v1",
+                config.model_id,
+                dialect="llama.cpp",
+                max_concurrency=config.slots * REQUESTS_PER_SLOT,
+                timeout_s=LOCAL_REQUEST_TIMEOUT_S,
+                transport=transport,
+            )
+            self.quantisation = self._quantisation()
+        except BaseException:
+            self._stop_server()
+            raise
+        self.startup_s = time.perf_counter() - started
+        log.info(
+            "llama.cpp engine ready: %s (%s), %d slot(s) × %d tokens, %d thread(s), in %.1fs",
+            config.gguf,
+            self.quantisation,
+            config.slots,
+            config.slot_context,
+            config.threads,
+            self.startup_s,
+        )
+
+    @property
+    def origin(self) -> Mapping[str, str]:
+        """The back end and the weights' quantisation: a grade is reproducible only on the same ones."""
+        return {"engine": self.backend, "engine_quantisation": self.quantisation}
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            self._stop_server()
+
+    def _stop_server(self) -> None:
+        server, self._server = getattr(self, "_server", None), None
+        del server  # xllamacpp's Server stops its threads and frees the model when it is collected
+
+    def _quantisation(self) -> str:
+        response = httpx.get(self.address + "/v1/models", timeout=10.0)
+        for model in response.json().get("data") or []:
+            file_type = str((model.get("meta") or {}).get("ftype") or "")
+            if file_type:
+                return quantisation_name(file_type)
+        return "unknown"
+
+    # --- a check's P(yes), by token id --------------------------------------------------------------------------
+
+    def generate(
+        self, conversations: Sequence[Conversation], request: GenerationRequest, control: CallControl | None = None
+    ) -> list[Completion]:
+        if request.word_groups and conversations:
+            self.token_groups(request.word_groups)  # looked up before the call, outside its event loop
+        return super().generate(conversations, request, control)
+
+    def token_groups(self, word_groups: tuple[tuple[str, ...], ...]) -> list[list[int]]:
+        """Token ids of every spelling of each group's words that the model writes as ONE token (as the vLLM engine
+        reads them: a word split into several tokens can't be read at one position)."""
+        cached = self._token_groups.get(word_groups)
+        if cached is not None:
+            return cached
+        groups: list[list[int]] = []
+        seen: set[int] = set()
+        with httpx.Client(base_url=self.address, timeout=30.0) as client:
+            for words in word_groups:
+                ids = []
+                for word in words:
+                    for form in spellings(word):
+                        response = client.post("/tokenize", json={"content": form, "add_special": False})
+                        response.raise_for_status()
+                        encoded = response.json().get("tokens") or []
+                        if len(encoded) == 1 and int(encoded[0]) not in seen:
+                            seen.add(int(encoded[0]))
+                            ids.append(int(encoded[0]))
+                groups.append(ids)
+        self._token_groups[word_groups] = groups
+        return groups
+
+    def body(self, conversation: Conversation, request: GenerationRequest) -> dict[str, Any]:
+        body = super().body(conversation, request)
+        if request.word_groups:
+            body["top_logprobs"] = WORD_TOP_LOGPROBS
+        return body
+
+    def completion(self, body: dict[str, Any], word_groups: tuple[tuple[str, ...], ...]) -> Completion:
+        result = completion_from_choice(body)
+        if word_groups:
+            result.word_probs = group_probs_from_ids(first_position_by_id(body), self.token_groups(word_groups))
+        return result
+
+
+def first_position_by_id(body: dict[str, Any]) -> dict[int, float] | None:
+    """{token id: log-probability} of the first generated position's candidates, or None when the server sent none."""
+    positions = (body["choices"][0].get("logprobs") or {}).get("content") or []
+    if not positions:
+        return None
+    return {
+        int(candidate["id"]): float(candidate["logprob"])
+        for candidate in positions[0].get("top_logprobs") or []
+        if "id" in candidate and "logprob" in candidate
+    }
+
+
+def group_probs_from_ids(
+    position: dict[int, float] | None, token_groups: Sequence[Sequence[int]]
+) -> tuple[float, ...] | None:
+    """Each group's probability: the sum over its token ids among the candidates (an id not among them adds
+    nothing: it is less likely than every candidate read). None when the position was not read."""
+    if position is None:
+        return None
+    return tuple(min(1.0, sum(math.exp(position[i]) for i in group if i in position)) for group in token_groups)
