@@ -20,7 +20,7 @@ from redis import Redis
 from juiz.runtime.settings import Settings
 from juiz.store import Store
 from juiz.store.connection import async_redis_client, redis_client
-from service.auth import provide_tenant
+from service.auth import provide_annotator, provide_tenant
 from service.controllers import BatchController, GradeController, HealthController
 from service.controllers.compare import CompareController
 from service.controllers.items import ItemController
@@ -87,13 +87,20 @@ def create_app(settings: Settings | None = None, redis: Redis | None = None) -> 
         dependencies={
             "store": Provide(provide_store, sync_to_thread=False),
             "tenant": Provide(provide_tenant, sync_to_thread=False),
+            "annotator": Provide(provide_annotator, sync_to_thread=False),
         },
         exception_handlers={**EXCEPTION_HANDLERS, HTTPException: http_exception},  # /ui paths: HTML errors
         before_request=before_request,
         middleware=[security_headers_middleware, HTTP_METRICS.middleware],
         on_startup=[forbid_extra_fields, document_limits, index_query_parameters],
         lifespan=[redis_connection],
-        state=State({"settings": settings, "tenants_by_key": settings.tenants_by_key}),
+        state=State(
+            {
+                "settings": settings,
+                "tenants_by_key": settings.tenants_by_key,
+                "annotators_by_key": settings.annotators_by_key,
+            }
+        ),
         request_max_body_size=settings.max_body_bytes,
         request_class=JsonRequest,  # typed bodies read by juiz's strict JSON reader
         openapi_config=openapi_config(),

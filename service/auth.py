@@ -42,3 +42,13 @@ def provide_tenant(request: Request[Any, Any, Any]) -> str:
     if tenant is None:
         raise NotAuthorizedException(detail="unknown API key", headers=CHALLENGE, extra={"field": "Authorization"})
     return tenant
+
+
+def provide_annotator(request: Request[Any, Any, Any], tenant: str) -> str:
+    """Litestar dependency: whose labels the caller sets (the key's name; the tenant when the API is open)."""
+    _, _, token = request.headers.get("authorization", "").partition(" ")
+    annotators: dict[str, str] = getattr(request.app.state, "annotators_by_key", {})
+    for key, name in annotators.items():
+        if hmac.compare_digest(token.strip().encode(), key.encode()):
+            return name
+    return tenant

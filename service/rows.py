@@ -26,11 +26,12 @@ from juiz.runtime.errors import InputError
 from juiz.store import BatchRecord, Store
 from schemas import AgreementReport, Judgement
 from schemas.agreement import CalibratedAgreement
+from schemas.annotation import Annotation, ConsensusRule
 from schemas.calibration import CalibratedGrade
 from schemas.judgement import METRICS, JudgementStatus, MetricStatus
 from schemas.labels import LabelMapping
 from schemas.triple import Label
-from service.agreement import capped_resamples
+from service.agreement import capped_resamples, name_reference
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +82,7 @@ class Row:
     calibrated_label: str | None = None  # with options.calibration
     cached: bool = False  # served from the result cache: no engine time behind it
     fields: dict[str, str] = field(default_factory=dict)  # the item's own scalar extra fields, as text (metadata)
+    annotations: tuple[Annotation, ...] = ()  # every annotator's label (the manual_label is their consensus)
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,6 +139,7 @@ class BatchIndex:
     batch_id: str
     mapping: LabelMapping
     labels_version: int = -1
+    rule: ConsensusRule = field(default_factory=ConsensusRule)  # what made each row's manual_label of its annotations
     rows: list[Row] = field(default_factory=list)
     by_index: dict[int, Row] = field(default_factory=dict)
     by_id: dict[str, Row] = field(default_factory=dict)
@@ -189,6 +192,7 @@ def row_of(position: int, index: int, judgement: Judgement, mapping: LabelMappin
         calibrated_label=None if calibrated is None else calibrated.label,
         cached=bool(getattr(judgement, "cached", False)),
         fields=metadata_of(judgement),
+        annotations=tuple(judgement.annotations or ()),
     )
 
 
@@ -245,6 +249,7 @@ class RowCache:
                 index.by_index.clear()
                 index.by_id.clear()
                 index.labels_version = version
+                index.rule = self.store.annotations.rule(batch.id)
             while True:
                 entries = self.store.result_entries(batch.id, index.covered, READ_PAGE)
                 for position, item_index, raw in entries:
@@ -427,6 +432,7 @@ def _judgements(index: BatchIndex) -> list[Judgement]:
             score=r.score,
             normalized_score=r.normalized_score,
             manual_label=r.manual_label,
+            annotations=list(r.annotations) or None,
             calibrated=None if r.calibrated_label is None else CalibratedGrade(label=r.calibrated_label),
         )
         for r in index.rows
@@ -442,8 +448,11 @@ def indexed_rows(index: BatchIndex) -> list[tuple[int, Judgement]]:
     ]
 
 
-def _compute(judgements: list[Judgement], mapping: LabelMapping, resamples: int) -> AgreementReport:
+def _compute(
+    judgements: list[Judgement], mapping: LabelMapping, resamples: int, rule: ConsensusRule | None = None
+) -> AgreementReport:
     report = compute_agreement(judgements, mapping, resamples=resamples)
+    name_reference(report, judgements, mapping, rule or ConsensusRule())
     if any(j.calibrated is not None for j in judgements):
         # Raw beside calibrated on the same items: those with a calibrated label.
         same = [j for j in judgements if j.calibrated is not None and j.calibrated.label is not None]
@@ -470,7 +479,7 @@ def agreement_of(index: BatchIndex, max_work: int, *, final: bool) -> tuple[Agre
         if cached is not None and cached[0] == key:
             return cached[1], cached[2]
         judgements = _judgements(index)
-    points = _compute(judgements, index.mapping, 0)
+    points = _compute(judgements, index.mapping, 0, index.rule)
     resamples = capped_resamples(PAGE_RESAMPLES, len(judgements), max_work)
     complete = not final or resamples == 0 or not judgements
     with index.lock:
@@ -480,7 +489,7 @@ def agreement_of(index: BatchIndex, max_work: int, *, final: bool) -> tuple[Agre
 
     def bootstrap() -> None:
         try:
-            report = _compute(judgements, index.mapping, resamples)
+            report = _compute(judgements, index.mapping, resamples, index.rule)
         except Exception:  # never leave the page waiting: it keeps the points, without intervals
             log.exception("agreement bootstrap of batch %s failed", index.batch_id)
             report = points
