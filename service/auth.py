@@ -10,6 +10,7 @@ import hmac
 from typing import Any
 
 from litestar import Request
+from litestar.di import NamedDependency
 from litestar.exceptions import NotAuthorizedException
 
 OPEN_TENANT = "public"
@@ -44,7 +45,7 @@ def provide_tenant(request: Request[Any, Any, Any]) -> str:
     return tenant
 
 
-def provide_annotator(request: Request[Any, Any, Any], tenant: str) -> str:
+def provide_annotator(request: Request[Any, Any, Any], tenant: NamedDependency[str]) -> str:
     """Litestar dependency: whose labels the caller sets (the key's name; the tenant when the API is open)."""
     _, _, token = request.headers.get("authorization", "").partition(" ")
     annotators: dict[str, str] = getattr(request.app.state, "annotators_by_key", {})

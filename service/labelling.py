@@ -11,13 +11,12 @@ from functools import partial
 from litestar.datastructures import State
 from litestar.exceptions import NotFoundException
 
-from juiz.agreement.annotations import UNNAMED
 from juiz.agreement.labels import class_of_label, resolve_numeric_scale
 from juiz.runtime.errors import InputError, JuizError
 from juiz.store import PREFIX, BatchRecord, Store
-from juiz.store.annotations import with_annotations
+from juiz.store.annotations import UPLOADED, with_annotations
 from schemas import Judgement
-from schemas.annotation import Annotation
+from schemas.annotation import Annotation, ConsensusRule
 from schemas.calibration import CalibrationSpec
 from schemas.labels import LabelMapping
 from schemas.triple import Label
@@ -77,8 +76,7 @@ def set_manual_label(
 
     def change(judgement: Judgement) -> Judgement:
         if drop_upload:
-            kept = [a for a in judgement.annotations or [] if a.annotator != UNNAMED]
-            judgement = judgement.model_copy(update={"annotations": kept or None, "manual_label": None})
+            judgement = judgement.model_copy(update={UPLOADED: None, "manual_label": None})
         changed = with_annotations(judgement, known, record.options.label_mapping, rule)
         return changed.model_copy(update={"manual_label_by": annotator, "manual_label_at": stamp.isoformat()})
 
@@ -111,6 +109,25 @@ def _copy_to_other_runs(store: Store, record: BatchRecord, judgement: Judgement,
         except KeyError:
             continue
         invalidate_agreement(store, batch_id)
+
+
+def choose_consensus(store: Store, record: BatchRecord, rule: ConsensusRule) -> int:
+    """Make `rule` the batch's consensus rule and every labelled result's manual_label its consensus. Returns how
+    many results were relabelled."""
+    store.annotations.set_rule(record.id, rule)
+    changed = 0
+    mapping = record.options.label_mapping
+    for position, _, raw in store.result_entries(record.id, 0, store.result_count(record.id)):
+        if '"annotations":[' not in raw:  # nobody labelled it: its manual_label is not a consensus
+            continue
+        known = Judgement.model_validate_json(raw).annotations or []
+        store.labels.update(
+            record.id, position, partial(with_annotations, annotations=known, mapping=mapping, rule=rule)
+        )
+        changed += 1
+    store.labels.bump(record.id)
+    invalidate_agreement(store, record.id)
+    return changed
 
 
 def save_label(

@@ -196,7 +196,9 @@ def row_of(position: int, index: int, judgement: Judgement, mapping: LabelMappin
     )
 
 
-INTERNAL_FIELDS = frozenset({"manual_label_by", "manual_label_at"})  # juiz's own extras, not the uploader's
+INTERNAL_FIELDS = frozenset(
+    {"manual_label_by", "manual_label_at", "uploaded_label"}
+)  # juiz's own extras, not the uploader's
 FIELD_CHARS = 80
 MAX_FIELDS = 30
 

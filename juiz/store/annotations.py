@@ -18,7 +18,6 @@ from collections.abc import Sequence
 
 from redis import Redis
 
-from juiz.agreement.annotations import UNNAMED
 from juiz.agreement.consensus import reference_label
 from juiz.agreement.labels import resolve_numeric_scale
 from juiz.runtime.errors import InputError
@@ -29,6 +28,7 @@ from schemas.labels import LabelMapping
 from schemas.triple import Label
 
 SEPARATOR = "\x1f"
+UPLOADED = "uploaded_label"  # a result's extra field: the label its upload gave, before anyone labelled it
 MAX_PLACES = 200  # stored results one label is copied to (older runs beyond are read with the labelled set's export)
 
 # Take (or renew) a lease on an item. KEYS: the item's lease zset. ARGV: annotator, now, expiry, k.
@@ -198,17 +198,19 @@ def with_annotations(
     judgement: Judgement, annotations: Sequence[Annotation], mapping: LabelMapping, rule: ConsensusRule
 ) -> Judgement:
     """The result carrying the triple's labels, and their consensus as its manual_label. A label the upload gave
-    (no author recorded) counts as one more annotator's."""
+    (no author recorded) is kept as `uploaded_label` and stands in only while no annotator labelled the item."""
     extra = judgement.model_extra or {}
+    if UPLOADED in extra:
+        uploaded = extra[UPLOADED]
+    elif judgement.manual_label is not None and not judgement.annotations and not extra.get("manual_label_by"):
+        uploaded = judgement.manual_label
+    else:
+        uploaded = None
     every = list(annotations)
-    if not any(a.annotator == UNNAMED for a in every):
-        if judgement.annotations:
-            every += [a for a in judgement.annotations if a.annotator == UNNAMED]
-        elif judgement.manual_label is not None and not extra.get("manual_label_by"):
-            every.append(Annotation(annotator=UNNAMED, label=judgement.manual_label))
     update: dict[str, object] = {
         "annotations": every or None,
-        "manual_label": consensus_label(every, rule, mapping, judgement.id) if every else None,
+        "manual_label": consensus_label(every, rule, mapping, judgement.id) if every else uploaded,
+        UPLOADED: uploaded,
     }
     dated = [a for a in every if a.at is not None]
     if dated:

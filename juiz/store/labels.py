@@ -62,3 +62,7 @@ class Labels:
             if version:
                 return judgement, version
         raise RuntimeError(f"manual label at {position} in batch {batch_id}: too many concurrent changes")
+
+    def bump(self, batch_id: str) -> int:
+        """Tell caches the labels changed without a result changing (a new consensus rule)."""
+        return int(self.redis.hincrby(batch_key(batch_id), "labels_version", 1))

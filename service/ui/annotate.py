@@ -16,9 +16,11 @@ from litestar.params import FromPath
 from litestar.response import Redirect
 
 from juiz.calibration.fitting import CalibrationUnavailable
+from juiz.runtime.errors import InputError
 from juiz.store import PREFIX, Store
+from schemas.annotation import ConsensusRule
 from service.agreement import fitted_calibration
-from service.labelling import manual_class_name, own_annotation, save_label, saved_calibration_key
+from service.labelling import choose_consensus, manual_class_name, own_annotation, save_label, saved_calibration_key
 from service.ownership import owned_batch
 from service.rows import agreement_of, row_cache
 from service.ui import queue as label_queue
@@ -28,6 +30,7 @@ from service.ui.render import batch_base, html, stamp
 from service.ui.session import Posted
 
 MAX_QUEUE = 500
+MAX_RUBRIC = 8000
 CALIBRATION_FOLDS = 5
 
 
@@ -173,6 +176,49 @@ class AnnotationController(Controller):
 
         await anyio.to_thread.run_sync(run)
         return Redirect(f"{batch_base(batch_id)}/queue/{queue_id}#item", status_code=303)
+
+    @post("/consensus", status_code=303)
+    async def consensus(
+        self,
+        request: Request[Any, Any, Any],
+        state: State,
+        store: NamedDependency[Store],
+        batch_id: FromPath[str],
+        posted: NamedDependency[Posted],
+    ) -> Response[Any]:
+        """Choose the label the judge is compared with where several annotators labelled an item."""
+        current, form = posted.session, posted.form
+        try:
+            rule = ConsensusRule.parse(str(form.get("consensus") or "majority").strip())
+        except ValueError as exc:
+            raise InputError(str(exc), field="consensus") from None
+
+        def run() -> None:
+            record = owned_batch(store, current.tenant, batch_id)
+            choose_consensus(store, record, rule)
+            row_cache(state, store).forget(batch_id)
+
+        await anyio.to_thread.run_sync(run)
+        return Redirect(f"{batch_base(batch_id)}#agreement", status_code=303)
+
+    @post("/rubric", status_code=303)
+    async def rubric(
+        self,
+        request: Request[Any, Any, Any],
+        store: NamedDependency[Store],
+        batch_id: FromPath[str],
+        posted: NamedDependency[Posted],
+    ) -> Response[Any]:
+        """What C, P and I mean for this batch, in the team's words: shown above every item of its label queues."""
+        current, form = posted.session, posted.form
+        text = str(form.get("rubric") or "")[:MAX_RUBRIC]
+
+        def run() -> None:
+            owned_batch(store, current.tenant, batch_id)
+            store.annotations.set_rubric(batch_id, text)
+
+        await anyio.to_thread.run_sync(run)
+        return Redirect(f"{batch_base(batch_id)}#agreement", status_code=303)
 
     @post("/calibration", status_code=200)
     async def fit(

@@ -14,6 +14,7 @@ from litestar.params import FromPath
 from juiz.runtime.errors import InputError
 from juiz.store import BatchRecord, Store
 from schemas import AgreementReport
+from schemas.labels import LabelMapping
 from service.ownership import owned_batch
 from service.rows import (
     SORT_KEYS,
@@ -113,6 +114,7 @@ class BatchPageController(Controller):
             agreement_complete=complete,
             agreement_error=error,
             heat_map=None if report is None else charts.heat_map(report.confusion_matrix, report.classes),
+            judge_source=judge_label_source(record.options.label_mapping),
         )
 
 
@@ -166,7 +168,25 @@ def _batch_context(
         graded=index.covered,
         calibrated=any(r.calibrated_label is not None for r in index.rows),
         fields=field_names(index.rows),
+        judge_source=judge_label_source(mapping),
+        rule=index.rule,
+        rubric=store.annotations.rubric(record.id),
+        annotator=current.author,
+        open_api=session.open_api(request),
     )
+
+
+def judge_label_source(mapping: LabelMapping) -> str:
+    """Which of the judge's grades gives its label, in words (what the agreement compares with the people's)."""
+    if mapping.verdict:
+        rule = "; ".join(
+            f"{level.label} when " + " and ".join(f"{m} ≥ {v:g}" for m, v in level.when.items())
+            for level in mapping.verdict
+        )
+        return f"the verdict rule over several metrics ({rule}; otherwise {mapping.classes[0].name})"
+    metric = mapping.metric or "the main metric (answer_relevance when graded)"
+    signal = "expected score" if mapping.signal == "expected_score" else "score"
+    return f"{metric}'s {signal}, through the label mapping"
 
 
 def _agreement(index: BatchIndex, store: Store, record: BatchRecord) -> tuple[AgreementReport | None, bool, str | None]:
