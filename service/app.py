@@ -16,6 +16,8 @@ from litestar.datastructures import State
 from litestar.di import Provide
 from litestar.exceptions import HTTPException
 from redis import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from juiz.runtime.settings import Settings
 from juiz.store import Store
@@ -35,7 +37,7 @@ from service.metrics import HTTP_METRICS, registry_for
 from service.openapi import assets_router, document_limits, forbid_extra_fields, openapi_config
 from service.ratelimit import enforce_rate_limit
 from service.ui import ui_router
-from service.ui.router import http_exception
+from service.ui.router import http_exception, redis_down
 from service.ui.session import SESSION_STORE, session_store
 
 log = logging.getLogger(__name__)
@@ -89,7 +91,12 @@ def create_app(settings: Settings | None = None, redis: Redis | None = None) -> 
             "tenant": Provide(provide_tenant, sync_to_thread=False),
             "annotator": Provide(provide_annotator, sync_to_thread=False),
         },
-        exception_handlers={**EXCEPTION_HANDLERS, HTTPException: http_exception},  # /ui paths: HTML errors
+        exception_handlers={
+            **EXCEPTION_HANDLERS,
+            HTTPException: http_exception,  # /ui paths: HTML errors
+            RedisConnectionError: redis_down,  # /ui paths: an HTML page
+            RedisTimeoutError: redis_down,
+        },
         before_request=before_request,
         middleware=[security_headers_middleware, HTTP_METRICS.middleware],
         on_startup=[forbid_extra_fields, document_limits, index_query_parameters],
