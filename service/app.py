@@ -26,6 +26,7 @@ from service.auth import provide_annotator, provide_tenant
 from service.controllers import BatchController, GradeController, HealthController
 from service.controllers.compare import CompareController
 from service.controllers.items import ItemController
+from service.controllers.labels import LabelsController
 from service.edge import (
     index_query_parameters,
     refuse_unknown_query_parameters,
@@ -83,6 +84,7 @@ def create_app(settings: Settings | None = None, redis: Redis | None = None) -> 
             HealthController,
             ItemController,  # manual labels (issue 11)
             CompareController,  # two runs side by side (issue 18)
+            LabelsController,  # the labelled set: the team's labels per triple
             assets_router(),
             ui_router(settings),  # the web page under /ui (issue 11)
         ],

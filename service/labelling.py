@@ -16,7 +16,7 @@ from juiz.runtime.errors import InputError, JuizError
 from juiz.store import PREFIX, BatchRecord, Store
 from juiz.store.annotations import UPLOADED, with_annotations
 from schemas import Judgement
-from schemas.annotation import Annotation, ConsensusRule
+from schemas.annotation import Annotation, AnnotationRecord, ConsensusRule
 from schemas.calibration import CalibrationSpec
 from schemas.labels import LabelMapping
 from schemas.triple import Label
@@ -89,13 +89,31 @@ def set_manual_label(
 
 def _copy_to_other_runs(store: Store, record: BatchRecord, judgement: Judgement, known: list[Annotation]) -> None:
     """The triple's labels written into its results in the tenant's other batches (each under its own rule)."""
-    key = judgement.content_key()
-    for batch_id, index in store.annotations.places(record.tenant, key):
-        if batch_id == record.id:
+    copy_to_runs(store, record.tenant, judgement.content_key(), known, but=record.id)
+
+
+def import_labels(store: Store, tenant: str, records: list[AnnotationRecord]) -> int:
+    """A labels file's lines added to the tenant's labelled set, and copied to every stored result of their
+    triples. InputError for a line that names its item by id only (ids belong to one batch)."""
+    for n, record in enumerate(records):
+        if record.triple is None:
+            raise InputError(f"line {n + 1} names no triple: give its content key", field=f"labels.{n}.triple")
+    for record in records:
+        assert record.triple is not None
+        store.annotations.put(tenant, record.triple, record.annotation())
+    for key in sorted({r.triple for r in records if r.triple is not None}):
+        copy_to_runs(store, tenant, key, store.annotations.of_triples(tenant, [key]).get(key, []))
+    return len(records)
+
+
+def copy_to_runs(store: Store, tenant: str, key: str, known: list[Annotation], but: str = "") -> None:
+    """The triple's labels written into its stored results, in every batch of the tenant but `but`."""
+    for batch_id, index in store.annotations.places(tenant, key):
+        if batch_id == but:
             continue
         other = store.get_batch(batch_id)
-        if other is None or other.tenant != record.tenant:
-            store.annotations.forget_place(record.tenant, key, batch_id, index)
+        if other is None or other.tenant != tenant:
+            store.annotations.forget_place(tenant, key, batch_id, index)
             continue
         position = store.annotations.position_of(batch_id, index)
         if position is None:  # not stored yet: stored, it will carry the labels (Results.store)

@@ -176,3 +176,47 @@ def test_the_rubric_is_shown_in_the_queue(make_client: MakeClient, team: Setting
     assert saved.status_code == 200
     queue_url = start_queue(client, batch_id, 2)
     assert 'data-testid="rubric">C: every claim is in the context.<' in client.get(queue_url).text
+
+
+def test_the_labelled_set_is_exported_and_imported_and_juiz_agreement_reads_it(
+    make_client: MakeClient, redis_url: str, run_worker: Any, tmp_path: Any, capsys: Any
+) -> None:
+    keys = {"team": "team-key-0123456789", "other": "other-key-0123456789"}
+    settings = make_settings(redis_url, api_keys=",".join(f"{t}:{k}" for t, k in keys.items()))
+    client = make_client(settings)
+    team, other = ({"Authorization": f"Bearer {k}"} for k in keys.values())
+    first = submit(client, keys["team"], triples(5, label=None))
+    run_worker(settings)
+    for n, value in enumerate("CCPI"):
+        client.patch(f"/v1/batches/{first}/items/t{n}", json={"manual_label": value}, headers=team)
+    exported = client.get("/v1/labels", headers=team)
+    assert exported.status_code == 200 and exported.headers["content-type"].startswith("application/x-ndjson")
+    lines = [__import__("json").loads(line) for line in exported.text.splitlines()]
+    assert len(lines) == 4 and all(line["triple"].startswith("t1:") and line["annotator"] == "team" for line in lines)
+
+    # Another tenant's run of the same triples: nothing, until it imports the set.
+    theirs = submit(client, keys["other"], triples(5, label=None))
+    run_worker(settings)
+    assert client.get(f"/v1/batches/{theirs}/agreement", headers=other).json()["n"] == 0
+    imported = client.post("/v1/labels", json={"labels": lines}, headers=other)
+    assert imported.status_code == 201 and imported.json() == {"imported": 4}
+    assert client.get(f"/v1/batches/{theirs}/agreement", headers=other).json()["n"] == 4
+    no_key = client.post("/v1/labels", json={"labels": [{"annotator": "x", "label": "C", "id": "t1"}]}, headers=other)
+    assert no_key.status_code == 422 and "triple" in no_key.text
+
+    # The CLI: a results file without labels, with the exported set beside it.
+    from juiz.cli import main
+
+    results = client.get(f"/v1/batches/{first}/results", headers=team).json()["items"]
+    plain = tmp_path / "run.jsonl"
+    plain.write_text(
+        "".join(
+            __import__("json").dumps({k: v for k, v in r.items() if k not in ("annotations", "manual_label")}) + "\n"
+            for r in results
+        )
+    )
+    labels = tmp_path / "labels.jsonl"
+    labels.write_text(exported.text)
+    capsys.readouterr()
+    assert main(["agreement", str(plain), "--labels", str(labels), "--resamples", "0", "--json"]) == 0
+    assert __import__("json").loads(capsys.readouterr().out)["n"] == 4
