@@ -83,6 +83,7 @@ class Row:
     cached: bool = False  # served from the result cache: no engine time behind it
     fields: dict[str, str] = field(default_factory=dict)  # the item's own scalar extra fields, as text (metadata)
     annotations: tuple[Annotation, ...] = ()  # every annotator's label (the manual_label is their consensus)
+    text: str = ""  # question and answer, case-folded: what the table's search reads
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +123,7 @@ class Query:
     uncertain: bool = False  # only results the judge flagged `uncertain`
     field: str = ""  # an extra field (metadata) of the items: only items that have it…
     value: str = ""  # …and whose value contains this (case-insensitive)
+    search: str = ""  # words the question or answer contains, each (case-insensitive)
     sort: str = "disagreement"
     descending: bool = True
 
@@ -193,6 +195,7 @@ def row_of(position: int, index: int, judgement: Judgement, mapping: LabelMappin
         cached=bool(getattr(judgement, "cached", False)),
         fields=metadata_of(judgement),
         annotations=tuple(judgement.annotations or ()),
+        text=f"{judgement.question}\n{judgement.answer}".casefold(),
     )
 
 
@@ -364,6 +367,8 @@ def _matches(view: ViewRow, query: Query, mapping: LabelMapping) -> bool:
         value = row.fields.get(query.field)
         if value is None or (query.value and query.value.casefold() not in value.casefold()):
             return False
+    if query.search and not all(word in row.text for word in query.search.casefold().split()):
+        return False
     return bool(row.uncertain) or not query.uncertain
 
 

@@ -28,6 +28,7 @@ from service.rows import (
     score_counts,
 )
 from service.ui import charts, session
+from service.ui.exports import FILTERS as EXPORT_FILTERS
 from service.ui.params import int_param, table_query
 from service.ui.render import fragment, html, stamp
 from service.views import batch_view
@@ -169,6 +170,7 @@ def _batch_context(
         calibrated=any(r.calibrated_label is not None for r in index.rows),
         fields=field_names(index.rows),
         judge_source=judge_label_source(mapping),
+        filtered=any(params.get(name) for name in EXPORT_FILTERS),
         rule=index.rule,
         rubric=store.annotations.rubric(record.id),
         annotator=current.author,
