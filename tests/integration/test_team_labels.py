@@ -116,6 +116,16 @@ def test_with_k_two_both_label_every_item_and_alpha_is_shown(
     assert 'data-testid="annotator-alpha"' in page and "alice / bob" in page
     assert "majority of the annotators" in page
 
+    # The reference label by another rule: one annotator's, named on the page and in the API.
+    chosen = alice.post(
+        f"/ui/batches/{batch_id}/consensus", data={"_csrf_token": csrf_of(page), "consensus": "annotator:bob"}
+    )
+    assert chosen.status_code == 200 and "Compared with: annotator bob&#39;s label" in chosen.text
+    by_bob = alice.get(f"/v1/batches/{batch_id}/agreement", headers=ALICE).json()
+    assert by_bob["reference"] == "annotator bob's label" and by_bob["n"] == 20
+    refused = alice.post(f"/ui/batches/{batch_id}/consensus", data={"_csrf_token": csrf_of(page), "consensus": "x"})
+    assert refused.status_code == 422 and "majority or annotator:NAME" in refused.text
+
 
 def test_the_same_triples_submitted_again_carry_every_label(
     make_client: MakeClient, team: Settings, run_worker: Any
