@@ -226,7 +226,10 @@ def test_the_item_page_shows_a_check_based_metrics_checks(
     page = client.get(f"/ui/batches/{batch_id}/items/0").text
     table = page[page.index('data-testid="checks"') :]
     rows = re.findall(
-        r"<tr><td class=\"mono\">(\w+).*?</td><td>(.*?)</td>\s*<td class=\"num\">([\d.–]+)</td>", table, re.S
+        r"<tr><td class=\"mono\">(\w+).*?</td><td>(.*?)</td><td class=\"text\" data-testid=\"check-target\">"
+        r"the whole answer</td>\s*<td class=\"num\">([\d.–]+)</td>",
+        table,
+        re.S,
     )
     assert rows == [
         ("attempts_answer", "Does it &lt;try&gt; to answer?", "0.91"),
