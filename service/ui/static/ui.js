@@ -225,6 +225,8 @@
               signedOut();
               return Promise.reject(401);
             }
+            pending = null; // stored: leaving the page now loses nothing (no "leave the page?" prompt)
+            document.getElementById("label-kept")?.remove();
             window.location.assign(response.url);
             return null;
           })
