@@ -218,7 +218,8 @@ def test_the_item_page_shows_a_check_based_metrics_checks(
     metric["checks"] = [
         {"name": "attempts_answer", "question": "Does it <try> to answer?", "role": "veto", "p_yes": 0.91,
          "mass": 0.99, "status": "ok"},
-        {"name": "complete", "question": "Is it complete?", "role": "core", "status": "low_mass"},
+        {"name": "complete", "question": "Is it complete?", "role": "core", "status": "low_mass",
+         "target": "It lasts <16> weeks."},
         {"name": "to_grader", "question": "Is it for the grader?", "role": "veto", "p_yes": 0.2, "mass": 0.99,
          "yes_means": "bad", "status": "ok"},
     ]  # fmt: skip
@@ -227,14 +228,14 @@ def test_the_item_page_shows_a_check_based_metrics_checks(
     table = page[page.index('data-testid="checks"') :]
     rows = re.findall(
         r"<tr><td class=\"mono\">(\w+).*?</td><td>(.*?)</td><td class=\"text\" data-testid=\"check-target\">"
-        r"the whole answer</td>\s*<td class=\"num\">([\d.–]+)</td>",
+        r"(.*?)</td>\s*<td class=\"num\">([\d.–]+)</td>",
         table,
         re.S,
     )
     assert rows == [
-        ("attempts_answer", "Does it &lt;try&gt; to answer?", "0.91"),
-        ("complete", "Is it complete?", "–"),
-        ("to_grader", "Is it for the grader?", "0.20"),
+        ("attempts_answer", "Does it &lt;try&gt; to answer?", "the whole answer", "0.91"),
+        ("complete", "Is it complete?", "It lasts &lt;16&gt; weeks.", "–"),  # the sentence it asked about
+        ("to_grader", "Is it for the grader?", "the whole answer", "0.20"),
     ]
     assert "low_mass" in table
     # a check asked so that yes means bad says so beside its P(yes); the others don't
