@@ -160,7 +160,6 @@ def test_two_annotators_at_once_through_the_queue(two: tuple[WebDriver, WebDrive
     for _ in range(40):
         a, b = current_item(alice), current_item(bob)
         if a is None and b is None:
-            print("DEBUG-PAGE", alice.current_url, alice.find_element(By.TAG_NAME, "main").text[:1500])
             break
         assert a != b, f"item {a} was served to both at once"
         if a is not None:

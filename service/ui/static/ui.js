@@ -211,7 +211,8 @@
       const label = body.get("label") || body.get("manual_label") || "";
       pending = body;
       const send = () => {
-        fetch(form.action, {
+        // getAttribute: the queue's form has a field named "action", which `form.action` would return instead
+        fetch(form.getAttribute("action"), {
           method: "POST",
           body: pending,
           credentials: "same-origin",
