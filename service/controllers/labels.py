@@ -4,9 +4,7 @@ one."""
 
 from __future__ import annotations
 
-from typing import Any
-
-from litestar import Controller, Response, get, post
+from litestar import Controller, get, post
 from litestar.di import NamedDependency
 from litestar.params import JSONBody
 from pydantic import BaseModel, ConfigDict, Field
@@ -36,15 +34,21 @@ class LabelsController(Controller):
     path = "/v1/labels"
     tags = ["labels"]  # noqa: RUF012 - Litestar reads it as a class attribute
 
-    @get("/", operation_id="exportLabels", sync_to_thread=True, responses=responses(401, 429, 503))
-    def export(self, store: NamedDependency[Store], tenant: NamedDependency[str]) -> Response[Any]:
+    @get(
+        "/",
+        operation_id="exportLabels",
+        sync_to_thread=True,
+        media_type=NDJSON,
+        responses=responses(401, 429, 503),
+    )
+    def export(self, store: NamedDependency[Store], tenant: NamedDependency[str]) -> str:
         """The tenant's labelled set as a labels file: one line per annotator's label, its triple by content key."""
         lines = [
             AnnotationRecord(triple=key, **a.model_dump()).model_dump_json(exclude_none=True)
             for key, annotations in store.annotations.export(tenant).items()
             for a in annotations
         ]
-        return Response("".join(f"{line}\n" for line in lines), media_type=NDJSON)
+        return "".join(f"{line}\n" for line in lines)
 
     @post("/", operation_id="importLabels", sync_to_thread=True, responses=responses(401, 413, 422, 429, 503))
     def load(
