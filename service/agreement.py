@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
 from typing import Any, Generic, TypeVar
@@ -24,11 +24,16 @@ from typing import Any, Generic, TypeVar
 import anyio
 from pydantic import BaseModel
 
+from juiz.agreement.annotators import inter_annotator
+from juiz.agreement.consensus import apply_consensus
 from juiz.agreement.statistics import compute_agreement, compute_agreement_by_metric, metric_columns
 from juiz.calibration.agreement import compute_calibrated_agreement
 from juiz.calibration.fitting import fit_from_results
+from juiz.runtime.errors import InputError
 from juiz.store import BatchRecord, Store
-from schemas import AgreementByMetric, AgreementReport, CalibrationSpec
+from schemas import AgreementByMetric, AgreementReport, CalibrationSpec, Judgement
+from schemas.annotation import ConsensusRule
+from schemas.labels import LabelMapping
 
 Report = TypeVar("Report", bound=BaseModel)
 
@@ -70,6 +75,7 @@ def _plain(store: Store, record: BatchRecord, requested: int) -> AgreementReport
     judgements = store.results_in_input_order(record.id)
     resamples = capped_resamples(requested, len(judgements), store.settings.agreement_max_work)
     report = compute_agreement(judgements, record.options.label_mapping, resamples=resamples)
+    name_reference(report, judgements, record.options.label_mapping, store.annotations.rule(record.id))
     # Raw vs calibrated (cross-fitted) side by side: two more bootstraps over the labelled items, within the cap.
     labelled = sum(1 for j in judgements if j.manual_label is not None)
     report.calibration = compute_calibrated_agreement(
@@ -78,6 +84,21 @@ def _plain(store: Store, record: BatchRecord, requested: int) -> AgreementReport
         resamples=capped_resamples(requested, 2 * labelled, store.settings.agreement_max_work),
     )
     return report
+
+
+def name_reference(
+    report: AgreementReport, judgements: Sequence[Judgement], mapping: LabelMapping, rule: ConsensusRule
+) -> None:
+    """Name what the judge was compared with, and (when items carry several annotators' labels) add the annotators'
+    own agreement: the manual labels are already the rule's consensus (`Store.annotations`)."""
+    if not any(j.annotations for j in judgements):
+        return
+    try:
+        consensus = apply_consensus(judgements, mapping, rule)
+        report.annotators = inter_annotator(judgements, mapping, consensus)
+    except InputError:
+        return
+    report.reference = rule.describe()
 
 
 def _by_metric(store: Store, record: BatchRecord, requested: int) -> AgreementByMetric:

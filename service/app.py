@@ -16,14 +16,17 @@ from litestar.datastructures import State
 from litestar.di import Provide
 from litestar.exceptions import HTTPException
 from redis import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from juiz.runtime.settings import Settings
 from juiz.store import Store
 from juiz.store.connection import async_redis_client, redis_client
-from service.auth import provide_tenant
+from service.auth import provide_annotator, provide_tenant
 from service.controllers import BatchController, GradeController, HealthController
 from service.controllers.compare import CompareController
 from service.controllers.items import ItemController
+from service.controllers.labels import LabelsController
 from service.edge import (
     index_query_parameters,
     refuse_unknown_query_parameters,
@@ -35,7 +38,7 @@ from service.metrics import HTTP_METRICS, registry_for
 from service.openapi import assets_router, document_limits, forbid_extra_fields, openapi_config
 from service.ratelimit import enforce_rate_limit
 from service.ui import ui_router
-from service.ui.router import http_exception
+from service.ui.router import http_exception, redis_down
 from service.ui.session import SESSION_STORE, session_store
 
 log = logging.getLogger(__name__)
@@ -81,19 +84,32 @@ def create_app(settings: Settings | None = None, redis: Redis | None = None) -> 
             HealthController,
             ItemController,  # manual labels
             CompareController,  # two runs side by side
+            LabelsController,  # the labelled set: the team's labels per triple
             assets_router(),
             ui_router(settings),  # the web page under /ui
         ],
         dependencies={
             "store": Provide(provide_store, sync_to_thread=False),
             "tenant": Provide(provide_tenant, sync_to_thread=False),
+            "annotator": Provide(provide_annotator, sync_to_thread=False),
         },
-        exception_handlers={**EXCEPTION_HANDLERS, HTTPException: http_exception},  # /ui paths: HTML errors
+        exception_handlers={
+            **EXCEPTION_HANDLERS,
+            HTTPException: http_exception,  # /ui paths: HTML errors
+            RedisConnectionError: redis_down,  # /ui paths: an HTML page
+            RedisTimeoutError: redis_down,
+        },
         before_request=before_request,
         middleware=[security_headers_middleware, HTTP_METRICS.middleware],
         on_startup=[forbid_extra_fields, document_limits, index_query_parameters],
         lifespan=[redis_connection],
-        state=State({"settings": settings, "tenants_by_key": settings.tenants_by_key}),
+        state=State(
+            {
+                "settings": settings,
+                "tenants_by_key": settings.tenants_by_key,
+                "annotators_by_key": settings.annotators_by_key,
+            }
+        ),
         request_max_body_size=settings.max_body_bytes,
         request_class=JsonRequest,  # typed bodies read by juiz's strict JSON reader
         openapi_config=openapi_config(),

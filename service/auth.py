@@ -10,6 +10,7 @@ import hmac
 from typing import Any
 
 from litestar import Request
+from litestar.di import NamedDependency
 from litestar.exceptions import NotAuthorizedException
 
 OPEN_TENANT = "public"
@@ -41,4 +42,14 @@ def provide_tenant(request: Request[Any, Any, Any]) -> str:
     tenant = tenant_for(token.strip(), tenants_by_key)
     if tenant is None:
         raise NotAuthorizedException(detail="unknown API key", headers=CHALLENGE, extra={"field": "Authorization"})
+    return tenant
+
+
+def provide_annotator(request: Request[Any, Any, Any], tenant: NamedDependency[str]) -> str:
+    """Litestar dependency: whose labels the caller sets (the key's name; the tenant when the API is open)."""
+    _, _, token = request.headers.get("authorization", "").partition(" ")
+    annotators: dict[str, str] = getattr(request.app.state, "annotators_by_key", {})
+    for key, name in annotators.items():
+        if hmac.compare_digest(token.strip().encode(), key.encode()):
+            return name
     return tenant

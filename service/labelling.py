@@ -5,6 +5,8 @@ from its labels."""
 from __future__ import annotations
 
 import time
+from datetime import UTC, datetime
+from functools import partial
 
 from litestar.datastructures import State
 from litestar.exceptions import NotFoundException
@@ -12,7 +14,9 @@ from litestar.exceptions import NotFoundException
 from juiz.agreement.labels import class_of_label, resolve_numeric_scale
 from juiz.runtime.errors import InputError, JuizError
 from juiz.store import BatchRecord, Store
+from juiz.store.annotations import UPLOADED, with_annotations
 from schemas import Judgement
+from schemas.annotation import Annotation, AnnotationRecord, ConsensusRule
 from schemas.calibration import CalibrationSpec
 from schemas.labels import LabelMapping
 from schemas.triple import Label
@@ -37,44 +41,138 @@ def check_label(label: Label | None, mapping: LabelMapping) -> None:
 
 
 def set_manual_label(
-    store: Store, cache: RowCache, record: BatchRecord, position: int, label: Label | None, tenant: str
+    store: Store,
+    cache: RowCache,
+    record: BatchRecord,
+    position: int,
+    label: Label | None,
+    annotator: str,
+    comment: str | None = None,
 ) -> tuple[Judgement | None, Judgement]:
-    """Set (None: clear) the label of the graded item at `position` of the batch's results, as `tenant`, now: checked
-    against the batch's label mapping (InputError naming manual_label), stored with who and when, the agreement
-    cache dropped, the page's rows updated. (The judgement before, the judgement after.)"""
+    """Set (None: clear) `annotator`'s own label on the graded item at `position` of the batch's results, now:
+    checked against the batch's label mapping (InputError naming manual_label), kept with the tenant's labels of that
+    triple (`Store.annotations`: one per annotator, nobody's replaced by another's), and every stored result of the
+    triple updated: its annotations, and their consensus (the batch's rule) as its manual_label. The agreement cache
+    is dropped and the page's rows updated. (The judgement before, the judgement after.)
+
+    Clearing when the annotator has no label of their own clears a label the upload gave (it has no author)."""
     try:
         check_label(label, record.options.label_mapping)
     except LabelRejected as exc:
         raise InputError(str(exc), field="manual_label") from None
     before = store.results_at(record.id, [position])[0]
-    judgement, version = store.set_manual_label(record.id, position, label, tenant, time.time())
+    if before is None:
+        raise NotFoundException(detail=f"no result at {position} in batch {record.id}")
+    key, now = before.content_key(), time.time()
+    stamp = datetime.fromtimestamp(now, UTC)
+    drop_upload = False
+    if label is None:
+        drop_upload = store.annotations.remove(record.tenant, key, annotator) is None
+    else:
+        own = Annotation(annotator=annotator, label=label, at=stamp, comment=(comment or "").strip() or None)
+        store.annotations.put(record.tenant, key, own)
+    known = store.annotations.of_triples(record.tenant, [key]).get(key, [])
+    rule = store.annotations.rule(record.id)
+
+    def change(judgement: Judgement) -> Judgement:
+        if drop_upload:
+            judgement = judgement.model_copy(update={UPLOADED: None, "manual_label": None})
+        changed = with_annotations(judgement, known, record.options.label_mapping, rule)
+        return changed.model_copy(update={"manual_label_by": annotator, "manual_label_at": stamp.isoformat()})
+
+    judgement, version = store.labels.update(record.id, position, change)
     invalidate_agreement(store, record.id)
     cache.updated(record, position, judgement, version)
+    _copy_to_other_runs(store, record, judgement, known)
     return before, judgement
 
 
+def _copy_to_other_runs(store: Store, record: BatchRecord, judgement: Judgement, known: list[Annotation]) -> None:
+    """The triple's labels written into its results in the tenant's other batches (each under its own rule)."""
+    copy_to_runs(store, record.tenant, judgement.content_key(), known, but=record.id)
+
+
+def import_labels(store: Store, tenant: str, records: list[AnnotationRecord]) -> int:
+    """A labels file's lines added to the tenant's labelled set, and copied to every stored result of their
+    triples. InputError for a line that names its item by id only (ids belong to one batch)."""
+    for n, record in enumerate(records):
+        if record.triple is None:
+            raise InputError(f"line {n + 1} names no triple: give its content key", field=f"labels.{n}.triple")
+    for record in records:
+        assert record.triple is not None
+        store.annotations.put(tenant, record.triple, record.annotation())
+    for key in sorted({r.triple for r in records if r.triple is not None}):
+        copy_to_runs(store, tenant, key, store.annotations.of_triples(tenant, [key]).get(key, []))
+    return len(records)
+
+
+def copy_to_runs(store: Store, tenant: str, key: str, known: list[Annotation], but: str = "") -> None:
+    """The triple's labels written into its stored results, in every batch of the tenant but `but`."""
+    for batch_id, index in store.annotations.places(tenant, key):
+        if batch_id == but:
+            continue
+        other = store.get_batch(batch_id)
+        if other is None or other.tenant != tenant:
+            store.annotations.forget_place(tenant, key, batch_id, index)
+            continue
+        position = store.annotations.position_of(batch_id, index)
+        if position is None:  # not stored yet: stored, it will carry the labels (Results.store)
+            continue
+        rule = store.annotations.rule(batch_id)
+        mapping = other.options.label_mapping
+        try:
+            store.labels.update(
+                batch_id, position, partial(with_annotations, annotations=known, mapping=mapping, rule=rule)
+            )
+        except KeyError:
+            continue
+        invalidate_agreement(store, batch_id)
+
+
+def choose_consensus(store: Store, record: BatchRecord, rule: ConsensusRule) -> int:
+    """Make `rule` the batch's consensus rule and every labelled result's manual_label its consensus. Returns how
+    many results were relabelled."""
+    store.annotations.set_rule(record.id, rule)
+    changed = 0
+    mapping = record.options.label_mapping
+    for position, _, raw in store.result_entries(record.id, 0, store.result_count(record.id)):
+        if '"annotations":[' not in raw:  # nobody labelled it: its manual_label is not a consensus
+            continue
+        known = Judgement.model_validate_json(raw).annotations or []
+        store.labels.update(
+            record.id, position, partial(with_annotations, annotations=known, mapping=mapping, rule=rule)
+        )
+        changed += 1
+    store.labels.bump(record.id)
+    invalidate_agreement(store, record.id)
+    return changed
+
+
 def save_label(
-    state: State, store: Store, tenant: str, batch_id: str, item_index: int, label: Label | None, seen: str | None
-) -> tuple[Label | None, str | None]:
-    """Set an item's manual label as `tenant`: (the label it replaced, a note when that one was set by someone
-    after the reader saw the item). `seen` is the manual_label_at the reader's page showed ("" for none; None: not
-    known). Last write wins; the note is how the overwrite is made visible instead of silent."""
+    state: State,
+    store: Store,
+    tenant: str,
+    batch_id: str,
+    item_index: int,
+    label: Label | None,
+    annotator: str,
+    comment: str | None = None,
+) -> Label | None:
+    """Set `annotator`'s own label on an item (None clears it): the label of theirs it replaced (what undo puts
+    back). Other annotators' labels are never touched, so there is no overwrite to warn about."""
     record = owned_batch(store, tenant, batch_id)
     cache = row_cache(state, store)
     row = cache.index(record).by_index.get(item_index)
     if row is None:
         raise NotFoundException(detail=f"item {item_index} of batch {batch_id} is not graded yet")
-    before, _ = set_manual_label(store, cache, record, row.position, label, tenant)
-    extra = (before.model_extra if before is not None else None) or {}
-    previous = None if before is None else before.manual_label
-    changed_at = str(extra.get("manual_label_at") or "")
-    conflict = None
-    if seen is not None and changed_at and changed_at != seen and previous != label:
-        conflict = (
-            f"This replaced the label {previous!s} that {extra.get('manual_label_by')} set at {changed_at}, "
-            "after the page was shown to you."
-        )
-    return previous, conflict
+    before, _ = set_manual_label(store, cache, record, row.position, label, annotator, comment)
+    previous = None if before is None else own_annotation(before, annotator)
+    return None if previous is None else previous.label
+
+
+def own_annotation(judgement: Judgement, annotator: str) -> Annotation | None:
+    """The annotator's own label on the item (about the answer as a whole)."""
+    return next((a for a in judgement.annotations or [] if a.annotator == annotator and a.metric is None), None)
 
 
 def manual_class_name(label: Label | None, mapping: LabelMapping) -> str | None:

@@ -34,11 +34,12 @@ from juiz.runtime.errors import InputError
 from juiz.store import BatchRecord, Store
 from schemas import AgreementReport, Judgement
 from schemas.agreement import CalibratedAgreement
+from schemas.annotation import Annotation, ConsensusRule
 from schemas.calibration import CalibratedGrade
 from schemas.judgement import METRICS, JudgementStatus, MetricStatus
 from schemas.labels import LabelMapping
 from schemas.triple import Label
-from service.agreement import capped_resamples
+from service.agreement import capped_resamples, name_reference
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +91,8 @@ class Row:
     cached: bool = False  # served from the result cache: no engine time behind it
     fields: dict[str, str] = field(default_factory=dict)  # the item's own scalar extra fields, as text (metadata)
     label_source: str | None = None  # what gives judge_label: "verdict" or the metric read alone
+    annotations: tuple[Annotation, ...] = ()  # every annotator's label (the manual_label is their consensus)
+    text: str = ""  # question and answer, case-folded: what the table's search reads
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +132,7 @@ class Query:
     uncertain: bool = False  # only results the judge flagged `uncertain`
     field: str = ""  # an extra field (metadata) of the items: only items that have it…
     value: str = ""  # …and whose value contains this (case-insensitive)
+    search: str = ""  # words the question or answer contains, each (case-insensitive)
     sort: str = "disagreement"
     descending: bool = True
 
@@ -146,6 +150,7 @@ class BatchIndex:
     batch_id: str
     mapping: LabelMapping
     labels_version: int = -1
+    rule: ConsensusRule = field(default_factory=ConsensusRule)  # what made each row's manual_label of its annotations
     rows: list[Row] = field(default_factory=list)
     by_index: dict[int, Row] = field(default_factory=dict)
     by_id: dict[str, Row] = field(default_factory=dict)
@@ -199,10 +204,14 @@ def row_of(position: int, index: int, judgement: Judgement, mapping: LabelMappin
         cached=bool(getattr(judgement, "cached", False)),
         fields=metadata_of(judgement),
         label_source=label_source(judgement, mapping),
+        annotations=tuple(judgement.annotations or ()),
+        text=f"{judgement.question}\n{judgement.answer}".casefold(),
     )
 
 
-INTERNAL_FIELDS = frozenset({"manual_label_by", "manual_label_at"})  # juiz's own extras, not the uploader's
+INTERNAL_FIELDS = frozenset(
+    {"manual_label_by", "manual_label_at", "uploaded_label"}
+)  # juiz's own extras, not the uploader's
 FIELD_CHARS = 80
 MAX_FIELDS = 30
 
@@ -255,6 +264,7 @@ class RowCache:
                 index.by_index.clear()
                 index.by_id.clear()
                 index.labels_version = version
+                index.rule = self.store.annotations.rule(batch.id)
             while True:
                 entries = self.store.result_entries(batch.id, index.covered, READ_PAGE)
                 for position, item_index, raw in entries:
@@ -374,6 +384,8 @@ def _matches(view: ViewRow, query: Query, mapping: LabelMapping) -> bool:
         value = row.fields.get(query.field)
         if value is None or (query.value and query.value.casefold() not in value.casefold()):
             return False
+    if query.search and not all(word in row.text for word in query.search.casefold().split()):
+        return False
     return bool(row.uncertain) or not query.uncertain
 
 
@@ -444,6 +456,7 @@ def _judgements(index: BatchIndex) -> list[Judgement]:
             score=r.score,
             normalized_score=r.normalized_score,
             manual_label=r.manual_label,
+            annotations=list(r.annotations) or None,
             calibrated=None if r.calibrated_label is None else CalibratedGrade(label=r.calibrated_label),
         )
         for r in index.rows
@@ -459,8 +472,11 @@ def indexed_rows(index: BatchIndex) -> list[tuple[int, Judgement]]:
     ]
 
 
-def _compute(judgements: list[Judgement], mapping: LabelMapping, resamples: int) -> AgreementReport:
+def _compute(
+    judgements: list[Judgement], mapping: LabelMapping, resamples: int, rule: ConsensusRule | None = None
+) -> AgreementReport:
     report = compute_agreement(judgements, mapping, resamples=resamples)
+    name_reference(report, judgements, mapping, rule or ConsensusRule())
     if any(j.calibrated is not None for j in judgements):
         # Raw beside calibrated on the same items: those with a calibrated label.
         same = [j for j in judgements if j.calibrated is not None and j.calibrated.label is not None]
@@ -487,7 +503,7 @@ def agreement_of(index: BatchIndex, max_work: int, *, final: bool) -> tuple[Agre
         if cached is not None and cached[0] == key:
             return cached[1], cached[2]
         judgements = _judgements(index)
-    points = _compute(judgements, index.mapping, 0)
+    points = _compute(judgements, index.mapping, 0, index.rule)
     resamples = capped_resamples(PAGE_RESAMPLES, len(judgements), max_work)
     complete = not final or resamples == 0 or not judgements
     with index.lock:
@@ -497,7 +513,7 @@ def agreement_of(index: BatchIndex, max_work: int, *, final: bool) -> tuple[Agre
 
     def bootstrap() -> None:
         try:
-            report = _compute(judgements, index.mapping, resamples)
+            report = _compute(judgements, index.mapping, resamples, index.rule)
         except Exception:  # never leave the page waiting: it keeps the points, without intervals
             log.exception("agreement bootstrap of batch %s failed", index.batch_id)
             report = points

@@ -23,6 +23,7 @@ from juiz.formats.encodable import NOT_TEXT, unencodable
 from juiz.formats.report_format import (
     DEFAULT_LANGUAGE,
     HEADINGS,
+    NEUTRAL,
     NOT_AVAILABLE,
     REPORT_LANGUAGES,
     SEGMENT_KEYS,
@@ -45,7 +46,8 @@ REPORT_SUFFIXES = (".md", ".txt")
 # report's first question heading decides its language, so "**Question 2**:" inside a Portuguese answer is text.
 _SECTIONS = [key for key in HEADINGS if key not in ("question", "no_context", "segment_relevance")]
 _SECTION_OF: dict[ReportLanguage, dict[str, str]] = {
-    lang: {heading(key, lang): key for key in _SECTIONS} for lang in REPORT_LANGUAGES
+    lang: {heading(key, lang): key for key in _SECTIONS} | {NEUTRAL["segments"][lang]: "segments"}
+    for lang in REPORT_LANGUAGES
 }
 _HEADING: dict[ReportLanguage, re.Pattern[str]] = {
     lang: re.compile(r"^\*\*(?P<name>" + "|".join(map(re.escape, names)) + r")\*\*:[ \t]?(?P<rest>.*)$")
@@ -58,7 +60,9 @@ _QUESTION_HEADING: dict[ReportLanguage, re.Pattern[str]] = {
     for lang in REPORT_LANGUAGES
 }
 # A segment's bullet key (in either language) → the Segment field it fills.
-_SEGMENT_FIELD = {key: field for field, keys in SEGMENT_KEYS.items() for key in keys.values()}
+_SEGMENT_FIELD = {key: field for field, keys in SEGMENT_KEYS.items() for key in keys.values()} | {
+    key: "text" for key in NEUTRAL["text"].values()
+}
 _FIRST_SEGMENT_KEYS = frozenset(SEGMENT_KEYS["source"].values())  # a bullet that opens a segment
 _NO_CONTEXT = frozenset(HEADINGS["no_context"].values())
 _SEGMENT_LINE = re.compile(r"^- \*(?P<key>[^*]+?):\*[ \t]?(?P<value>.*)$")

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from juiz.agreement.labels import VERDICT
 from juiz.formats.report_format import (
+    NEUTRAL,
     NOT_AVAILABLE,
     SEGMENT_KEYS,
     ReportLanguage,
@@ -53,12 +54,13 @@ def _render_one(judgement: Judgement, position: int, lang: ReportLanguage) -> st
     extra = judgement.model_extra or {}
     number = _question_number(extra.get("question_number"), position)
     lines = [f"**{heading('question', lang)} {number}**: {judgement.question}"]
-    lines += ["", f"**{heading('segments', lang)}**:"]
     segments = _segments(judgement.context)
+    seeds = any(s.source is not None or s.score is not None for s in segments)  # E5's own metadata
+    lines += ["", f"**{heading('segments', lang) if seeds else NEUTRAL['segments'][lang]}**:"]
     metrics = judgement.metrics or {}
     relevance = _segment_relevance(metrics.get("context_relevance"))
     for index, segment in enumerate(segments):
-        lines += [*_segment_lines(segment, lang, relevance.get(index)), ""]
+        lines += [*_segment_lines(segment, lang, relevance.get(index), seeds), ""]
     if not segments:
         lines += [heading("no_context", lang), ""]
     lines += ["", bold("answer", judgement.answer), ""]
@@ -129,7 +131,9 @@ def _metric_reasoning(result: MetricResult) -> str:
     return result.raw_output or result.error or NOT_AVAILABLE
 
 
-def _segment_lines(segment: Segment, lang: ReportLanguage, relevance: str | None = None) -> list[str]:
+def _segment_lines(
+    segment: Segment, lang: ReportLanguage, relevance: str | None = None, seeds: bool = True
+) -> list[str]:
     extra = segment.model_extra or {}
     # The seeds' order (source, score, url, start, end); the transcript comes last.
     values: dict[str, object] = {field: getattr(segment, field, None) for field in SEGMENT_KEYS if field != "text"}
@@ -143,7 +147,7 @@ def _segment_lines(segment: Segment, lang: ReportLanguage, relevance: str | None
     ]
     if relevance is not None:
         lines.append(f"- *{heading('segment_relevance', lang)}:* {relevance}")
-    lines.append(f"- *{segment_key('text', lang)}:* {segment.text}")
+    lines.append(f"- *{segment_key('text', lang) if seeds else NEUTRAL['text'][lang]}:* {segment.text}")
     return lines
 
 

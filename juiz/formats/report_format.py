@@ -43,6 +43,12 @@ SEGMENT_KEYS: dict[str, dict[ReportLanguage, str]] = {
     "end": {"pt": "Fim", "en": "End"},
     "text": {"pt": "Transcrição", "en": "Transcript"},
 }
+# The same two parts for a context that did not come from the seeds' retriever (no segment carries E5's corpus id or
+# score): named for what they are, not for E5 and lecture transcripts. The reader knows both wordings.
+NEUTRAL: dict[str, dict[ReportLanguage, str]] = {
+    "segments": {"pt": "Segmentos recuperados", "en": "Retrieved segments"},
+    "text": {"pt": "Texto", "en": "Text"},
+}
 NOT_AVAILABLE = "n/a"
 
 

@@ -62,7 +62,9 @@ class Settings(BaseSettings):
     port: int = Field(8000, ge=1, le=65535, description="Port `juiz serve` listens on.")
     api_keys: SecretStr = Field(
         SecretStr(""),
-        description="API keys as 'tenant:key,tenant2:key2'; each key is a tenant. Empty: the API is open (warned).",
+        description="API keys as 'tenant:key,tenant2:key2'; each key is a tenant. 'tenant/name:key' also names the "
+        "key's holder, the annotator its labels are recorded under (default: the tenant; a tenant's second unnamed key "
+        "'tenant 2'). Empty: the API is open (warned).",
     )
     max_items: int = Field(100_000, ge=1, description="Most items one batch may hold (more: 413).")
     max_body_bytes: int = Field(64 * MiB, ge=1024, description="Largest request body in bytes (more: 413).")
@@ -341,6 +343,11 @@ class Settings(BaseSettings):
         return parse_api_keys(self.api_keys.get_secret_value())
 
     @property
+    def annotators_by_key(self) -> dict[str, str]:
+        """API key → the annotator its labels are recorded under; empty when the API is open."""
+        return parse_annotators(self.api_keys.get_secret_value())
+
+    @property
     def retry_intervals(self) -> list[int]:
         return parse_backoff(self.retry_backoff_s)
 
@@ -350,19 +357,45 @@ class Settings(BaseSettings):
         return [self.priority_queue, self.queue]
 
 
-def parse_api_keys(text: str) -> dict[str, str]:
-    """'tenant:key,tenant2:key2' → {key: tenant}. The message never repeats a key."""
-    keys: dict[str, str] = {}
+def _key_entries(text: str) -> list[tuple[str, str | None, str]]:
+    """'tenant[/name]:key,…' → (tenant, name or None, key) per entry. The message never repeats a key."""
+    entries: list[tuple[str, str | None, str]] = []
+    seen: dict[str, str] = {}
     for position, entry in enumerate((e.strip() for e in text.split(",")), start=1):
         if not entry:
             continue
-        tenant, sep, key = entry.partition(":")
-        if not sep or not tenant.strip() or not key.strip():
-            raise ValueError(f"entry {position} is not 'tenant:key'")
-        if key.strip() in keys:
-            raise ValueError(f"entry {position} repeats a key already given to tenant {keys[key.strip()]!r}")
-        keys[key.strip()] = tenant.strip()
-    return keys
+        owner, sep, key = entry.partition(":")
+        tenant, slash, name = owner.partition("/")
+        if not sep or not tenant.strip() or not key.strip() or (slash and not name.strip()):
+            raise ValueError(f"entry {position} is not 'tenant:key' or 'tenant/name:key'")
+        if key.strip() in seen:
+            raise ValueError(f"entry {position} repeats a key already given to tenant {seen[key.strip()]!r}")
+        seen[key.strip()] = tenant.strip()
+        entries.append((tenant.strip(), name.strip() or None, key.strip()))
+    return entries
+
+
+def parse_api_keys(text: str) -> dict[str, str]:
+    """'tenant:key,tenant2/name:key2' → {key: tenant}. The message never repeats a key."""
+    return {key: tenant for tenant, _, key in _key_entries(text)}
+
+
+def parse_annotators(text: str) -> dict[str, str]:
+    """{key: annotator}: the key's own name, else its tenant (a tenant's second unnamed key 'tenant 2', and so on),
+    so two people holding two keys of one team are never one annotator."""
+    out: dict[str, str] = {}
+    unnamed: dict[str, int] = {}
+    entries = _key_entries(text)
+    taken = {name for _, name, _ in entries if name}
+    for tenant, name, key in entries:
+        if name is None:
+            unnamed[tenant] = unnamed.get(tenant, 0) + 1
+            name = tenant if unnamed[tenant] == 1 else f"{tenant} {unnamed[tenant]}"
+            while name in taken:
+                name += "'"
+        taken.add(name)
+        out[key] = name
+    return out
 
 
 def parse_backoff(text: str) -> list[int]:

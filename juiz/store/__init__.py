@@ -8,6 +8,7 @@
               job or cancelled; the workers alive for a queue (what claim's fair share is split between)
     results   stored exactly once per item; read by cursor, by position, in input order
     labels    manual labels set in place, and the batch's labels_version
+    annotations  the team's labels per triple (one per annotator, kept across runs), the queue's leases
     cache     the result cache
     metrics   counters and histograms for /metrics
     progress  conversations planned and done within engine calls, per chunk in flight (fields of the batch's hash)
@@ -35,6 +36,7 @@ from rq import Queue
 from juiz.runtime.errors import IdempotencyConflict
 from juiz.runtime.settings import Settings
 from juiz.store import keys
+from juiz.store.annotations import Annotations
 from juiz.store.batches import COUNT_FIELDS, TERMINAL, Batches, BatchRecord, batch_from_hash
 from juiz.store.cache import ResultCache
 from juiz.store.chunks import ChunkRef, Chunks, Claim
@@ -92,6 +94,7 @@ class Store:
         self.progress = ProgressWrites(redis)
         self.results = Results(redis, settings, self.metrics)
         self.labels = Labels(redis)
+        self.annotations: Annotations = self.results.annotations
         self.rates = RateCounts(redis, async_redis)
         self.pages = PageState(redis)
         self._reads = None if async_redis is None else AsyncReads(async_redis)

@@ -3,6 +3,7 @@ of rows and agreement they are stale."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 from redis import Redis
@@ -39,18 +40,29 @@ class Labels:
         when there is no result at `position`.
         """
         stamp = datetime.fromtimestamp(at, UTC).isoformat()
+        return self.update(
+            batch_id,
+            position,
+            lambda j: j.model_copy(update={"manual_label": label, "manual_label_by": by, "manual_label_at": stamp}),
+        )
+
+    def update(self, batch_id: str, position: int, change: Callable[[Judgement], Judgement]) -> tuple[Judgement, int]:
+        """Replace the result at `position` by `change(result)` (compare-and-set, retried when a concurrent change came
+        first) and bump labels_version. Returns the new result and labels_version; KeyError when there is none."""
         for _ in range(20):
             raw_entry = self.redis.lindex(batch_key(batch_id, "results"), position)
             if raw_entry is None:
                 raise KeyError(f"no result at {position} in batch {batch_id}")
             old_entry = text(raw_entry)
             index, _, raw_result = old_entry.partition("\n")
-            judgement = Judgement.model_validate_json(raw_result).model_copy(
-                update={"manual_label": label, "manual_label_by": by, "manual_label_at": stamp}
-            )
+            judgement = change(Judgement.model_validate_json(raw_result))
             new_entry = f"{index}\n{judgement.model_dump_json()}"
             keys = [batch_key(batch_id), batch_key(batch_id, "results")]
             version = int(self._set(keys=keys, args=[position, old_entry, new_entry]))
             if version:
                 return judgement, version
         raise RuntimeError(f"manual label at {position} in batch {batch_id}: too many concurrent changes")
+
+    def bump(self, batch_id: str) -> int:
+        """Tell caches the labels changed without a result changing (a new consensus rule)."""
+        return int(self.redis.hincrby(batch_key(batch_id), "labels_version", 1))

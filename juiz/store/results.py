@@ -19,6 +19,7 @@ from redis import Redis
 
 from juiz.judging.uncertainty import uncertainty_rank
 from juiz.runtime.settings import Settings
+from juiz.store.annotations import Annotations
 from juiz.store.batches import RETAIN_LUA, BatchRecord, script_keys
 from juiz.store.keys import batch_key, text
 from juiz.store.metrics import Metrics
@@ -87,11 +88,14 @@ class Results:
         self.metrics = metrics
         self._store = redis.register_script(_STORE_RESULTS)
         self._uncertain_page = redis.register_script(UNCERTAIN_PAGE)
+        self.annotations = Annotations(redis)
 
     def store(self, batch: BatchRecord, results: Sequence[tuple[int, Judgement]]) -> list[int]:
-        """Store results not stored before; returns the indices stored now (none when the batch was cancelled)."""
+        """Store results not stored before, each carrying the labels its triple already has (`Annotations.attach`);
+        returns the indices stored now (none when the batch was cancelled)."""
         if not results:
             return []
+        results = self.annotations.attach(batch.tenant, batch.id, results, batch.options.label_mapping)
         now = time.time()
         args: list[str | int] = [repr(now), self.settings.retention_s]
         for index, judgement in results:

@@ -33,8 +33,10 @@ class ItemLabelView(BaseModel):
     batch_id: str
     item_id: str
     index: int = Field(description="0-based position of the item in the batch as submitted")
-    manual_label: Label | None
-    manual_label_by: str = Field(description="the tenant that set it")
+    manual_label: Label | None = Field(
+        description="the item's reference label: the consensus of its annotators' labels (one annotator: theirs)"
+    )
+    manual_label_by: str = Field(description="the annotator that set it (the key's name, or the tenant)")
     manual_label_at: datetime
     automated_label: str | None
 
@@ -59,14 +61,16 @@ class ItemController(Controller):
         state: State,
         store: NamedDependency[Store],
         tenant: NamedDependency[str],
+        annotator: NamedDependency[str],
         batch_id: BatchId,
         item_id: FromPath[str],
         data: JSONBody[LabelChange],
     ) -> ItemLabelView:
-        """Set or change (or, with null, clear) the manual label of a graded item, recording which tenant set it and
-        when. Results, exports, the report and agreement read the new label. 404 for an unknown batch or item, 409
-        for an item not graded yet, 422 for a body or label the batch's label mapping does not accept. With
-        repeated item ids, the first item graded with that id is changed."""
+        """Set or change (or, with null, clear) the caller's own label on a graded item (each key's holder is one
+        annotator; another's label is never replaced), recording who set it and when; the item's manual_label is
+        the consensus of its annotators' labels. Results, exports, the report and agreement read the new label. 404
+        for an unknown batch or item, 409 for an item not graded yet, 422 for a body or label the batch's label
+        mapping does not accept. With repeated item ids, the first item graded with that id is changed."""
         record = owned_batch(store, tenant, batch_id)
         cache = row_cache(state, store)
         row = cache.index(record).by_id.get(item_id)
@@ -76,7 +80,7 @@ class ItemController(Controller):
                     detail=f"item {item_id} is not graded yet; set its label once it is", extra={"field": "item_id"}
                 )
             raise NotFoundException(detail=f"no item {item_id} in batch {batch_id}", extra={"field": "item_id"})
-        _, judgement = set_manual_label(store, cache, record, row.position, data.manual_label, tenant)
+        _, judgement = set_manual_label(store, cache, record, row.position, data.manual_label, annotator)
         extra = judgement.model_extra or {}
         return ItemLabelView(
             batch_id=batch_id,

@@ -15,9 +15,11 @@ from litestar.params import FromPath
 from litestar.response import Redirect
 
 from juiz.calibration.fitting import CalibrationUnavailable
+from juiz.runtime.errors import InputError
 from juiz.store import Store
+from schemas.annotation import ConsensusRule
 from service.agreement import fitted_calibration
-from service.labelling import manual_class_name, save_label
+from service.labelling import choose_consensus, manual_class_name, own_annotation, save_label
 from service.ownership import owned_batch
 from service.rows import agreement_of, row_cache
 from service.ui import queue as label_queue
@@ -27,6 +29,7 @@ from service.ui.render import batch_base, html, stamp
 from service.ui.session import Posted
 
 MAX_QUEUE = 500
+MAX_RUBRIC = 8000
 CALIBRATION_FOLDS = 5
 
 
@@ -46,6 +49,11 @@ class AnnotationController(Controller):
         """Start a queue: the items most worth a label, or (order=table) the table's filter and order."""
         current, form = posted.session, posted.form
         size = min(max(int_param(str(form.get("size") or "")) or label_queue.DEFAULT_SIZE, 1), MAX_QUEUE)
+        k = int_param(str(form.get("k") or "")) or 1
+        named = " ".join(str(form.get("annotator") or "").split())[: session.MAX_NAME_CHARS]
+        if named and session.open_api(request):
+            session.name_annotator(request, named)
+        annotator = (named if named and session.open_api(request) else "") or current.author
 
         def make() -> label_queue.LabelQueue:
             record = owned_batch(store, current.tenant, batch_id)
@@ -54,7 +62,7 @@ class AnnotationController(Controller):
                 items = label_queue.in_table_order(index, table_query(form), size)
             else:
                 items = label_queue.worth_a_label(index, size)
-            return label_queue.start(store, current.id, batch_id, items)
+            return label_queue.start(store, current.id, batch_id, items, annotator, k)
 
         queue = await anyio.to_thread.run_sync(make)
         return Redirect(f"{batch_base(batch_id)}/queue/{queue.id}", status_code=303)
@@ -76,7 +84,12 @@ class AnnotationController(Controller):
         index = row_cache(state, store).index(record)
         mapping = record.options.label_mapping
         flash = session.pop_flash(request) or {}
+        item_index, held = label_queue.serve(store, index, queue)
+        label_queue.save(store, current.id, queue)
         context: dict[str, Any] = {
+            "held": held if item_index is None else 0,
+            "annotator": queue.annotator or current.author,
+            "rubric": store.annotations.rubric(batch_id),
             "session": current,
             "signed_in": not session.open_api(request),
             "record": record,
@@ -87,7 +100,6 @@ class AnnotationController(Controller):
             "judgement": None,
             "agreement": None,
         }
-        item_index = queue.current
         if item_index is None:
             report, _ = agreement_of(index, store.settings.agreement_max_work, final=False)
             context["agreement"] = report
@@ -96,10 +108,13 @@ class AnnotationController(Controller):
             judgement = store.results_at(batch_id, [row.position])[0]
             assert judgement is not None
             extra = judgement.model_extra or {}
+            own = own_annotation(judgement, queue.annotator or current.author)
             context.update(
                 judgement=judgement,
                 item_index=item_index,
+                own=own,
                 manual_class=manual_class_name(judgement.manual_label, mapping),
+                own_class=None if own is None else manual_class_name(own.label, mapping),
                 label_by=extra.get("manual_label_by"),
                 label_at=extra.get("manual_label_at"),
                 segments=judgement.context if isinstance(judgement.context, list) else [],
@@ -130,27 +145,74 @@ class AnnotationController(Controller):
             posted = int_param(str(form.get("item") or ""))
             if action in ("label", "skip") and (item_index is None or posted != item_index):
                 return
+            author = queue.annotator or current.author
             if action == "label" and item_index is not None:
                 label = str(form.get("label") or "")
-                previous, conflict = save_label(
-                    state, store, current.tenant, batch_id, item_index, label, str(form.get("seen") or "")
-                )
-                if conflict:
-                    session.put_flash(request, {"conflict": conflict})
+                comment = str(form.get("comment") or "")
+                previous = save_label(state, store, current.tenant, batch_id, item_index, label, author, comment)
                 queue.steps.append(label_queue.Step(item_index, "label", previous))
+                label_queue.release(store, queue, item_index)
                 queue.at += 1
             elif action == "skip" and item_index is not None:
                 queue.steps.append(label_queue.Step(item_index, "skip"))
+                label_queue.release(store, queue, item_index)
                 queue.at += 1
             elif action == "undo" and queue.steps:
                 last = queue.steps.pop()
                 if last.kind == "label":
-                    save_label(state, store, current.tenant, batch_id, last.index, last.previous, None)
+                    save_label(state, store, current.tenant, batch_id, last.index, last.previous, author)
                 queue.at = max(queue.at - 1, 0)
+                # the item goes back to where the reader is, whatever the queue's order became meanwhile
+                if last.index in queue.items:
+                    queue.items.remove(last.index)
+                queue.items.insert(queue.at, last.index)
             label_queue.save(store, current.id, queue)
 
         await anyio.to_thread.run_sync(run)
         return Redirect(f"{batch_base(batch_id)}/queue/{queue_id}#item", status_code=303)
+
+    @post("/consensus", status_code=303)
+    async def consensus(
+        self,
+        request: Request[Any, Any, Any],
+        state: State,
+        store: NamedDependency[Store],
+        batch_id: FromPath[str],
+        posted: NamedDependency[Posted],
+    ) -> Response[Any]:
+        """Choose the label the judge is compared with where several annotators labelled an item."""
+        current, form = posted.session, posted.form
+        try:
+            rule = ConsensusRule.parse(str(form.get("consensus") or "majority").strip())
+        except ValueError as exc:
+            raise InputError(str(exc), field="consensus") from None
+
+        def run() -> None:
+            record = owned_batch(store, current.tenant, batch_id)
+            choose_consensus(store, record, rule)
+            row_cache(state, store).forget(batch_id)
+
+        await anyio.to_thread.run_sync(run)
+        return Redirect(f"{batch_base(batch_id)}#agreement", status_code=303)
+
+    @post("/rubric", status_code=303)
+    async def rubric(
+        self,
+        request: Request[Any, Any, Any],
+        store: NamedDependency[Store],
+        batch_id: FromPath[str],
+        posted: NamedDependency[Posted],
+    ) -> Response[Any]:
+        """What C, P and I mean for this batch, in the team's words: shown above every item of its label queues."""
+        current, form = posted.session, posted.form
+        text = str(form.get("rubric") or "")[:MAX_RUBRIC]
+
+        def run() -> None:
+            owned_batch(store, current.tenant, batch_id)
+            store.annotations.set_rubric(batch_id, text)
+
+        await anyio.to_thread.run_sync(run)
+        return Redirect(f"{batch_base(batch_id)}#agreement", status_code=303)
 
     @post("/calibration", status_code=200)
     async def fit(

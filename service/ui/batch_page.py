@@ -11,10 +11,12 @@ from litestar.datastructures import State
 from litestar.di import NamedDependency
 from litestar.params import FromPath
 
+from juiz.agreement.labels import DEFAULT_VERDICT, VERDICT
 from juiz.formats.progress_line import duration
 from juiz.runtime.errors import InputError
 from juiz.store import BatchRecord, Store
 from schemas import AgreementReport, BatchView
+from schemas.labels import LabelMapping
 from service.ownership import owned_batch
 from service.rows import (
     SORT_KEYS,
@@ -29,6 +31,7 @@ from service.rows import (
     score_counts,
 )
 from service.ui import charts, session
+from service.ui.exports import FILTERS as EXPORT_FILTERS
 from service.ui.params import int_param, table_query
 from service.ui.render import fragment, html, stamp
 from service.views import batch_view
@@ -187,7 +190,27 @@ def _batch_context(
         graded=index.covered,
         calibrated=any(r.calibrated_label is not None for r in index.rows),
         fields=field_names(index.rows),
+        judge_label_text=judge_label_source(mapping, judge_source(index) == VERDICT),
+        filtered=any(params.get(name) for name in EXPORT_FILTERS),
+        rule=index.rule,
+        rubric=store.annotations.rubric(record.id),
+        annotator=current.author,
+        open_api=session.open_api(request),
     )
+
+
+def judge_label_source(mapping: LabelMapping, verdict: bool = False) -> str:
+    """Which of the judge's grades gives its label, in words (what the agreement compares with the people's);
+    `verdict`: the results were labelled by a verdict rule (the mapping's, or DEFAULT_VERDICT when it has none)."""
+    if mapping.verdict or verdict:
+        rule = "; ".join(
+            f"{level.label} when " + " and ".join(f"{m} ≥ {v:g}" for m, v in level.when.items())
+            for level in (mapping.verdict or DEFAULT_VERDICT)
+        )
+        return f"the verdict rule over several metrics ({rule}; otherwise {mapping.classes[0].name})"
+    metric = mapping.metric or "the main metric (answer_relevance when graded)"
+    signal = "expected score" if mapping.signal == "expected_score" else "score"
+    return f"{metric}'s {signal}, through the label mapping"
 
 
 def _agreement(index: BatchIndex, store: Store, record: BatchRecord) -> tuple[AgreementReport | None, bool, str | None]:

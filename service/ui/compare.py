@@ -14,11 +14,12 @@ from litestar.exceptions import NotFoundException
 
 from juiz.agreement.compare import compare_runs
 from juiz.store import Store
-from schemas.compare import CompareReport
+from schemas.compare import ComparedItem, CompareReport
 from service.agreement import capped_resamples
 from service.ownership import owned_batch
 from service.rows import _BOOTSTRAPS, PAGE_RESAMPLES, indexed_rows, row_cache
 from service.ui import charts, session
+from service.ui.params import int_param
 from service.ui.render import html
 
 log = logging.getLogger(__name__)
@@ -113,10 +114,14 @@ class CompareController(Controller):
                 raise NotFoundException(detail="one of the two batches is not yours or is gone") from None
         sort = params.get("sort", "delta") if params.get("sort") in SORTS else "delta"
         descending = params.get("dir", "desc") != "asc"
-        changed = []
+        show = params.get("show", "changed") if params.get("show") in SHOWS else "changed"
+        changed: list[ComparedItem] = []
         deltas = None
+        movements: list[tuple[str, str, int]] = []
         if report is not None:
-            changed = sorted(report.changed, key=SORTS[sort], reverse=descending)
+            listed = _shown(state, store, current.tenant, report, show)
+            changed = sorted(listed, key=SORTS[sort], reverse=descending)
+            movements = [(key, title, _count(report, key)) for key, title in SHOWS.items()]
             bars = [(name, count) for name, count in report.score_deltas.items() if name != "missing" or count]
             deltas = charts.bar_chart(
                 bars, f"shared items per score delta (b − a): {report.shared} items", highlight=["missing"]
@@ -136,6 +141,29 @@ class CompareController(Controller):
             sort=sort,
             descending=descending,
             sorts=list(SORTS),
+            show=show,
+            show_title=SHOWS[show],
+            movements=movements,
+            describe=describe_options,
+        )
+
+    @get("/item", sync_to_thread=True)
+    def item(self, request: Request[Any, Any, Any], store: NamedDependency[Store]) -> Response[Any]:
+        """One item of two runs side by side: each run's grades, reasoning and evidence, and the labels."""
+        current = session.require(request)
+        params = request.query_params
+        a, b = params.get("a", ""), params.get("b", "")
+        ia, ib = int_param(params.get("ia")), int_param(params.get("ib"))
+        sides = []
+        for batch_id, index in ((a, ia), (b, ib)):
+            record = owned_batch(store, current.tenant, batch_id)
+            position = None if index is None else store.annotations.position_of(batch_id, index)
+            judgement = None if position is None else store.results_at(batch_id, [position])[0]
+            if judgement is None:
+                raise NotFoundException(detail=f"item {index} of batch {batch_id} is not graded")
+            sides.append((record, index, judgement))
+        return html(
+            "compare_item.html", session=current, signed_in=not session.open_api(request), a=a, b=b, sides=sides
         )
 
     @get("/stats", sync_to_thread=True)
@@ -148,3 +176,55 @@ class CompareController(Controller):
         return html(
             "_compare_stats.html", status_code=200 if complete else 202, report=report, complete=complete, stats=STATS
         )
+
+
+SHOWS = {
+    "changed": "Items whose judge label changed",
+    "fixed": "Fixed: the verdict moved toward the label",
+    "regressed": "Regressed: the verdict moved away from the label",
+    "unchanged": "Unchanged: the same verdict, right or wrong",
+    "sideways": "Sideways: changed, neither nearer nor farther from the label",
+}
+
+
+def _count(report: CompareReport, show: str) -> int:
+    return len(report.changed) if show == "changed" else len(getattr(report, show))
+
+
+def _shown(state: State, store: Store, tenant: str, report: CompareReport, show: str) -> list[ComparedItem]:
+    """The items of one filter: the changed ones as the report lists them; the others by the report's id lists,
+    read from the page's row indexes."""
+    if show == "changed":
+        return list(report.changed)
+    ids = set(getattr(report, show))
+    listed = [i for i in report.changed if i.id in ids]
+    missing = ids - {i.id for i in listed}
+    if missing:
+        cache = row_cache(state, store)
+        index_a = cache.index(owned_batch(store, tenant, report.a))
+        index_b = cache.index(owned_batch(store, tenant, report.b))
+        for item_id in sorted(missing):
+            row_a, row_b = index_a.by_id.get(item_id), index_b.by_id.get(item_id)
+            if row_a is None or row_b is None:
+                continue
+            delta = None if row_a.score is None or row_b.score is None else row_b.score - row_a.score
+            listed.append(
+                ComparedItem(
+                    id=item_id, index_a=row_a.index, index_b=row_b.index, manual_label=row_a.manual_label,
+                    score_a=row_a.score, score_b=row_b.score, delta=delta, label_a=row_a.judge_label,
+                    label_b=row_b.judge_label, movement=show if show != "changed" else None,  # type: ignore[arg-type]
+                )
+            )  # fmt: skip
+    return listed
+
+
+def describe_options(record: Any) -> str:
+    """A run's options in a few words, for the picker: prompt or metrics, mode, samples."""
+    options = record.options
+    prompt = ",".join(options.prompt) if isinstance(options.prompt, list) else options.prompt
+    parts = [prompt or ",".join(options.metrics)]
+    for name in ("mode", "samples"):
+        value = getattr(options, name, None)
+        if value not in (None, "", 1):
+            parts.append(f"{name} {value}")
+    return " · ".join(str(p) for p in parts)

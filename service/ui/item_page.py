@@ -16,7 +16,7 @@ from litestar.response import Redirect
 
 from juiz.store import Store
 from schemas import Judgement
-from service.labelling import manual_class_name, save_label
+from service.labelling import manual_class_name, own_annotation, save_label
 from service.ownership import owned_batch
 from service.rows import (
     INTERNAL_FIELDS,
@@ -92,6 +92,9 @@ class ItemPageController(Controller):
             message=request.query_params.get("saved"),
             conflict=flash.get("conflict"),
             metadata=metadata,
+            annotations=(judgement.annotations or []) if judgement is not None else [],
+            own=own_annotation(judgement, current.author) if judgement is not None else None,
+            me=current.author,
         )
 
     @post("/batches/{batch_id:str}/items/{item_index:int}/label", status_code=303)
@@ -107,11 +110,9 @@ class ItemPageController(Controller):
         current, form = posted.session, posted.form
         raw = str(form.get("manual_label") or "").strip()
         label = None if raw in ("", "(none)") else raw
-        seen = str(form.get("seen") or "")
-        _, conflict = await anyio.to_thread.run_sync(
-            save_label, state, store, current.tenant, batch_id, item_index, label, seen
+        comment = str(form.get("comment") or "")
+        await anyio.to_thread.run_sync(
+            save_label, state, store, current.tenant, batch_id, item_index, label, current.author, comment
         )
-        if conflict:
-            session.put_flash(request, {"conflict": conflict})
         target = f"{batch_base(batch_id)}/items/{item_index}?saved=1"
         return Redirect(target + "#labels", status_code=303)

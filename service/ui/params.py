@@ -33,6 +33,7 @@ def table_query(fields: Any) -> Query:
         uncertain=fields.get("uncertain") == "1",
         field=str(fields.get("field") or ""),
         value=str(fields.get("value") or "").strip(),
+        search=str(fields.get("q") or "").strip(),
         sort=str(fields.get("sort")) if fields.get("sort") in SORT_KEYS else "disagreement",
         descending=fields.get("dir", "desc") != "asc",
     )

@@ -23,7 +23,27 @@ def _fmt(value: float | None, spec: str = ".2f") -> str:
     return "–" if value is None else format(value, spec)
 
 
+def _when(value: object) -> str:
+    """A stored timestamp (ISO text, a datetime or epoch seconds) to the minute, in UTC: what a reader wants to see
+    of when a label was set, without microseconds."""
+    if value is None or value == "":
+        return ""
+    try:
+        if isinstance(value, datetime):
+            moment = value
+        elif isinstance(value, int | float):
+            moment = datetime.fromtimestamp(value, UTC)
+        else:
+            moment = datetime.fromisoformat(str(value))
+    except ValueError:
+        return str(value)
+    if moment.tzinfo is not None:
+        moment = moment.astimezone(UTC)
+    return moment.strftime("%Y-%m-%d %H:%M UTC")
+
+
 ENV.filters["fmt"] = _fmt
+ENV.filters["when"] = _when
 
 
 def html(template: str, status_code: int = 200, **context: Any) -> Response[Any]:

@@ -17,10 +17,13 @@ from litestar.di import Provide
 from litestar.exceptions import HTTPException, NotFoundException, PermissionDeniedException, ValidationException
 from litestar.response import Redirect
 from litestar.static_files import create_static_files_router
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import TimeoutError as RedisTimeoutError
 
 from juiz.runtime.errors import InputError
 from juiz.runtime.settings import Settings
 from service.errors import http_exception as api_http_exception
+from service.errors import redis_down as api_redis_down
 from service.ui.annotate import AnnotationController
 from service.ui.batch_list import BatchListController
 from service.ui.batch_page import BatchPageController
@@ -110,6 +113,25 @@ def http_exception(request: Request[Any, Any, Any], exc: HTTPException) -> Respo
     return api_http_exception(request, exc)
 
 
+def _store_down(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
+    """Redis unreachable: the API's message, as a page (the API answers the same with JSON)."""
+    log.error("Redis unreachable: %s", exc)
+    retry_after = request.app.state.settings.retry_after_s
+    response = _error_page(
+        503, "The store is unreachable", f"The queue store (Redis) is unreachable; try again in {retry_after} s."
+    )
+    response.headers["Retry-After"] = str(retry_after)
+    return response
+
+
+def redis_down(request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
+    """The app-wide Redis handler: a path under /ui (met before its router's handlers, e.g. in a middleware) gets
+    the page; the API its JSON."""
+    if request.url.path == UI_PATH or request.url.path.startswith(f"{UI_PATH}/"):
+        return _store_down(request, exc)
+    return api_redis_down(request, exc)
+
+
 def ui_router(settings: Settings) -> Router:
     static = create_static_files_router(
         path="/static", directories=[STATIC], name="ui-static", cache_control=CacheControlHeader(max_age=3600)
@@ -138,6 +160,8 @@ def ui_router(settings: Settings) -> Router:
             InputError: _input,
             ValidationException: _invalid,
             HTTPException: _http,
+            RedisConnectionError: _store_down,
+            RedisTimeoutError: _store_down,
         },
         include_in_schema=False,
     )

@@ -90,6 +90,11 @@ class Session:
     id: str
     tenant: str
     csrf: str  # this request's CSRF token, for the page's forms
+    annotator: str = ""  # whose labels this user sets: the key's name, or the name given on an open API's page
+
+    @property
+    def author(self) -> str:
+        return self.annotator or self.tenant
 
 
 def _digest(session_id: str) -> str:
@@ -226,7 +231,7 @@ def require(request: Request[Any, Any, Any]) -> Session:
     tenants = request.app.state.tenants_by_key
     valid = (tenant in tenants.values()) if tenants else tenant == OPEN_TENANT
     if isinstance(tenant, str) and valid and isinstance(at, float | int) and time.time() - at < SESSION_TTL_S:
-        return Session(request.get_session_id() or "", tenant, _csrf_token(request))
+        return Session(request.get_session_id() or "", tenant, _csrf_token(request), str(data.get("annotator") or ""))
     if open_api(request):
         request.set_session({"tenant": OPEN_TENANT, "at": time.time()})
         return Session(request.get_session_id() or "", OPEN_TENANT, _csrf_token(request))
@@ -235,10 +240,20 @@ def require(request: Request[Any, Any, Any]) -> Session:
     raise SignInRequired
 
 
-def sign_in(request: Request[Any, Any, Any], tenant: str) -> None:
-    """A new session for the tenant, under a new id (whatever id the browser had)."""
-    request.set_session({"tenant": tenant, "at": time.time()})
+def sign_in(request: Request[Any, Any, Any], tenant: str, annotator: str = "") -> None:
+    """A new session for the tenant, under a new id (whatever id the browser had), labelling as `annotator`."""
+    request.set_session({"tenant": tenant, "at": time.time(), "annotator": annotator})
     request.scope["state"][_RENEW] = True
+
+
+MAX_NAME_CHARS = 64
+
+
+def name_annotator(request: Request[Any, Any, Any], name: str) -> None:
+    """On an open API the page's user names themself (there is no key to name them): their labels carry it."""
+    name = " ".join(name.split())[:MAX_NAME_CHARS]
+    if name and open_api(request):
+        request.session["annotator"] = name
 
 
 def sign_out(request: Request[Any, Any, Any]) -> None:

@@ -50,7 +50,7 @@ class SignInController(Controller):
         tenant = tenant_for(key, request.app.state.tenants_by_key) if key else None
         if tenant is None:
             return html("signin.html", error="That API key is not known.", status_code=401, next=back)
-        session.sign_in(request, tenant)
+        session.sign_in(request, tenant, request.app.state.annotators_by_key.get(key, tenant))
         return Redirect(back or "/ui/batches", status_code=303)
 
     @post("/signout", status_code=303, sync_to_thread=False)

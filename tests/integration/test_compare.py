@@ -46,17 +46,20 @@ def test_compare_two_runs_over_the_api(client: TestClient[Litestar], settings: S
     assert "compareBatches" in client.get("/schema/openapi.json").text
 
 
+LINK = r'ib=\d+" data-testid="side-by-side">(t\d+)</a>'
+
+
 def test_compare_page_lists_the_changed_items_sortable(
     client: TestClient[Litestar], settings: Settings, run_worker: Any
 ) -> None:
     a, b = two_runs(client, settings, run_worker)
     page = client.get("/ui/compare", params={"a": a, "b": b, "sort": "id", "dir": "asc"})
     assert page.status_code == 200
-    assert re.findall(r'/items/\d+">(t\d+)</a>', page.text) == ["t0", "t1"]
+    assert re.findall(LINK, page.text) == ["t0", "t1"]
     by_delta = client.get("/ui/compare", params={"a": a, "b": b, "sort": "delta", "dir": "desc"}).text
-    assert re.findall(r'/items/\d+">(t\d+)</a>', by_delta) == ["t0", "t1"]
+    assert re.findall(LINK, by_delta) == ["t0", "t1"]
     by_delta_asc = client.get("/ui/compare", params={"a": a, "b": b, "sort": "delta", "dir": "asc"}).text
-    assert re.findall(r'/items/\d+">(t\d+)</a>', by_delta_asc) == ["t1", "t0"]
+    assert re.findall(LINK, by_delta_asc) == ["t1", "t0"]
     assert "<svg" in page.text and 'data-testid="compare-agreement"' in page.text
     # The intervals come from a background bootstrap; the stats alone answer 202 until they are in.
     assert client.get("/ui/compare/stats", params={"a": a, "b": b}).status_code in (200, 202)
@@ -75,3 +78,31 @@ def test_the_sync_client_compares_and_renames(
     report = juiz.compare(a, b, resamples=0)
     assert report.shared == 8 and {i.id for i in report.changed} == {"t0", "t1"}
     assert juiz.rename(b, "re-run").name == "re-run" and juiz.batch(b).name == "re-run"
+
+
+def test_compare_page_differences_mcnemar_filters_side_by_side_and_picker(
+    client: TestClient[Litestar], settings: Settings, run_worker: Any
+) -> None:
+    a, b = two_runs(client, settings, run_worker)
+    page = client.get("/ui/compare", params={"a": a, "b": b}).text
+    # The page compares b's items with a's labels (by id): t0 and t1 moved from I and P to C, toward the label C.
+    assert 'data-testid="difference-accuracy">+0.250' in page and "paired 95% CI" in page
+    assert "a right only 0, b right only 2, p = 0.5" in page
+    expected = {"fixed": ["t0", "t1"], "regressed": [], "unchanged": [f"t{n}" for n in range(2, 8)]}
+    for show, ids in {**expected, "changed": ["t0", "t1"]}.items():
+        listed = client.get("/ui/compare", params={"a": a, "b": b, "show": show, "sort": "id", "dir": "asc"}).text
+        assert re.findall(LINK, listed) == ids, show
+    side = re.search(r'href="(/ui/compare/item\?[^"]+)"', page).group(1).replace("&amp;", "&")  # type: ignore[union-attr]
+    both = client.get(side)
+    assert (
+        both.status_code == 200 and 'data-testid="judge-a">I<' in both.text and 'data-testid="judge-b">C<' in both.text
+    )
+
+    # The picker: name, date, how many graded, options; a run with nothing graded can't be picked.
+    cancelled = client.post("/v1/batches", json={"items": triples(2, start=40)}).json()["id"]
+    assert client.delete(f"/v1/batches/{cancelled}").status_code == 200
+    picker = client.get("/ui/compare").text
+    assert re.search(rf'<option value="{cancelled}" disabled>.*nothing graded', picker)
+    assert re.search(rf'<option value="{a}">.* UTC · 8 of 8 graded · ', picker)
+    refused = client.get("/ui/compare", params={"a": a, "b": cancelled})
+    assert refused.status_code == 422 and "nothing graded" in refused.text

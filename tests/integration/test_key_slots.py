@@ -68,6 +68,7 @@ def test_every_script_but_the_listed_ones_keeps_to_one_slot(
     run_worker(settings)  # claims with coalescing across both batches, stores, finishes
     assert (store.get_batch(graded.id) or graded).status.value == "done"
     store.set_manual_label(graded.id, 0, "PC", "reader", 1.0)
+    assert store.annotations.take_lease(graded.id, 0, "reader", 1, 60.0, 1.0)  # the label queue's lease on an item
     assert len(store.results_uncertain_first(graded.id, 0, 5)) == 5
     cancelled, _ = store.create_batch("t1", BatchOptions(), as_triples[:4])
     store.mark_running(cancelled.id)

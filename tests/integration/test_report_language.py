@@ -40,11 +40,11 @@ def test_the_report_follows_the_batchs_language(
 ) -> None:
     pt = graded_report(client, settings, run_worker, {"items": portuguese(2)})
     assert pt.startswith("**Pergunta 1**: O que a aula") and pt.count("**Anotação manual**: C") == 2
-    assert "**Segmentos recuperados pelo E5**:\n(sem contexto)" in pt and "Question" not in pt
+    assert "**Segmentos recuperados**:\n(sem contexto)" in pt and "Question" not in pt
 
     en = graded_report(client, settings, run_worker, {"items": triples(2, prefix="e")})
     assert en.startswith("**Question 1**: What does the lecture say") and en.count("**Manual label**: C") == 2
-    assert "**Segments retrieved by E5**:\n- *Transcript:* Transcript about topic 0." in en
+    assert "**Retrieved segments**:\n- *Text:* Transcript about topic 0." in en
     assert "Pergunta" not in en and "Anotação" not in en
 
     # The batch's lang option decides over the items' own language.

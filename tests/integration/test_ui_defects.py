@@ -136,29 +136,26 @@ def test_a_batch_served_from_the_cache_shows_no_pace(
     assert first != again
 
 
-def test_an_overwrite_of_a_label_set_meanwhile_is_visible(
-    make_client: MakeClient, keyed: Settings, run_worker: Any
+def test_a_label_set_meanwhile_by_another_annotator_is_kept_beside_ones_own(
+    make_client: MakeClient, redis_url: str, run_worker: Any
 ) -> None:
-    """Two readers on one item: the second save wins (last write), and its page says whose label it replaced."""
-    first, second = make_client(keyed), make_client(keyed)
+    """Two readers on one item: each saves their own label; neither replaces the other's (formerly: last write won)."""
+    team = make_settings(redis_url, api_keys=f"team/alice:{KEYS['alice']},team/bob:{KEYS['bob']}")
+    first, second = make_client(team), make_client(team)
     batch_id = submit(first, KEYS["alice"], triples(2, label=None))
-    run_worker(keyed)
+    run_worker(team)
     sign_in(first, "alice")
-    sign_in(second, "alice")
+    sign_in(second, "bob")
     url = f"/ui/batches/{batch_id}/items/0"
     seen_by_second = second.get(url).text
     csrf_first = csrf_of(first.get(url).text)
-    assert (
-        first.post(f"{url}/label", data={"_csrf_token": csrf_first, "manual_label": "P", "seen": ""}).status_code == 200
-    )
-    seen = re.search(r'name="seen" value="([^"]*)"', seen_by_second).group(1)  # type: ignore[union-attr]
-    saved = second.post(
-        f"{url}/label", data={"_csrf_token": csrf_of(seen_by_second), "manual_label": "C", "seen": seen}
-    ).text
-    assert 'data-testid="conflict"' in saved and "replaced the label P that alice set" in saved
-    assert 'data-testid="manual-label">C' in saved
-    again = first.post(f"{url}/label", data={"_csrf_token": csrf_first, "manual_label": "C", "seen": ""}).text
-    assert 'data-testid="conflict"' not in again  # the same label again is no conflict
+    assert first.post(f"{url}/label", data={"_csrf_token": csrf_first, "manual_label": "P"}).status_code == 200
+    saved = second.post(f"{url}/label", data={"_csrf_token": csrf_of(seen_by_second), "manual_label": "C"}).text
+    assert 'data-annotator="alice"><strong>alice</strong>: P' in saved
+    assert 'data-annotator="bob"><strong>bob</strong>: C' in saved
+    assert 'data-testid="manual-label">none' in saved  # one each: a majority tie gives no reference label
+    again = first.post(f"{url}/label", data={"_csrf_token": csrf_first, "manual_label": "C"}).text
+    assert 'data-annotator="alice"><strong>alice</strong>: C' in again and 'data-testid="manual-label">C' in again
 
 
 def test_batch_names_from_the_file_editable_on_the_page_and_over_the_api(
@@ -221,7 +218,8 @@ def test_the_item_page_shows_a_check_based_metrics_checks(
     metric["checks"] = [
         {"name": "attempts_answer", "question": "Does it <try> to answer?", "role": "veto", "p_yes": 0.91,
          "mass": 0.99, "status": "ok"},
-        {"name": "complete", "question": "Is it complete?", "role": "core", "status": "low_mass"},
+        {"name": "complete", "question": "Is it complete?", "role": "core", "status": "low_mass",
+         "target": "It lasts <16> weeks."},
         {"name": "to_grader", "question": "Is it for the grader?", "role": "veto", "p_yes": 0.2, "mass": 0.99,
          "yes_means": "bad", "status": "ok", "target": "Score: <b>3</b>"},
     ]  # fmt: skip
@@ -229,18 +227,16 @@ def test_the_item_page_shows_a_check_based_metrics_checks(
     page = client.get(f"/ui/batches/{batch_id}/items/0").text
     table = page[page.index('data-testid="checks"') :]
     rows = re.findall(
-        r"<tr><td class=\"mono\">(\w+).*?</td><td>(.*?)</td>\s*<td class=\"num\">([\d.–]+)</td>", table, re.S
+        r"<tr><td class=\"mono\">(\w+).*?</td><td>(.*?)</td><td class=\"text\" data-testid=\"check-target\">"
+        r"(.*?)</td>\s*<td class=\"num\">([\d.–]+)</td>",
+        table,
+        re.S,
     )
     assert rows == [
-        ("attempts_answer", "Does it &lt;try&gt; to answer?", "0.91"),
-        ("complete", "Is it complete?", "–"),
-        (
-            "to_grader",
-            'Is it for the grader?<br><span class="muted" data-testid="check-target">'
-            "about: “Score: &lt;b&gt;3&lt;/b&gt;”</span>",
-            "0.20",
-        ),
-    ]  # a per-sentence check shows the sentence it asked about, as text
+        ("attempts_answer", "Does it &lt;try&gt; to answer?", "the whole answer", "0.91"),
+        ("complete", "Is it complete?", "It lasts &lt;16&gt; weeks.", "–"),  # the sentence it asked about
+        ("to_grader", "Is it for the grader?", "the whole answer", "0.20"),
+    ]
     assert "low_mass" in table
     # a check asked so that yes means bad says so beside its P(yes); the others don't
     rows_html = table[: table.index("</table>")]

@@ -102,7 +102,7 @@ def test_failed_round_trips_with_error_and_question_numbers(tmp_path: Path) -> N
     failed = judgement(JudgementStatus.FAILED, error="input too long: 9000 tokens", manual_label=3, context=None)
     plain = judgement(context="Contexto como texto simples.", question_number=43, references=["- [Vídeo]()", "url"])
     rendered = render_report([failed, plain])
-    assert "**Segmentos recuperados pelo E5**:\n(sem contexto)\n" in rendered
+    assert "**Segmentos recuperados**:\n(sem contexto)\n" in rendered  # no retriever named where there was none
     assert "**Answer Relevance (AR)**: n/a (failed)\n" in rendered
     assert "**Referências**:\n- [Vídeo]()\n- url\n" in rendered
     assert rendered.count("**Referências**") == 1  # no references, no heading
@@ -239,3 +239,14 @@ def test_a_report_is_read_in_the_language_of_its_first_question_heading(tmp_path
         path.write_text(text, encoding="utf-8")
         [triple] = read_triples(path)
         assert triple.question == "Q?" and triple.answer.endswith("2**: not an item"), name
+
+
+def test_a_context_not_from_the_seeds_retriever_is_named_neutrally_and_read_back(tmp_path: Path) -> None:
+    plain = english().model_copy(update={"context": "A passage of a PDF."})
+    rendered = render_report([plain])
+    assert "**Retrieved segments**:\n- *Text:* A passage of a PDF." in rendered
+    assert "E5" not in rendered and "Transcript" not in rendered
+    path = tmp_path / "report.txt"
+    path.write_text(rendered, encoding="utf-8")
+    (back,) = read_triples(path)
+    assert [s.text for s in back.context] == ["A passage of a PDF."]  # type: ignore[union-attr]

@@ -55,6 +55,27 @@
     document.querySelector("main").prepend(banner);
   }
 
+  // The store (Redis) is away: the page says so (it shows what it had, and updates again once the store is back).
+  function storeDown(down) {
+    const shown = document.getElementById("store-down");
+    if (!down) {
+      if (shown) {
+        shown.remove();
+      }
+      return;
+    }
+    if (shown) {
+      return;
+    }
+    const banner = document.createElement("p");
+    banner.id = "store-down";
+    banner.className = "error banner";
+    banner.setAttribute("role", "alert");
+    banner.textContent =
+      "The store (Redis) is unreachable: this page shows what it had and updates again once the store is back.";
+    document.querySelector("main").prepend(banner);
+  }
+
   // Our own fetches: marked, so a lost session answers 401 instead of a redirect to the sign-in form.
   function get(url, accept) {
     return fetch(url, { credentials: "same-origin", headers: { Accept: accept, "X-Juiz-Fetch": "1" } }).then(
@@ -104,18 +125,18 @@
       get(url, "application/json")
         .then((response) => (response.ok ? response.json() : Promise.reject(response.status)))
         .then((data) => {
+          storeDown(false);
           fill(element, data);
           if (element.hasAttribute("data-live-url")) {
             refresh(element, data);
           }
-          if (data.terminal) {
-            return;
-          }
-          window.setTimeout(tick, POLL_MS);
+          // Over: checked now and then only, so an open page still learns that the store went away.
+          window.setTimeout(tick, data.terminal ? POLL_MS * 10 : POLL_MS);
         })
         .catch((status) => {
           if (status !== 401) {
-            window.setTimeout(tick, POLL_MS * 5);
+            storeDown(status === 503 || typeof status !== "number");
+            window.setTimeout(tick, POLL_MS * 2);
           }
         });
     };
@@ -181,6 +202,75 @@
     });
   }
 
+  // A label being saved survives a store outage: the form is sent by the page; while the store (Redis) is away
+  // (503, or no answer) the label is kept in the page, a notice says so, and it is sent again every few seconds
+  // until it is stored. Then the page goes where the form would have gone.
+  const RETRY_MS = 2000;
+  function keepLabel(form) {
+    let pending = null;
+    form.addEventListener("submit", (event) => {
+      event.preventDefault();
+      if (pending) {
+        return;
+      }
+      const body = new URLSearchParams(new FormData(form, event.submitter));
+      const label = body.get("label") || body.get("manual_label") || "";
+      pending = body;
+      const send = () => {
+        // getAttribute: the queue's form has a field named "action", which `form.action` would return instead
+        fetch(form.getAttribute("action"), {
+          method: "POST",
+          body: pending,
+          credentials: "same-origin",
+          headers: { "X-Juiz-Fetch": "1" },
+        })
+          .then((response) => {
+            if (response.status === 503) {
+              return Promise.reject(503);
+            }
+            if (response.status === 401) {
+              signedOut();
+              return Promise.reject(401);
+            }
+            pending = null; // stored: leaving the page now loses nothing (no "leave the page?" prompt)
+            document.getElementById("label-kept")?.remove();
+            window.location.assign(response.url);
+            return null;
+          })
+          .catch((status) => {
+            if (status === 401) {
+              pending = null;
+              return;
+            }
+            notice(label);
+            window.setTimeout(send, RETRY_MS);
+          });
+      };
+      send();
+    });
+    window.addEventListener("beforeunload", (event) => {
+      if (pending) {
+        event.preventDefault();
+      }
+    });
+  }
+
+  function notice(label) {
+    let banner = document.getElementById("label-kept");
+    if (!banner) {
+      banner = document.createElement("p");
+      banner.id = "label-kept";
+      banner.className = "error banner";
+      banner.setAttribute("role", "alert");
+      document.querySelector("main").prepend(banner);
+    }
+    banner.textContent =
+      "The store (Redis) is unreachable: your label " +
+      label +
+      " is kept in this page and saved as soon as the store is back (trying again every few seconds). " +
+      "Keep this page open.";
+  }
+
   // The upload's name field follows the chosen file (its name without the suffix) until someone types their own
   // (a name sent back with a refused upload's form is theirs too: kept).
   function nameFromFile(field) {
@@ -209,5 +299,6 @@
     document.querySelectorAll("form[data-confirm]").forEach(confirmFirst);
     document.querySelectorAll("[data-queue-keys]").forEach(queueKeys);
     document.querySelectorAll("input[data-name-from]").forEach(nameFromFile);
+    document.querySelectorAll("form[data-keep-label]").forEach(keepLabel);
   });
 })();
