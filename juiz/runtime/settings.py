@@ -169,10 +169,10 @@ class Settings(BaseSettings):
     )
     llamacpp_threads: int = Field(0, ge=0, description="llamacpp back end: compute threads; 0: one per core.")
     llamacpp_cache_ram_mib: int = Field(
-        256,
+        2048,
         ge=0,
-        description="llamacpp back end: host memory (MiB) keeping prompts a slot swapped out, to be reused later; "
-        "0: none.",
+        description="llamacpp back end: host memory (MiB) keeping prompts a slot swapped out, to be reused later "
+        "(the 1.5B judge's KV is ~28 KB a token: a 4.7k-token item ~130 MB); 0: none.",
     )
     cpu_kv_cache_gib: int = Field(
         2,
