@@ -27,7 +27,7 @@ from juiz.formats.progress_line import BatchProgressPrinter
 from juiz.formats.readers import read_triples, write_judgements
 from juiz.formats.report import write_report
 from juiz.runtime.errors import InputError
-from juiz.runtime.processes import child, free_port, private_redis, redis_pings, wait_until
+from juiz.runtime.processes import child, free_port, private_redis, redis_pings, stopped_on_sigterm, wait_until
 from juiz.runtime.settings import Settings
 from schemas import Judgement, Triple
 
@@ -73,6 +73,7 @@ def run_demo(seeds_dir: Path = SEEDS, out: TextIO = sys.stdout) -> int:
     triples: list[Triple] = [t for path in files for t in read_triples(path)]
 
     with ExitStack() as stack:
+        stack.enter_context(stopped_on_sigterm())
         workdir = Path(tempfile.mkdtemp(prefix="juiz-demo-"))  # kept: the logs of what ran
         redis_url = stack.enter_context(redis_at(settings.redis_url, workdir, out))
         name, key, port = f"juiz-demo-{secrets.token_hex(3)}", secrets.token_urlsafe(16), free_port()

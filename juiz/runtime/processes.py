@@ -11,6 +11,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -67,6 +68,24 @@ def child(name: str, command: Sequence[str], env: dict[str, str], log: Path) -> 
             yield Child(name, process, log)
         finally:
             stop(process)
+
+
+@contextmanager
+def stopped_on_sigterm() -> Iterator[None]:
+    """A SIGTERM to this process unwinds it like Ctrl-C, so the `child` contexts stop their groups on the way out:
+    Python's default SIGTERM ends the process at once, leaving its children (a worker holding the judge) running."""
+
+    def unwind(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    if threading.current_thread() is not threading.main_thread():  # only the main thread may set a handler
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, unwind)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def stop(process: subprocess.Popen[bytes]) -> None:
