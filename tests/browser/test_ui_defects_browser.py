@@ -165,6 +165,8 @@ def test_label_ten_items_through_the_queue_with_the_keyboard_only(
     assert driver.switch_to.active_element == size
     ActionChains(driver).send_keys(Keys.HOME).perform()  # the focused select's first option: 10
     assert Select(size).first_selected_option.text == "10"
+    ActionChains(driver).send_keys(Keys.TAB).perform()  # annotators per item: keep 1
+    assert driver.switch_to.active_element == driver.find_element(By.ID, "q-k")
     ActionChains(driver).send_keys(Keys.TAB).send_keys(Keys.ENTER).perform()
     progress = (By.CSS_SELECTOR, '[data-testid="queue-progress"]')
     wait.until(ec.text_to_be_present_in_element(progress, "0 of 10 labelled"))

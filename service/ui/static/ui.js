@@ -93,11 +93,15 @@
   // that move — scores, agreement, the items table under this page's own filters, rendered and escaped by the
   // server — and swap them in place. No reload: the scroll position, open <details> elsewhere and focus stay.
   let shownDone = null;
+  let shownTerminal = false;
   function refresh(element, data) {
-    if (data.done === shownDone && !data.terminal) {
+    // Once over, the page is refreshed once: later ticks only watch the store (a refresh would put back the
+    // agreement section's pending state after its intervals were swapped in).
+    if (data.done === shownDone && (!data.terminal || shownTerminal)) {
       return;
     }
     shownDone = data.done;
+    shownTerminal = Boolean(data.terminal);
     get(element.getAttribute("data-live-url") + window.location.search, "application/json")
       .then((response) => (response.ok ? response.json() : Promise.reject(response.status)))
       .then((parts) => {
