@@ -134,6 +134,7 @@ class BatchPageController(Controller):
             agreement_error=error,
             heat_map=None if report is None else charts.heat_map(report.confusion_matrix, report.classes),
             judge_source=judge_source(index),
+            judge_label_text=judge_label_source(index.mapping, judge_source(index) == VERDICT),
         )
 
 

@@ -10,7 +10,6 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import pytest
 from PIL import Image
 from selenium.common.exceptions import NoAlertPresentException, StaleElementReferenceException, TimeoutException
 from selenium.webdriver.common.by import By
@@ -106,11 +105,6 @@ def agreement_cell(driver: WebDriver) -> str:
     return f"{n} | {row.find_element(By.TAG_NAME, 'td').text}"
 
 
-@pytest.mark.xfail(
-    reason="since the team-labels merge the finished batch page's agreement section stays pending in the browser "
-    "(its data-agreement-url never goes); the agreement endpoint itself answers (tests/integration)",
-    strict=False,
-)
 def test_sign_in_upload_watch_label_and_xss(
     browser: WebDriver, stack: Stack, screenshots: Path, tmp_path: Path
 ) -> None:

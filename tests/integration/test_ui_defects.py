@@ -235,7 +235,7 @@ def test_the_item_page_shows_a_check_based_metrics_checks(
     assert rows == [
         ("attempts_answer", "Does it &lt;try&gt; to answer?", "the whole answer", "0.91"),
         ("complete", "Is it complete?", "It lasts &lt;16&gt; weeks.", "–"),  # the sentence it asked about
-        ("to_grader", "Is it for the grader?", "the whole answer", "0.20"),
+        ("to_grader", "Is it for the grader?", "Score: &lt;b&gt;3&lt;/b&gt;", "0.20"),  # the sentence, as text
     ]
     assert "low_mass" in table
     # a check asked so that yes means bad says so beside its P(yes); the others don't
