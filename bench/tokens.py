@@ -245,10 +245,9 @@ def _question_in(conversation: list[dict[str, str]], reference_of: dict[str, str
 
 def _owners(triples: Sequence[Any], options: Any, reference_of: dict[str, str]) -> dict[str, tuple[str, str, str, str]]:
     """Rendered conversation → (item, metric, check, kind): every item's plan, asked as the judge asks it."""
-    import prompts
     from juiz.engines.fake import FakeEngine
     from juiz.judging.checks import CheckJob
-    from juiz.judging.judge import NO_CONTEXT, context_segments
+    from juiz.judging.judge import context_segments, shown_context
     from juiz.judging.plan import plan_item
 
     engine = FakeEngine(lambda _: "")
@@ -257,7 +256,7 @@ def _owners(triples: Sequence[Any], options: Any, reference_of: dict[str, str]) 
         segments = context_segments(t.context)
         for metric, chosen in plan_item(options, t.question, engine).items():
             fields = {"question": t.question, "answer": t.answer}
-            fields["context"] = prompts.format_context(segments) if segments else NO_CONTEXT
+            fields["context"] = shown_context(t, segments, options.context_chars)
             job = CheckJob.plan(i, metric, chosen.template, fields, segments)
             if job.needs_reference:
                 key = json.dumps(job.reference_conversation(), ensure_ascii=False)

@@ -21,13 +21,14 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-import prompts
 from juiz.engines.base import CANCELLED, CallControl, Completion, Conversation, GenerationRequest, JudgeEngine, aborted
 from juiz.judging.checks import CHECK_REQUEST, Ask, CheckJob, read_check, reference_text
 from juiz.judging.judgements import finished, judgement_of
 from juiz.judging.metric_results import checks_result, parsed_fields, rounded, sampled_fields
-from juiz.judging.plan import COT_REQUEST, FAST_REQUEST, SEGMENT_COT_REQUEST, ItemPlan, plan_item
+from juiz.judging.passages import numbered, within_budget
+from juiz.judging.plan import COT_REQUEST, FAST_REQUEST, SEGMENT_COT_REQUEST, ItemPlan, plan_item, shows_context
 from juiz.judging.progress import Progress
+from juiz.judging.sentences import MIN_WORDS, split_sentences
 from juiz.runtime.errors import EngineDeadError, TransientEngineError
 from schemas import BatchOptions, Judgement, Provenance, Segment, Triple
 from schemas.judgement import NEEDS_CONTEXT, CheckResult, MetricResult, MetricStatus, SegmentGrade
@@ -47,6 +48,15 @@ def context_segments(context: str | list[Segment] | None) -> list[str]:
     if isinstance(context, str):
         return [context] if context.strip() else []
     return [s.text for s in context if s.text.strip()]
+
+
+def shown_context(triple: Triple, segments: list[str], budget_chars: int | None) -> str:
+    """The context as the judge is shown it: numbered segments, cut to the budget by what the question and the
+    answer's sentences are about (juiz.judging.passages)."""
+    if not segments:
+        return NO_CONTEXT
+    queries = [triple.question, *split_sentences(triple.answer, MIN_WORDS)]
+    return numbered(segments, within_budget(segments, queries, budget_chars))
 
 
 @dataclass(frozen=True)
@@ -162,10 +172,10 @@ class Judge:
                         tasks.append(_Task(i, metric, n, conversation, request, chosen.provenance))
                     continue
                 fields = {"question": triple.question, "answer": triple.answer}
-                if metric == "groundedness" or template.kind == "checks":
+                if shows_context(metric, template):
                     # Check prompts of every metric show the same item (the context too), so one cached prefix serves
                     # all of an item's checks, whatever the metric.
-                    fields["context"] = prompts.format_context(segments) if segments else NO_CONTEXT
+                    fields["context"] = shown_context(triple, segments, options.context_chars)
                 if template.kind == "checks":
                     job = CheckJob.plan(i, metric, template, fields, segments, chosen.info_checks)
                     jobs.append((job, chosen.provenance))
