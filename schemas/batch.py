@@ -82,8 +82,8 @@ class BatchOptions(BaseModel):
         ge=200,
         le=1_000_000,
         description="The most characters of an item's context the judge is shown (~4 characters a token). A longer "
-        "context is cut to the segments the question and each sentence of the answer are most about, kept with their "
-        "numbers; null shows every segment (a retriever's top-k at full cost).",
+        "context is cut to the segments the question is most about, kept with their numbers (a sentence's support is "
+        "still checked against the segments it is about, from every segment); null shows every segment.",
     )
     calibration: CalibrationSpec | None = Field(
         default=None,

@@ -28,7 +28,6 @@ from juiz.judging.metric_results import checks_result, parsed_fields, rounded, s
 from juiz.judging.passages import numbered, within_budget
 from juiz.judging.plan import COT_REQUEST, FAST_REQUEST, SEGMENT_COT_REQUEST, ItemPlan, plan_item, shows_context
 from juiz.judging.progress import Progress
-from juiz.judging.sentences import MIN_WORDS, split_sentences
 from juiz.runtime.errors import EngineDeadError, TransientEngineError
 from schemas import BatchOptions, Judgement, Provenance, Segment, Triple
 from schemas.judgement import NEEDS_CONTEXT, CheckResult, MetricResult, MetricStatus, SegmentGrade
@@ -51,12 +50,13 @@ def context_segments(context: str | list[Segment] | None) -> list[str]:
 
 
 def shown_context(triple: Triple, segments: list[str], budget_chars: int | None) -> str:
-    """The context as the judge is shown it: numbered segments, cut to the budget by what the question and the
-    answer's sentences are about (juiz.judging.passages)."""
+    """The context as the judge is shown it: numbered segments, cut to the budget by what the question is about
+    (juiz.judging.passages). Not by the answer: the judge's reference is written from this context without the
+    answer, and every answer to a question shares its prefix and its reference; a sentence's own passage, for the
+    support checks, is chosen from every segment."""
     if not segments:
         return NO_CONTEXT
-    queries = [triple.question, *split_sentences(triple.answer, MIN_WORDS)]
-    return numbered(segments, within_budget(segments, queries, budget_chars))
+    return numbered(segments, within_budget(segments, [triple.question], budget_chars))
 
 
 @dataclass(frozen=True)

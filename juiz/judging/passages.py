@@ -7,10 +7,10 @@ same sentence beside the few segments that share its words, with worked examples
 segments only (no stop-word list, so any language works), and shown in the context's order with the numbers they have
 there. Deterministic: the same item always gives the same passages.
 
-A context longer than the batch's budget (`BatchOptions.context_chars`) is cut to the segments the question and each
-sentence of the answer are most about, taken in turns so that every claim's best evidence comes before any claim's
-second best. The judge's cost is its prompt tokens, and a retriever's top-k segments (the seeds carry ten transcript
-excerpts, ~4,700 tokens) mostly say what the answer does not use.
+A context longer than the batch's budget (`BatchOptions.context_chars`) is cut to the segments the question is most
+about (`within_budget` takes several queries in turns, each one's best before any one's second best). The judge's
+cost is its prompt tokens, and a retriever's top-k segments (the seeds carry ten transcript excerpts, ~4,700 tokens)
+mostly say what the question does not ask.
 """
 
 from __future__ import annotations

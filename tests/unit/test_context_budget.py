@@ -1,4 +1,4 @@
-"""A context longer than the batch's budget is cut to what the question and the answer's sentences are about."""
+"""A context longer than the batch's budget is cut to what the question is about."""
 
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ def test_a_context_within_the_budget_is_shown_whole() -> None:
     assert shown_context(TRIPLE, segments, 100_000) == prompts.format_context(segments)
 
 
-def test_a_long_context_keeps_each_claims_evidence_with_its_numbers() -> None:
+def test_a_long_context_keeps_the_questions_segments_with_their_numbers() -> None:
     segments = context_segments(TRIPLE.context)
     budget = len(SEGMENTS[1]) + len(SEGMENTS[3]) + 10
     shown = shown_context(TRIPLE, segments, budget)
@@ -42,6 +42,8 @@ def test_a_long_context_keeps_each_claims_evidence_with_its_numbers() -> None:
     assert "\n\n[4] Indexes also take disk space" in shown
     assert "[1]" not in shown and "[3]" not in shown and "[5]" not in shown
     assert len(shown) < sum(len(s) for s in SEGMENTS) / 2
+    other_answer = TRIPLE.model_copy(update={"answer": "The weather was nice."})
+    assert shown_context(other_answer, segments, budget) == shown  # one context (and prefix) for every answer
 
 
 def test_every_query_gets_its_best_segment_before_any_gets_its_second() -> None:
