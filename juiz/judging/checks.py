@@ -3,16 +3,16 @@
 A check-based prompt asks narrow questions, each answered with one token, and reads P(yes) from the probabilities of
 the yes and no tokens (`GenerationRequest.word_groups`; the in-process engine reads them by token id, never from a
 truncated top-k). Checks may be asked per sentence of the answer (juiz.judging.sentences), against a reference the
-judge first writes itself from the context (one greedy reply per distinct question and context), or per point of that
-reference (its lines): "does the answer state this point?", which tells a complete answer from one that gives a part.
+judge first
+writes itself from the context (one greedy reply per distinct question and context), or per point of that reference
+(its lines): "does the answer state this point?", which tells a complete answer from one that gives a part.
 
 Every check of an item starts with the same system message and item text, so with the engine's prefix cache an
 item's K checks cost about one prefill. That only holds if the item's prefix is cached before its checks are
-scheduled: requests scheduled in the same step all compute it. So the judge sends each prefix's first check at the
-head of a call and the rest after, in three calls (`Judge`): the checks that need no reference (one token each, so
-progress moves from the start; they cache every item's prefix), the references (which reuse it when written under the
-prompt's own system message), then the checks asked of a reference. Info checks the rule never reads are asked only
-when a calibration reads them (`rule_reads`).
+scheduled: requests scheduled in the same step all compute it. So the judge sends the references first (which share
+the item's prefix up to the context when written under the prompt's own system message), then every check in one call,
+each item's first check at its head and the rest after (`Judge`). Info checks the rule never reads are asked only when
+a calibration reads them (`rule_reads`).
 `juiz.judging.check_rule` turns the results into a grade.
 """
 
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Literal
 
 import prompts
 from juiz.engines.base import Completion, Conversation, GenerationRequest
@@ -57,10 +56,6 @@ def info_only(template: prompts.PromptTemplate) -> list[str]:
     """The info checks the rule never reads (`rule_reads`), in the prompt's order."""
     read = rule_reads(template)
     return [c.name for c in template.checks if c.name not in read]
-
-
-# Which of a job's checks `CheckJob.asks` returns: all, those that need no reference, those asked of the reference.
-AskedPart = Literal["all", "direct", "reference"]
 
 
 @dataclass(frozen=True)
@@ -147,17 +142,13 @@ class CheckJob:
         return self.sentences.get(check.min_words or MIN_WORDS, [])
 
     def asks(
-        self, reference: str | None, no_reference: str = "no reference answer", part: AskedPart = "all"
+        self, reference: str | None, no_reference: str = "no reference answer"
     ) -> tuple[list[Ask], list[CheckResult]]:
         """The conversations to generate, and the checks that can't be asked (no reference: `no_reference` says why,
-        e.g. the reference's request was cancelled) as failed results. `part`: every check, only those that need no
-        reference (`direct`), or only those asked of the reference."""
+        e.g. the reference's request was cancelled) as failed results."""
         asks: list[Ask] = []
         unasked: list[CheckResult] = []
         for check in self.checks:
-            of_reference = check.ask in ("with_reference", "per_point")
-            if (part == "direct" and of_reference) or (part == "reference" and not of_reference):
-                continue
             key = self._prefix_key(check)
             if check.ask == "per_sentence":
                 for sentence in self._sentences_for(check):

@@ -130,10 +130,10 @@ class Judge:
             for (triple, options), plan in zip(items, plans or [None] * len(items), strict=True)
         ]
         tasks, jobs, skipped = self._tasks(items, planned)
-        _plan_progress(progress, len(items), tasks, jobs)
+        expected = _plan_progress(progress, len(items), tasks, jobs)
         replies = self._run(tasks, control, progress)
         by_item: list[dict[str, MetricResult]] = [dict(skipped.get(i, {})) for i in range(len(items))]
-        for (item, metric), result in self._grade_checks(jobs, control, progress).items():
+        for (item, metric), result in self._grade_checks(jobs, control, progress, expected).items():
             by_item[item][metric] = result
         segment_grades: dict[tuple[int, str], list[tuple[_Task, _Reply]]] = {}
         for task, reply in zip(tasks, replies, strict=True):
@@ -189,20 +189,14 @@ class Judge:
         planned_jobs: list[tuple[CheckJob, Provenance]],
         control: CallControl | None,
         progress: Progress | None = None,
+        expected: dict[int, int] | None = None,
     ) -> dict[tuple[int, str], MetricResult]:
-        """Check-based metrics in three engine calls (juiz.judging.checks): the checks that need no reference, the
-        references, then the checks asked of a reference, each distinct prefix's first check ahead of the rest.
-
-        The checks that need no reference go first: each is one token, so conversations finish (and progress moves)
-        within seconds of the start, and they cache every item's prefix, which the references then reuse; the
-        references (a reply each, the call's long part) come second, the checks that read them last."""
+        """Check-based metrics in two engine calls (juiz.judging.checks): the references, then every check, each
+        distinct prefix's first check ahead of the rest."""
         if not planned_jobs:
             return {}
         started = time.perf_counter()
         jobs = [job for job, _ in planned_jobs]
-        direct = [job.asks(None, part="direct")[0] for job in jobs]
-        cached: set[tuple[object, ...]] = set()
-        read = self._ask(jobs, direct, control, progress, cached)
         with_reference = [job for job in jobs if job.needs_reference]
         reference_replies = self._run(
             [
@@ -213,76 +207,63 @@ class Judge:
             progress,
         )
         references = {id(job): reply.completion for job, reply in zip(with_reference, reference_replies, strict=True)}
-        of_reference: list[list[Ask]] = []
-        unasked: list[list[CheckResult]] = []
+        planned: list[tuple[CheckJob, list[Ask], list[CheckResult]]] = []
         for job in jobs:
             reference = references.get(id(job))
-            asks: list[Ask] = []
-            failed: list[CheckResult] = []
-            if reference is not None:  # one that could not be written fails its checks with the reason (e.g. cancelled)
-                asks, failed = job.asks(
-                    reference_text(reference), reference.error or "no reference answer", part="reference"
-                )
-            of_reference.append(asks)
-            unasked.append(failed)
-            if job.reference_shares_prefix:
-                cached.add(job.prefix_key)
+            if reference is None:
+                asks, unasked = job.asks(None)
+            else:  # a reference that could not be written fails its checks with the reason (e.g. cancelled)
+                asks, unasked = job.asks(reference_text(reference), reference.error or "no reference answer")
+            planned.append((job, asks, unasked))
         if progress is not None:
             # The checks asked of a reference are known now: what `_plan_progress` could not count ahead.
-            progress.plan(
-                [job.item for job, asks in zip(jobs, of_reference, strict=True) for _ in asks],
-                close={job.item for job in jobs},
-            )
-        read_of_reference = self._ask(jobs, of_reference, control, progress, cached)
+            counted = expected or {}
+            more = [job.item for job, asks, _ in planned for _ in range(len(asks) - counted.get(id(job), 0))]
+            progress.plan(more, close={job.item for job, _, _ in planned})
+        # One check per distinct prefix goes first (an item's; a check's own worked examples, shared by every item),
+        # so the prefix is cached before the checks sharing it are scheduled; an item whose reference was written under
+        # the prompt's own system message has its prefix cached already (one under a system message of its own has not).
+        # Firsts and the rest go in one call, the firsts at its head: the engine schedules in the order sent, so the
+        # firsts' prefixes are computed before the rest are scheduled (a step's token budget admits a few requests at
+        # a time) without a second call's barrier, which also let a cache drop what the first call computed
+        # (bench.tokens: computed prompt tokens per item, per-call and whole-run cache models).
+        first: list[tuple[int, int]] = []
+        prefixes: set[tuple[object, ...]] = set()
+        for n, (job, asks, _) in enumerate(planned):
+            for k, ask in enumerate(asks):
+                if ask.prefix_key in prefixes:
+                    continue
+                prefixes.add(ask.prefix_key)
+                if not (job.reference_shares_prefix and ask.prefix_key == job.prefix_key):
+                    first.append((n, k))
+        first_set = set(first)
+        rest = [(n, k) for n, (_, asks, _) in enumerate(planned) for k in range(len(asks)) if (n, k) not in first_set]
+        # The rest grouped by prefix (each item's own checks together; every item's sentences under one check's worked
+        # examples together), items in order within a group: a cache that keeps one prompt per slot (llama.cpp) then
+        # serves the shared prefix from the prompt before, instead of losing it to a check with other examples.
+        group = {key: g for g, key in enumerate(dict.fromkeys(planned[n][1][k].prefix_key for n, k in rest))}
+        rest.sort(key=lambda nk: group[planned[nk[0]][1][nk[1]].prefix_key])
+        order = first + rest
+        replies = self._run(
+            [
+                _Task(
+                    planned[n][0].item, planned[n][0].metric, None, planned[n][1][k].conversation, CHECK_REQUEST, None
+                )
+                for n, k in order
+            ],
+            control,
+            progress,
+        )
+        read = {(n, k): read_check(planned[n][1][k], r.completion) for (n, k), r in zip(order, replies, strict=True)}
         latency = round(time.perf_counter() - started, 4)
         results: dict[tuple[int, str], MetricResult] = {}
-        for n, (job, provenance) in enumerate(planned_jobs):
-            order = {c.name: k for k, c in enumerate(job.template.checks)}
-            checks = sorted([*read[n], *read_of_reference[n], *unasked[n]], key=lambda c: order.get(c.name, len(order)))
+        for n, ((job, asks, unasked), (_, provenance)) in enumerate(zip(planned, planned_jobs, strict=True)):
+            checks = [read[(n, k)] for k in range(len(asks))] + unasked
             reference = references.get(id(job))
             results[(job.item, job.metric)] = checks_result(
                 job, checks, reference_text(reference) if reference is not None else None, latency, provenance
             )
         return results
-
-    def _ask(
-        self,
-        jobs: list[CheckJob],
-        asks: list[list[Ask]],
-        control: CallControl | None,
-        progress: Progress | None,
-        cached: set[tuple[object, ...]],
-    ) -> list[list[CheckResult]]:
-        """One engine call for the checks `asks` (per job), each distinct prefix not `cached` yet asked first; `cached`
-        gains the prefixes it computed. Returns each job's check results in the order asked."""
-        # One check per uncached prefix goes first (an item's; a check's own worked examples, shared by every item), so
-        # the prefix is cached before the checks sharing it are scheduled. Firsts and the rest go in one call, the
-        # firsts at its head: the engine schedules in the order sent, so the firsts' prefixes are computed before the
-        # rest are scheduled (a step's token budget admits a few requests at a time) without a second call's barrier
-        # (bench.tokens: computed prompt tokens per item, per-call and whole-run cache models).
-        first: list[tuple[int, int]] = []
-        seen = set(cached)
-        for n, job_asks in enumerate(asks):
-            for k, ask in enumerate(job_asks):
-                if ask.prefix_key not in seen:
-                    seen.add(ask.prefix_key)
-                    first.append((n, k))
-        cached |= seen
-        first_set = set(first)
-        rest = [(n, k) for n, job_asks in enumerate(asks) for k in range(len(job_asks)) if (n, k) not in first_set]
-        # The rest grouped by prefix (each item's own checks together; every item's sentences under one check's worked
-        # examples together), items in order within a group: a cache that keeps one prompt per slot (llama.cpp) then
-        # serves the shared prefix from the prompt before, instead of losing it to a check with other examples.
-        group = {key: g for g, key in enumerate(dict.fromkeys(asks[n][k].prefix_key for n, k in rest))}
-        rest.sort(key=lambda nk: group[asks[nk[0]][nk[1]].prefix_key])
-        order = first + rest
-        replies = self._run(
-            [_Task(jobs[n].item, jobs[n].metric, None, asks[n][k].conversation, CHECK_REQUEST, None) for n, k in order],
-            control,
-            progress,
-        )
-        read = {(n, k): read_check(asks[n][k], r.completion) for (n, k), r in zip(order, replies, strict=True)}
-        return [[read[(n, k)] for k in range(len(job_asks))] for n, job_asks in enumerate(asks)]
 
     def _run(self, tasks: list[_Task], control: CallControl | None, progress: Progress | None = None) -> list[_Reply]:
         """One engine call per sampling setting; identical conversations in it are generated once. `progress` hears
@@ -433,18 +414,21 @@ class _Report:
 
 def _plan_progress(
     progress: Progress | None, n_items: int, tasks: list[_Task], jobs: list[tuple[CheckJob, Provenance]]
-) -> None:
+) -> dict[int, int]:
     """Plan what can be counted before the first engine call: every score conversation, every reference, and every
-    check that needs no reference. Items whose checks wait on a reference stay open; `Judge._grade_checks` plans
-    those checks once the references are written."""
+    check that needs no reference. Items whose checks wait on a reference stay open. Returns the checks counted per
+    check job (by id), so the rest are added once the references are written."""
     if progress is None:
-        return
+        return {}
+    counted: dict[int, int] = {}
     planned = [task.item for task in tasks]
     for job, _ in jobs:
-        direct, _unasked = job.asks(None, part="direct")
-        planned += [job.item] * (len(direct) + int(job.needs_reference))
-    waiting = {job.item for job, _ in jobs}
+        known, _unasked = job.asks(None)
+        counted[id(job)] = len(known)
+        planned += [job.item] * (len(known) + int(job.needs_reference))
+    waiting = {job.item for job, _ in jobs}  # their checks are planned in _grade_checks, after the references
     progress.plan(planned, close=[i for i in range(n_items) if i not in waiting])
+    return counted
 
 
 def _metric_result(task: _Task, reply: _Reply) -> MetricResult:

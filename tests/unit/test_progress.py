@@ -38,21 +38,19 @@ def graded_with_progress(options: BatchOptions, items: list[Triple]) -> tuple[Wa
 
 
 def test_check_based_items_plan_their_reference_checks_once_the_references_are_written() -> None:
-    """checks-8 (the default): call 1 asks every check that needs no reference, call 2 writes each item's reference;
-    the checks asked of its points are planned only then, so `planned` grows and says it is planned so far until it
-    is complete."""
+    """checks-8 (the default): wave 1 writes each item's reference; the checks asked of its points are planned only
+    then, so `planned` grows and says it is planned so far until it is complete."""
     items = triples()[:2]
     engine, seen = graded_with_progress(BatchOptions(), items)
-    direct, references, of_reference = engine.at_call
-    assert engine.calls[1] == len(items)  # the references
-    assert direct.conversations_done == 0 and not direct.planning_complete
+    references, *check_waves = engine.at_call
+    assert engine.calls[0] == len(items)  # the references
+    assert references.conversations_done == 0 and not references.planning_complete
     # Known before any reply: the references and every check that needs none.
-    assert direct.conversations_planned == engine.calls[0] + len(items)
-    assert references.conversations_done == engine.calls[0]  # the checks that need no reference: done first
-    assert not references.planning_complete
-    assert of_reference.conversations_done == engine.calls[0] + len(items)
-    assert of_reference.planning_complete
-    assert of_reference.conversations_planned > direct.conversations_planned  # the points' checks, added
+    assert references.conversations_planned > len(items)
+    first_checks = check_waves[0]
+    assert first_checks.conversations_done == len(items)  # the references, and nothing else yet
+    assert first_checks.planning_complete
+    assert first_checks.conversations_planned > references.conversations_planned  # the points' checks, added
     final = seen[-1]
     assert final.conversations_planned == final.conversations_done == sum(engine.calls)
     assert (final.items_done, final.items) == (2, 2)
