@@ -233,8 +233,13 @@ class FakeWorkerEngine(FakeEngine):
         self.done += 1
         if self.events_dir is not None:
             (self.events_dir / f"call-{self.done}-done").touch()
-        # Progress only: the call's cancel and deadline were honoured above, while its cost was slept.
-        reporting = CallControl(on_finished=control.on_finished) if control is not None else None
+        # Progress, and cancels between conversations (each conversation_s long) as a real engine aborts requests
+        # mid-call; the deadline was honoured above, while the call's cost was slept.
+        reporting = (
+            None
+            if control is None
+            else CallControl(on_finished=control.on_finished, cancelled=control.cancelled, poll_s=control.poll_s)
+        )
         completions = super().generate(conversations, request, reporting)
         if self.counts is not None:
             self._count(entry, markers, [counts_as_graded(c) for c in conversations], abort)

@@ -60,7 +60,7 @@ from rq.exceptions import AbandonedJobError
 from rq.worker import Worker
 
 from juiz.engines.base import CallControl, JudgeEngine
-from juiz.judging.judge import Judge
+from juiz.judging.judge import Interjection, Judge
 from juiz.judging.judgements import failed_judgement, finished, from_cache
 from juiz.judging.plan import plan_or_reason, provenance_by_metric
 from juiz.judging.result_cache import cache_key, cacheable, reusable
@@ -75,6 +75,7 @@ from workers.progress import CallProgress
 log = logging.getLogger(__name__)
 
 MAX_ABANDONED = 3  # a chunk whose worker died this many times is given one more try, then failed
+SMALL_FIRST_POLL_S = 0.25  # how often a grading looks for small batches to take ahead of its own work
 
 
 @dataclass
@@ -146,6 +147,7 @@ def grade_chunk(batch_id: str, chunk_no: int) -> dict[str, int]:
     if queue != settings.priority_queue:
         _settle(b, batch)
     own = ChunkRef(batch_id, chunk_no)
+    claimed_at = time.time()  # small batches created after this are taken ahead of this job's work
     claim = store.claim(queue, job_id, b.worker_key, own=own)
     if claim is None:
         return {"not_ours": 1}  # done, cancelled, or handed to a newer job while this one was taken as dead
@@ -156,7 +158,10 @@ def grade_chunk(batch_id: str, chunk_no: int) -> dict[str, int]:
         work = _load(store, [own, *taken], batches)
         if queue != settings.priority_queue and batch.n_chunks == 1:
             taken += _gather(b, queue, job_id, work, batch.created_at, batches, taken)
-        counts = _grade_and_store(b, work, job)
+        first = None
+        if queue != settings.priority_queue and sum(len(w.items) for w in work) > settings.chunk_size:
+            first = SmallBatchesFirst(b, queue, job_id, job, since=claimed_at)
+        counts = _grade_and_store(b, work, job, first)
     except EngineDeadError as exc:
         # Store nothing: every chunk goes back with a fresh job, and this worker stops after the job.
         log.error("engine dead: giving back %d chunk(s) and stopping this worker: %s", len(taken) + 1, exc)
@@ -256,8 +261,57 @@ def _gather(
     return taken
 
 
-def _grade_and_store(b: Binding, work: list[_Work], job: Any) -> dict[str, int]:
-    """Plan → cache lookup → grade → finish → store, each once for the whole call, in that order."""
+class SmallBatchesFirst(Interjection):
+    """What a job grading more than one chunk lets in between (and into) its engine calls: small batches.
+
+    A batch of one chunk submitted after the job claimed its work, and waiting `gather_s` since (time for an idle
+    worker's job to take it and gather its neighbours), is taken by this job (`Chunks.take_small`, atomic: one job
+    takes it), which cuts its running engine call (what the call finished is kept, the rest sent again after),
+    grades and stores the small batches in calls of their own, and goes on. A small batch behind a deep backlog then
+    waits about gather_s + one poll + its own calls, not the rest of a chunk of up to coalesce_max_items items; the
+    backlog pays one more call per interruption. The small batches' own RQ jobs are taken off the queue."""
+
+    def __init__(self, b: Binding, queue: str, job_id: str, job: Any, *, since: float) -> None:
+        self.b, self.queue, self.job_id, self.job, self.since = b, queue, job_id, job, since
+        self.chunks: list[ChunkRef] = []
+        self.asked_at = 0.0
+
+    def take(self) -> bool:
+        """Whether there are small batches to grade first (taken now, in one atomic step); cheap when polled often:
+        Redis is asked at most every SMALL_FIRST_POLL_S, and a Redis fault is a no (the grading goes on)."""
+        if self.chunks:
+            return True
+        now = time.monotonic()
+        if now - self.asked_at < SMALL_FIRST_POLL_S:
+            return False
+        self.asked_at = now
+        settings = self.b.settings
+        try:
+            self.chunks = self.b.store.chunks.take_small(
+                self.queue,
+                self.job_id,
+                since=self.since,
+                until=time.time() - settings.gather_s,
+                budget=settings.coalesce_max_items,
+            )
+        except REDIS_ERRORS:
+            return False
+        return bool(self.chunks)
+
+    def serve(self) -> None:
+        """Grade and store what `take` took, in calls of its own; then those chunks are done with. A failure
+        propagates to the job, which gives them back with the rest of its chunks."""
+        chunks, self.chunks = self.chunks, []
+        if not chunks:
+            return
+        counts = _grade_and_store(self.b, _load(self.b.retried, chunks, {}), self.job)
+        self.b.retried.chunks.done_with(self.job_id, chunks)
+        log.info("graded %d small batch chunk(s) ahead of job %s: %s", len(chunks), self.job_id, counts)
+
+
+def _grade_and_store(b: Binding, work: list[_Work], job: Any, first: Interjection | None = None) -> dict[str, int]:
+    """Plan → cache lookup → grade → finish → store, each once for the whole call, in that order. `first`: other
+    work let in between the call's waves (SmallBatchesFirst)."""
     store, judge, settings = b.retried, b.judge, b.settings
     if not work:
         return {"chunks": 0, "items": 0, "graded": 0, "stored": 0}
@@ -306,6 +360,7 @@ def _grade_and_store(b: Binding, work: list[_Work], job: Any) -> dict[str, int]:
                 control.subset(to_grade),
                 plans=[planned[position].plan for position in to_grade],
                 progress=call.progress,
+                interject=first,
             )
         except (TransientEngineError, EngineDeadError):
             call.stop()
