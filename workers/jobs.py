@@ -18,6 +18,10 @@ job waits for a burst of submissions to end (`gather_quiet_s` without a new batc
 are shared as one backlog rather than split by whichever arrived first; a lone large batch never waits longer than
 that. /v1/grade never waits.
 
+Small batches first: a job grading more than one chunk lets small batches (one chunk) submitted after it began in
+between its engine calls, cutting the running call if need be (`SmallBatchesFirst`), so a small batch behind a deep
+backlog waits about gather_s and one poll for an engine, not the rest of a chunk of up to coalesce_max_items items.
+
 Faults:
 - A worker killed mid-call: its heartbeat stops, RQ's maintenance finds the job abandoned within about
   heartbeat_ttl_s + maintenance_interval_s, and `on_chunk_failure` gives every chunk it held back (fresh RQ jobs).
@@ -159,9 +163,16 @@ def grade_chunk(batch_id: str, chunk_no: int) -> dict[str, int]:
         if queue != settings.priority_queue and batch.n_chunks == 1:
             taken += _gather(b, queue, job_id, work, batch.created_at, batches, taken)
         first = None
-        if queue != settings.priority_queue and sum(len(w.items) for w in work) > settings.chunk_size:
-            first = SmallBatchesFirst(b, queue, job_id, job, since=claimed_at)
+        large = [w for w in work if w.batch.n_chunks > 1]
+        if queue != settings.priority_queue and sum(len(w.items) for w in large) > settings.chunk_size:
+            # Small batches the claim took along are graded first, in calls of their own; more may come in between.
+            small = [w for w in work if w.batch.n_chunks == 1]
+            first = SmallBatchesFirst(b, queue, job_id, job, since=claimed_at, held=small)
+            first.serve()
+            work = large
         counts = _grade_and_store(b, work, job, first)
+        if first is not None:
+            first.serve()  # small batches taken during a grading that made no engine call after
     except EngineDeadError as exc:
         # Store nothing: every chunk goes back with a fresh job, and this worker stops after the job.
         log.error("engine dead: giving back %d chunk(s) and stopping this worker: %s", len(taken) + 1, exc)
@@ -262,7 +273,8 @@ def _gather(
 
 
 class SmallBatchesFirst(Interjection):
-    """What a job grading more than one chunk lets in between (and into) its engine calls: small batches.
+    """What a job grading more than one chunk of larger batches lets in between (and into) its engine calls: small
+    batches (one chunk). Those its own claim took along are graded first, in calls of their own.
 
     A batch of one chunk submitted after the job claimed its work, and waiting `gather_s` since (time for an idle
     worker's job to take it and gather its neighbours), is taken by this job (`Chunks.take_small`, atomic: one job
@@ -271,15 +283,18 @@ class SmallBatchesFirst(Interjection):
     waits about gather_s + one poll + its own calls, not the rest of a chunk of up to coalesce_max_items items; the
     backlog pays one more call per interruption. The small batches' own RQ jobs are taken off the queue."""
 
-    def __init__(self, b: Binding, queue: str, job_id: str, job: Any, *, since: float) -> None:
+    def __init__(
+        self, b: Binding, queue: str, job_id: str, job: Any, *, since: float, held: Sequence[_Work] = ()
+    ) -> None:
         self.b, self.queue, self.job_id, self.job, self.since = b, queue, job_id, job, since
-        self.chunks: list[ChunkRef] = []
+        self.held = list(held)  # small batches' work the job's claim took: served first
+        self.chunks: list[ChunkRef] = []  # taken by `take`, not loaded yet
         self.asked_at = 0.0
 
     def take(self) -> bool:
         """Whether there are small batches to grade first (taken now, in one atomic step); cheap when polled often:
         Redis is asked at most every SMALL_FIRST_POLL_S, and a Redis fault is a no (the grading goes on)."""
-        if self.chunks:
+        if self.held or self.chunks:
             return True
         now = time.monotonic()
         if now - self.asked_at < SMALL_FIRST_POLL_S:
@@ -299,14 +314,15 @@ class SmallBatchesFirst(Interjection):
         return bool(self.chunks)
 
     def serve(self) -> None:
-        """Grade and store what `take` took, in calls of its own; then those chunks are done with. A failure
-        propagates to the job, which gives them back with the rest of its chunks."""
-        chunks, self.chunks = self.chunks, []
-        if not chunks:
+        """Grade and store what the job holds or `take` took, in calls of their own; then those chunks are done with.
+        A failure propagates to the job, which gives them back with the rest of its chunks."""
+        work = self.held + _load(self.b.retried, self.chunks, {})
+        self.held, self.chunks = [], []
+        if not work:
             return
-        counts = _grade_and_store(self.b, _load(self.b.retried, chunks, {}), self.job)
-        self.b.retried.chunks.done_with(self.job_id, chunks)
-        log.info("graded %d small batch chunk(s) ahead of job %s: %s", len(chunks), self.job_id, counts)
+        counts = _grade_and_store(self.b, work, self.job)
+        self.b.retried.chunks.done_with(self.job_id, [w.chunk for w in work])
+        log.info("graded %d small batch chunk(s) ahead of job %s: %s", len(work), self.job_id, counts)
 
 
 def _grade_and_store(b: Binding, work: list[_Work], job: Any, first: Interjection | None = None) -> dict[str, int]:

@@ -321,7 +321,7 @@ class Judge:
                 send = _still_wanted(control, owners, again)
                 report.positions(p for p in sending if p not in set(send))
                 sending = set(send)
-                if again:
+                if cut.done:  # what was taken is served now, even if the call had finished when it was cut
                     assert interject is not None
                     interject.serve()
             latency = time.perf_counter() - started
