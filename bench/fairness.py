@@ -9,8 +9,11 @@ fresh Redis db and fresh workers, in one run:
   alone       tenant B submits one --small (8)-item batch to idle workers
   shallow     tenant A submits --shallow (5) batches × --batch-items (256), then B its 8 items at once
   deep        tenant A submits --deep (40) batches × 256, then B its 8 items at once
+  midcall     as deep, but B comes --b-delay-s (5) after A's last batch: every worker is inside an engine call then
   throughput  tenant A submits --throughput (4) batches × 256, then B its 8 items; A waited for to the end: A's
-              items per second from its first batch's creation to its last batch done (B's interruption included)
+              items per second from its first batch's creation to its last batch done (B's interruption included),
+              and per second of engine time (the sum of every call's duration, B's calls and cut calls included):
+              the wall clock is quantised by whole jobs, the engine time is not
 
 Batches are written through the store (`Store.create_batch`, what POST /v1/batches does after validation), one
 after another as fast as it goes; B's clock starts when its batch is created. Figures for B: seconds from creation to
@@ -23,7 +26,7 @@ The workers' call log is `bench:calls` (JUIZ_FAKE_EVENTS) plus a file with each 
 
     .venv/bin/python -m bench.fairness [--deep 40] [--shallow 5] [--batch-items 256] [--small 8] [--workers 1]
     .venv/bin/python -m bench.fairness --prompt default --workers 2 --conversation-s 0.01 --item-s 0 \
-        --cases alone,deep,throughput --name fairness_default_judge
+        --cases alone,deep,midcall,throughput --name fairness_default_judge
 
 Writes bench/results/<--name: fairness>.json (fake_engine: true) with the machine it ran on.
 """
@@ -68,6 +71,7 @@ def run_case(
     options: BatchOptions,
     *,
     finish_a: bool = False,
+    b_delay_s: float = 0.0,
 ) -> dict[str, Any]:
     """A's batches, then B's; B's seconds and engine calls to done. With `finish_a`, A's batches are waited for too
     and A's items per second reported; otherwise the rest of A's backlog is cancelled once B is done."""
@@ -78,6 +82,7 @@ def run_case(
     calls_file.write_text("")
     started = time.time()
     a_ids = [store.create_batch("tenant-a", options, items)[0].id for items in a_triples]
+    time.sleep(b_delay_s)  # the case's shape: B arrives while the workers are inside their calls
     b, _ = store.create_batch("tenant-b", options, b_triples)
     a_submit_s = b.created_at - started
     wait_for(lambda: (r := store.get_batch(b.id)) is not None and r.terminal, f"B's batch ({tag})", timeout_s=1800)
@@ -91,13 +96,27 @@ def run_case(
         records = [r for batch_id in a_ids if (r := store.get_batch(batch_id)) is not None]
         a_seconds = max(r.finished_at or 0 for r in records) - started
         a_done = sum(r.counts.done for r in records)
-        a_figures = {"a_items_done": a_done, "a_seconds": round(a_seconds, 2), "a_items_per_s": rate(a_done, a_seconds)}
+        a_figures = {
+            "a_items_done": a_done,
+            "a_items_ok": sum(r.counts.ok for r in records),
+            "a_seconds": round(a_seconds, 2),
+            "a_items_per_s": rate(a_done, a_seconds),
+        }
     for batch_id in a_ids:  # the rest of A's backlog only had to be there
         record = store.get_batch(batch_id)
         if record is not None and not record.terminal:
             store.cancel_batch(record)
     time.sleep(0.5)
     calls = [json.loads(line) for line in calls_file.read_text().splitlines() if line.strip()]
+    if finish_a:
+        # A's throughput at full use of the workers, without the wall clock's quantisation (whole jobs of up to 256
+        # items, split unevenly between the workers at the end): items per second of engine time, times the workers.
+        engine_s = sum(c["end"] - c["start"] for c in calls)
+        a_figures |= {
+            "engine_calls": len(calls),
+            "engine_seconds": round(engine_s, 2),
+            "a_items_per_engine_s": rate(a_figures["a_items_done"], engine_s),
+        }
     b_prefix = f"{tag}-b-"
     b_calls = [c for c in calls if any(t.startswith(b_prefix) for t in c["tags"])]
     assert b_calls, "no engine call graded B's items"
@@ -110,6 +129,7 @@ def run_case(
         "a_submit_seconds": round(a_submit_s, 2),
         "b_items": b_items,
         "b_seconds_to_done": round((done.finished_at or 0) - b.created_at, 3),
+        "b_items_ok": done.counts.ok,
         "b_engine_calls_to_done": len(counted),
         "b_call_items": b_call["n"],
         "b_calls": len(b_calls),
@@ -131,12 +151,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--conversation-s", type=float, default=0.0, help="FAKE engine: seconds per conversation")
     parser.add_argument("--prompt", choices=sorted(PROMPTS), default="cot", help="what A and B are graded with")
     parser.add_argument("--throughput", type=int, default=4, help="A's batches in the throughput case")
+    parser.add_argument("--b-delay-s", type=float, default=5.0, help="midcall: seconds from A's last batch to B's")
     parser.add_argument("--cases", default="alone,shallow,deep", help="which cases, in order (see above)")
     parser.add_argument("--name", default=NAME, help="results file: bench/results/<name>.json")
     args = parser.parse_args(argv)
     setup_logging()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
-    sizes = {"alone": 0, "shallow": args.shallow, "deep": args.deep, "throughput": args.throughput}
+    sizes = {
+        "alone": 0,
+        "shallow": args.shallow,
+        "deep": args.deep,
+        "midcall": args.deep,
+        "throughput": args.throughput,
+    }
     cases = {case: sizes[case] for case in args.cases.split(",")}
     options = PROMPTS[args.prompt]
     results: dict[str, dict[str, Any]] = {}
@@ -167,6 +194,7 @@ def main(argv: list[str] | None = None) -> int:
                     case,
                     options,
                     finish_a=case == "throughput",
+                    b_delay_s=args.b_delay_s if case == "midcall" else 0.0,
                 )
                 log.info("%s: %s", case, results[case])
         redis.close()
@@ -202,6 +230,7 @@ def main(argv: list[str] | None = None) -> int:
         **shape,
         **gather,
         "target_engine_calls": TARGET_CALLS,
+        "midcall_b_delay_s": args.b_delay_s,
         "cases": results,
         "load_average_1min_at_end": round(os.getloadavg()[0], 2),
     }

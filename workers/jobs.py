@@ -290,6 +290,7 @@ class SmallBatchesFirst(Interjection):
         self.held = list(held)  # small batches' work the job's claim took: served first
         self.chunks: list[ChunkRef] = []  # taken by `take`, not loaded yet
         self.asked_at = 0.0
+        self.served_s = 0.0  # time spent serving, to keep out of the job's own engine-call time
 
     def take(self) -> bool:
         """Whether there are small batches to grade first (taken now, in one atomic step); cheap when polled often:
@@ -316,12 +317,14 @@ class SmallBatchesFirst(Interjection):
     def serve(self) -> None:
         """Grade and store what the job holds or `take` took, in calls of their own; then those chunks are done with.
         A failure propagates to the job, which gives them back with the rest of its chunks."""
+        started = time.perf_counter()
         work = self.held + _load(self.b.retried, self.chunks, {})
         self.held, self.chunks = [], []
         if not work:
             return
         counts = _grade_and_store(self.b, work, self.job)
         self.b.retried.chunks.done_with(self.job_id, [w.chunk for w in work])
+        self.served_s += time.perf_counter() - started
         log.info("graded %d small batch chunk(s) ahead of job %s: %s", len(work), self.job_id, counts)
 
 
@@ -369,6 +372,7 @@ def _grade_and_store(b: Binding, work: list[_Work], job: Any, first: Interjectio
     call.start()
     if to_grade:
         started = time.perf_counter()
+        served_s = first.served_s if isinstance(first, SmallBatchesFirst) else 0.0
         try:
             # Unfinished: every result of the call, cached or fresh, is finished below, in one place.
             grades = judge.grade_unfinished(
@@ -391,7 +395,10 @@ def _grade_and_store(b: Binding, work: list[_Work], job: Any, first: Interjectio
             call.stop()  # a job timeout, Ctrl-C
             raise
         else:
-            engine_call = (time.perf_counter() - started, len(to_grade))
+            # The call's own time: small batches graded in between are recorded as calls of their own.
+            if isinstance(first, SmallBatchesFirst):
+                served_s = first.served_s - served_s
+            engine_call = (time.perf_counter() - started - served_s, len(to_grade))
             graded = dict(zip(to_grade, grades, strict=True))
     call.finish()
     hits = {position: from_cache(hit, flat[position][2]) for position, hit in enumerate(cached) if hit is not None}
