@@ -13,7 +13,8 @@ fresh Redis db and fresh workers, in one run:
   throughput  tenant A submits --throughput (4) batches × 256, then B its 8 items; A waited for to the end: A's
               items per second from its first batch's creation to its last batch done (B's interruption included),
               and per second of engine time (the sum of every call's duration, B's calls and cut calls included):
-              the wall clock is quantised by whole jobs, the engine time is not
+              the wall clock is quantised by whole jobs, the engine time is not; and per second of NOMINAL engine
+              time (the FAKE costs of the calls made and conversations generated, what an idle machine would take)
 
 Batches are written through the store (`Store.create_batch`, what POST /v1/batches does after validation), one
 after another as fast as it goes; B's clock starts when its batch is created. Figures for B: seconds from creation to
@@ -72,9 +73,11 @@ def run_case(
     *,
     finish_a: bool = False,
     b_delay_s: float = 0.0,
+    costs: tuple[float, float, float] = (0.0, 0.0, 0.0),
 ) -> dict[str, Any]:
     """A's batches, then B's; B's seconds and engine calls to done. With `finish_a`, A's batches are waited for too
-    and A's items per second reported; otherwise the rest of A's backlog is cancelled once B is done."""
+    and A's items per second reported (`costs`: the FAKE engine's per call, item, conversation); otherwise the rest
+    of A's backlog is cancelled once B is done."""
     redis = store.redis
     a_triples = [build_triples(a_items, f"{tag}-a{n}") for n in range(a_batches)]
     b_triples = build_triples(b_items, f"{tag}-b")
@@ -112,10 +115,16 @@ def run_case(
         # A's throughput at full use of the workers, without the wall clock's quantisation (whole jobs of up to 256
         # items, split unevenly between the workers at the end): items per second of engine time, times the workers.
         engine_s = sum(c["end"] - c["start"] for c in calls)
+        # The same at the FAKE engine's nominal costs (what its sleeps would take on an idle machine): a call's fixed
+        # cost, plus each conversation it generated (not those aborted).
+        nominal_s = sum(costs[0] + costs[1] * c["n"] + costs[2] * (c["n"] - c.get("aborted", 0)) for c in calls)
         a_figures |= {
             "engine_calls": len(calls),
+            "conversations_generated": sum(c["n"] - c.get("aborted", 0) for c in calls),
             "engine_seconds": round(engine_s, 2),
             "a_items_per_engine_s": rate(a_figures["a_items_done"], engine_s),
+            "nominal_engine_seconds": round(nominal_s, 2),
+            "a_items_per_nominal_engine_s": rate(a_figures["a_items_done"], nominal_s),
         }
     b_prefix = f"{tag}-b-"
     b_calls = [c for c in calls if any(t.startswith(b_prefix) for t in c["tags"])]
@@ -195,6 +204,7 @@ def main(argv: list[str] | None = None) -> int:
                     options,
                     finish_a=case == "throughput",
                     b_delay_s=args.b_delay_s if case == "midcall" else 0.0,
+                    costs=(args.call_s, args.item_s, args.conversation_s),
                 )
                 log.info("%s: %s", case, results[case])
         redis.close()

@@ -246,12 +246,14 @@ class FakeWorkerEngine(FakeEngine):
         for n, reason in abort.items():
             completions[n] = aborted(reason)
         finished = {**record, "start": started, "end": time.time()}
+        # Aborted while its cost was slept or between conversations (cancelled, or cut for other work): not generated.
+        cut = sum(1 for c in completions if c.finish_reason == "abort")
         if self.events is not None:
             self.events.rpush(CALLS_KEY, json.dumps(finished))
         if self.calls_file is not None:
             tags = [m.group(1) for c in conversations if (m := TAG.search(c[-1]["content"]))]
             with open(self.calls_file, "a", encoding="utf-8") as f:
-                f.write(json.dumps({**finished, "aborted": len(abort), "tags": tags}) + "\n")
+                f.write(json.dumps({**finished, "aborted": cut, "tags": tags}) + "\n")
         if self.events_dir is not None:
             (self.events_dir / f"call-{self.done}-returned").touch()
             if (self.events_dir / "hold").exists():

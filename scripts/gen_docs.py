@@ -315,6 +315,7 @@ PERFORMANCE = (
     "scale_out",
     "chaos",
     "fairness",
+    "fairness_default_judge",
     "uncertain_pages",
     "durations",
     "on_paper",
