@@ -24,8 +24,9 @@ import prompts
 from bench.common import ratio, save, setup_logging
 from bench.labelled import labelled_set
 from juiz.engines.base import Conversation
+from juiz.engines.cpu import NATIVE_BF16_FLAGS, cpu_flags
 from juiz.engines.models import resolve_model
-from juiz.engines.vllm_engine import NATIVE_BF16_FLAGS, VLLMEngine, cpu_flags
+from juiz.engines.vllm_engine import VLLMEngine
 from juiz.judging.checks import CHECK_REQUEST, CheckJob
 from juiz.judging.judge import context_segments
 from juiz.runtime.settings import DEFAULT_MODEL

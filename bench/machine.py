@@ -6,7 +6,7 @@ import os
 import platform
 from importlib.metadata import PackageNotFoundError, version
 
-from juiz.engines.vllm_engine import NATIVE_BF16_FLAGS, cpu_flags
+from juiz.engines.cpu import NATIVE_BF16_FLAGS, cpu_flags
 
 
 def _cpu_model() -> str:

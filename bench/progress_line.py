@@ -24,8 +24,8 @@ from pathlib import Path
 
 from bench.common import save
 from bench.fake_worker import fake_reply
+from juiz.engines.cpu import cpu_flags
 from juiz.engines.fake import FakeEngine
-from juiz.engines.vllm_engine import cpu_flags
 from juiz.formats.progress_line import ProgressLine
 from juiz.formats.readers import read_triples
 from juiz.judging.judge import Judge

@@ -245,11 +245,18 @@ def _question_in(conversation: list[dict[str, str]], reference_of: dict[str, str
 
 def _owners(triples: Sequence[Any], options: Any, reference_of: dict[str, str]) -> dict[str, tuple[str, str, str, str]]:
     """Rendered conversation → (item, metric, check, kind): every item's plan, asked as the judge asks it."""
-    import prompts
     from juiz.engines.fake import FakeEngine
     from juiz.judging.checks import CheckJob
-    from juiz.judging.judge import NO_CONTEXT, context_segments
+    from juiz.judging.judge import context_segments
     from juiz.judging.plan import plan_item
+
+    try:  # a judge from before the context budget shows every segment
+        from juiz.judging.judge import shown_context
+    except ImportError:
+        import prompts
+
+        def shown_context(triple: Any, segments: list[str], budget_chars: int | None) -> str:  # type: ignore[misc]
+            return prompts.format_context(segments) if segments else "(none)"
 
     engine = FakeEngine(lambda _: "")
     owners: dict[str, tuple[str, str, str, str]] = {}
@@ -257,7 +264,7 @@ def _owners(triples: Sequence[Any], options: Any, reference_of: dict[str, str]) 
         segments = context_segments(t.context)
         for metric, chosen in plan_item(options, t.question, engine).items():
             fields = {"question": t.question, "answer": t.answer}
-            fields["context"] = prompts.format_context(segments) if segments else NO_CONTEXT
+            fields["context"] = shown_context(t, segments, getattr(options, "context_chars", None))
             job = CheckJob.plan(i, metric, chosen.template, fields, segments)
             if job.needs_reference:
                 key = json.dumps(job.reference_conversation(), ensure_ascii=False)

@@ -37,6 +37,10 @@ def _default_metrics() -> list[MetricName]:
     return ["answer_relevance"]
 
 
+# The judge's cost is its prompt tokens: ~1,500 of context is a retriever's top three or four segments.
+DEFAULT_CONTEXT_CHARS = 6000
+
+
 class BatchOptions(BaseModel):
     """How a batch is graded. Every field has a default, so `{}` is a valid options object."""
 
@@ -72,6 +76,14 @@ class BatchOptions(BaseModel):
     )
     temperature: float | None = Field(
         default=None, ge=0, le=2, description="Sampling temperature; default 0 for one sample, 0.7 for several."
+    )
+    context_chars: int | None = Field(
+        default=DEFAULT_CONTEXT_CHARS,
+        ge=200,
+        le=1_000_000,
+        description="The most characters of an item's context the judge is shown (~4 characters a token). A longer "
+        "context is cut to the segments the question is most about, kept with their numbers (a sentence's support is "
+        "still checked against the segments it is about, from every segment); null shows every segment.",
     )
     calibration: CalibrationSpec | None = Field(
         default=None,

@@ -305,6 +305,10 @@ def judge_quality_table(data: dict[str, Any]) -> str:
 
 
 PERFORMANCE = (
+    "engines_dev_limit6",
+    "context_budget",
+    "tokens-dev-checks-8",
+    "progress_line",
     "engine_efficiency",
     "small_batches",
     "prefix_caching",
@@ -319,6 +323,9 @@ PERFORMANCE = (
     "uncertain_pages",
     "durations",
     "on_paper",
+    "store_full",
+    "intake_memory",
+    "verifier",
 )
 
 

@@ -32,6 +32,7 @@ from juiz.engines.base import (
     aborted,
     spellings,
 )
+from juiz.engines.cpu import NATIVE_BF16_FLAGS, cpu_flags
 from juiz.runtime.errors import EngineDeadError, EngineError, ModelError
 
 log = logging.getLogger(__name__)
@@ -43,9 +44,6 @@ _CPU_PRELOADS = ("/usr/lib/x86_64-linux-gnu/libtcmalloc_minimal.so.4", str(Path(
 # shared system prompt for every item; 32 (the smallest size its CPU kernels are tuned for) made the development
 # judge 19-39% faster in fast mode and 17% in CoT here. GPUs default to 16 already.
 CPU_BLOCK_SIZE = 32
-# x86 instructions that compute in bfloat16 natively. Without them vLLM's CPU kernels emulate bf16 (AVX2, or AVX-512
-# without BF16), and a bf16 model runs several times slower than the same model in float32 (bench/cpu_dtype.py).
-NATIVE_BF16_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
 
 
 def cpu_defaults(kv_cache_gib: int = 2) -> None:
@@ -56,17 +54,6 @@ def cpu_defaults(kv_cache_gib: int = 2) -> None:
     preloads = [lib for lib in _CPU_PRELOADS if Path(lib).exists()]
     if preloads and "LD_PRELOAD" not in os.environ:
         os.environ["LD_PRELOAD"] = ":".join(preloads)
-
-
-def cpu_flags() -> frozenset[str]:
-    """The CPU's feature flags as Linux reports them (empty where /proc/cpuinfo can't be read)."""
-    try:
-        text = Path("/proc/cpuinfo").read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return frozenset()
-    return frozenset(
-        flag for line in text.splitlines() if line.startswith("flags") for flag in line.partition(":")[2].split()
-    )
 
 
 def cpu_dtype(configured: str, machine: str | None = None, flags: frozenset[str] | None = None) -> str | None:

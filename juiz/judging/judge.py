@@ -21,12 +21,12 @@ from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-import prompts
 from juiz.engines.base import CANCELLED, CallControl, Completion, Conversation, GenerationRequest, JudgeEngine, aborted
 from juiz.judging.checks import CHECK_REQUEST, Ask, CheckJob, read_check, reference_text
 from juiz.judging.judgements import finished, judgement_of
 from juiz.judging.metric_results import checks_result, parsed_fields, rounded, sampled_fields
-from juiz.judging.plan import COT_REQUEST, FAST_REQUEST, SEGMENT_COT_REQUEST, ItemPlan, plan_item
+from juiz.judging.passages import numbered, within_budget
+from juiz.judging.plan import COT_REQUEST, FAST_REQUEST, SEGMENT_COT_REQUEST, ItemPlan, plan_item, shows_context
 from juiz.judging.progress import Progress
 from juiz.runtime.errors import EngineDeadError, TransientEngineError
 from schemas import BatchOptions, Judgement, Provenance, Segment, Triple
@@ -60,6 +60,16 @@ class Interjection(Protocol):
     def take(self) -> bool: ...
 
     def serve(self) -> None: ...
+
+
+def shown_context(triple: Triple, segments: list[str], budget_chars: int | None) -> str:
+    """The context as the judge is shown it: numbered segments, cut to the budget by what the question is about
+    (juiz.judging.passages). Not by the answer: the judge's reference is written from this context without the
+    answer, and every answer to a question shares its prefix and its reference; a sentence's own passage, for the
+    support checks, is chosen from every segment."""
+    if not segments:
+        return NO_CONTEXT
+    return numbered(segments, within_budget(segments, [triple.question], budget_chars))
 
 
 @dataclass(frozen=True)
@@ -177,10 +187,10 @@ class Judge:
                         tasks.append(_Task(i, metric, n, conversation, request, chosen.provenance))
                     continue
                 fields = {"question": triple.question, "answer": triple.answer}
-                if metric == "groundedness" or template.kind == "checks":
+                if shows_context(metric, template):
                     # Check prompts of every metric show the same item (the context too), so one cached prefix serves
                     # all of an item's checks, whatever the metric.
-                    fields["context"] = prompts.format_context(segments) if segments else NO_CONTEXT
+                    fields["context"] = shown_context(triple, segments, options.context_chars)
                 if template.kind == "checks":
                     job = CheckJob.plan(i, metric, template, fields, segments, chosen.info_checks)
                     jobs.append((job, chosen.provenance))

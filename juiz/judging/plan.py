@@ -99,6 +99,12 @@ def score_sampling(options: BatchOptions, metric: str) -> GenerationRequest:
     return replace(request, n=options.samples, temperature=options.sampling_temperature)
 
 
+def shows_context(metric: str, template: prompts.PromptTemplate) -> bool:
+    """Whether the metric's prompt shows the item's whole context: groundedness's, and every check-based prompt's
+    (an item's checks share one prefix, the context included); context relevance shows one segment at a time."""
+    return metric == "groundedness" or template.kind == "checks"
+
+
 @dataclass(frozen=True)
 class MetricPlan:
     """How one metric of one item is graded (the prompt and the sampling), and what its result records."""
@@ -146,13 +152,15 @@ def provenance_of(
     request: GenerationRequest,
     mode: str,
     info_checks: bool = False,
+    context_chars: int | None = None,
 ) -> Provenance:
     """What a result of `metric` graded by `engine` with `template` and `request` records: the engine (its model and
     its origin: a judge server's back end and host, vLLM's dtype), the prompt, the sampling, and the mode (`checks`
     for a check-based prompt, whatever the batch's mode), the rule version it was graded under and how its checks
     were asked (`asking`: checks.ASKING_VERSION; `info_checks`: whether the info checks its rule never reads were
-    asked). A metric whose prompt can't be served (`template` None) records the metric's name as its prompt and the
-    batch's mode."""
+    asked), and, for a prompt that shows the whole context, the context's budget (`context_chars`: a cut context is
+    another conversation). A metric whose prompt can't be served (`template` None) records the metric's name as its
+    prompt and the batch's mode."""
     checks = template is not None and template.kind == "checks"
     graded_under: dict[str, object] = {"mode": CHECKS if checks else mode}
     if template is not None and template.rule is not None:
@@ -160,6 +168,8 @@ def provenance_of(
     if checks:
         graded_under["asking"] = ASKING_VERSION
         graded_under["info_checks"] = info_checks
+    if template is not None and shows_context(metric, template):
+        graded_under["context_chars"] = context_chars
     return Provenance.model_validate(
         {
             "model": engine.model_id,
@@ -205,7 +215,7 @@ def plan_or_reason(options: BatchOptions, question: str, engine: JudgeEngine) ->
         checks = template is not None and template.kind == "checks"
         request = CHECK_REQUEST if checks else score_sampling(options, metric)
         info = template is not None and info_checks_wanted(options, metric, template)
-        provenance[metric] = provenance_of(engine, metric, template, request, options.mode, info)
+        provenance[metric] = provenance_of(engine, metric, template, request, options.mode, info, options.context_chars)
         if template is not None:
             plan[metric] = MetricPlan(template, request, provenance[metric], info)
     return PlannedItem(plan if error is None else None, error, provenance)

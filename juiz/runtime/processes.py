@@ -6,6 +6,7 @@ is stopped on the way out (SIGTERM, then SIGKILL), also on an error or Ctrl-C. O
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -89,7 +90,8 @@ def stopped_on_sigterm() -> Iterator[None]:
 
 
 def stop(process: subprocess.Popen[bytes]) -> None:
-    """SIGTERM to the child's process group, SIGKILL if it lingers."""
+    """SIGTERM to the child's process group, SIGKILL if it lingers, or at once when this process is interrupted again
+    while it waits (a second Ctrl-C or a SIGTERM): a worker finishing its job must not outlive the command."""
     if process.poll() is not None:
         return
     for sig, wait_s in ((signal.SIGTERM, STOP_GRACE_S), (signal.SIGKILL, 5)):
@@ -102,6 +104,10 @@ def stop(process: subprocess.Popen[bytes]) -> None:
             return
         except subprocess.TimeoutExpired:
             continue
+        except BaseException:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(process.pid, signal.SIGKILL)
+            raise
 
 
 def wait_until(ready: Callable[[], bool], timeout_s: float, children: Sequence[Child], what: str) -> None:

@@ -93,17 +93,24 @@ def test_a_gguf_file_or_a_folder_holding_one_is_found_and_a_hub_id_has_none(tmp_
 
 
 @pytest.mark.parametrize(
-    ("gpu", "has_gguf", "installed", "picked"),
+    ("gpu", "bf16", "has_gguf", "installed", "picked"),
     [
-        (True, True, True, "vllm"),
-        (False, True, True, "llamacpp"),
-        (False, False, True, "vllm"),
-        (False, True, False, "vllm"),
+        (True, False, True, True, "vllm"),
+        (False, True, True, True, "vllm"),
+        (False, False, True, True, "llamacpp"),
+        (False, False, False, True, "vllm"),
+        (False, False, True, False, "vllm"),
     ],
-    ids=["GPU: vllm", "CPU with a GGUF: llamacpp", "CPU, no GGUF: vllm", "llama.cpp not installed: vllm"],
+    ids=[
+        "GPU: vllm",
+        "CPU with native bf16: vllm",
+        "CPU without bf16, with a GGUF: llamacpp",
+        "CPU, no GGUF: vllm",
+        "llama.cpp not installed: vllm",
+    ],
 )
-def test_auto_takes_vllm_on_a_gpu_and_llama_cpp_on_a_cpu_when_the_model_has_a_gguf(
-    gpu: bool, has_gguf: bool, installed: bool, picked: str, tmp_path: Path
+def test_auto_takes_vllm_on_a_gpu_or_bf16_cpu_and_llama_cpp_on_other_cpus_when_the_model_has_a_gguf(
+    gpu: bool, bf16: bool, has_gguf: bool, installed: bool, picked: str, tmp_path: Path
 ) -> None:
     model = tmp_path / "judge"
     model.mkdir()
@@ -111,7 +118,7 @@ def test_auto_takes_vllm_on_a_gpu_and_llama_cpp_on_a_cpu_when_the_model_has_a_gg
         (model / "model.gguf").write_bytes(b"GGUF")
     settings = Settings.from_env({}, model=str(model))
     assert settings.engine == "auto"  # the default
-    assert chosen_engine(settings, gpu=lambda: gpu, llamacpp=lambda: installed) == picked
+    assert chosen_engine(settings, gpu=lambda: gpu, llamacpp=lambda: installed, bf16=lambda: bf16) == picked
 
 
 @pytest.mark.parametrize("named", ["vllm", "llamacpp"])

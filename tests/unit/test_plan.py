@@ -48,7 +48,9 @@ def test_a_plan_is_what_select_prompt_chooses_with_the_sampling_its_kind_asks_me
             assert chosen.template == select_prompt(options, ITEM.question, metric)
             checks = chosen.template.kind == "checks"
             assert chosen.request == (CHECK_REQUEST if checks else score_sampling(options, metric))
-            assert chosen.provenance == provenance_of(ENGINE, metric, chosen.template, chosen.request, options.mode)
+            assert chosen.provenance == provenance_of(
+                ENGINE, metric, chosen.template, chosen.request, options.mode, context_chars=options.context_chars
+            )
 
 
 def test_the_item_language_is_read_for_every_metric_and_a_pinned_one_wins() -> None:

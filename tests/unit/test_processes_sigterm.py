@@ -9,6 +9,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 SCRIPT = textwrap.dedent(
     """
     import sys, time
@@ -41,3 +43,34 @@ def test_sigterm_stops_the_children(tmp_path: Path) -> None:
         parent.send_signal(signal.SIGTERM)
         assert parent.wait(timeout=30) == 128 + signal.SIGTERM
     assert not _alive(sleeper)
+
+
+STUBBORN = textwrap.dedent(
+    """
+    import sys, time
+    from pathlib import Path
+    from juiz.runtime.processes import child, stopped_on_sigterm
+
+    # A child that finishes its work before it stops, as an RQ worker does on SIGTERM.
+    stubborn = [sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+                "print('ready', flush=True); time.sleep(600)"]
+    with stopped_on_sigterm(), child("stubborn", stubborn, {}, Path(sys.argv[1])) as c:
+        while "ready" not in Path(sys.argv[1]).read_text():
+            time.sleep(0.05)
+        print(c.process.pid, flush=True)
+        time.sleep(600)
+    """
+)
+
+
+def test_a_second_signal_while_a_child_lingers_kills_it(tmp_path: Path) -> None:
+    log = tmp_path / "stubborn.log"
+    with subprocess.Popen([sys.executable, "-c", STUBBORN, str(log)], stdout=subprocess.PIPE, text=True) as parent:
+        assert parent.stdout is not None
+        stubborn = int(parent.stdout.readline())
+        parent.send_signal(signal.SIGINT)  # the child is asked to stop and ignores it: the parent waits its grace
+        with pytest.raises(subprocess.TimeoutExpired):
+            parent.wait(timeout=1)
+        parent.send_signal(signal.SIGTERM)  # the person asks again: no second wait of the grace period
+        assert parent.wait(timeout=10) != 0
+    assert not _alive(stubborn)
