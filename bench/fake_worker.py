@@ -233,20 +233,27 @@ class FakeWorkerEngine(FakeEngine):
         self.done += 1
         if self.events_dir is not None:
             (self.events_dir / f"call-{self.done}-done").touch()
-        # Progress only: the call's cancel and deadline were honoured above, while its cost was slept.
-        reporting = CallControl(on_finished=control.on_finished) if control is not None else None
+        # Progress, and cancels between conversations (each conversation_s long) as a real engine aborts requests
+        # mid-call; the deadline was honoured above, while the call's cost was slept.
+        reporting = (
+            None
+            if control is None
+            else CallControl(on_finished=control.on_finished, cancelled=control.cancelled, poll_s=control.poll_s)
+        )
         completions = super().generate(conversations, request, reporting)
         if self.counts is not None:
             self._count(entry, markers, [counts_as_graded(c) for c in conversations], abort)
         for n, reason in abort.items():
             completions[n] = aborted(reason)
         finished = {**record, "start": started, "end": time.time()}
+        # Aborted while its cost was slept or between conversations (cancelled, or cut for other work): not generated.
+        cut = sum(1 for c in completions if c.finish_reason == "abort")
         if self.events is not None:
             self.events.rpush(CALLS_KEY, json.dumps(finished))
         if self.calls_file is not None:
             tags = [m.group(1) for c in conversations if (m := TAG.search(c[-1]["content"]))]
             with open(self.calls_file, "a", encoding="utf-8") as f:
-                f.write(json.dumps({**finished, "aborted": len(abort), "tags": tags}) + "\n")
+                f.write(json.dumps({**finished, "aborted": cut, "tags": tags}) + "\n")
         if self.events_dir is not None:
             (self.events_dir / f"call-{self.done}-returned").touch()
             if (self.events_dir / "hold").exists():

@@ -319,6 +319,7 @@ PERFORMANCE = (
     "scale_out",
     "chaos",
     "fairness",
+    "fairness_default_judge",
     "uncertain_pages",
     "durations",
     "on_paper",

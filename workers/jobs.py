@@ -18,6 +18,10 @@ job waits for a burst of submissions to end (`gather_quiet_s` without a new batc
 are shared as one backlog rather than split by whichever arrived first; a lone large batch never waits longer than
 that. /v1/grade never waits.
 
+Small batches first: a job grading more than one chunk lets small batches (one chunk) submitted after it began in
+between its engine calls, cutting the running call if need be (`SmallBatchesFirst`), so a small batch behind a deep
+backlog waits about gather_s and one poll for an engine, not the rest of a chunk of up to coalesce_max_items items.
+
 Faults:
 - A worker killed mid-call: its heartbeat stops, RQ's maintenance finds the job abandoned within about
   heartbeat_ttl_s + maintenance_interval_s, and `on_chunk_failure` gives every chunk it held back (fresh RQ jobs).
@@ -60,7 +64,7 @@ from rq.exceptions import AbandonedJobError
 from rq.worker import Worker
 
 from juiz.engines.base import CallControl, JudgeEngine
-from juiz.judging.judge import Judge
+from juiz.judging.judge import Interjection, Judge
 from juiz.judging.judgements import failed_judgement, finished, from_cache
 from juiz.judging.plan import plan_or_reason, provenance_by_metric
 from juiz.judging.result_cache import cache_key, cacheable, reusable
@@ -75,6 +79,7 @@ from workers.progress import CallProgress
 log = logging.getLogger(__name__)
 
 MAX_ABANDONED = 3  # a chunk whose worker died this many times is given one more try, then failed
+SMALL_FIRST_POLL_S = 0.25  # how often a grading looks for small batches to take ahead of its own work
 
 
 @dataclass
@@ -146,6 +151,7 @@ def grade_chunk(batch_id: str, chunk_no: int) -> dict[str, int]:
     if queue != settings.priority_queue:
         _settle(b, batch)
     own = ChunkRef(batch_id, chunk_no)
+    claimed_at = time.time()  # small batches created after this are taken ahead of this job's work
     claim = store.claim(queue, job_id, b.worker_key, own=own)
     if claim is None:
         return {"not_ours": 1}  # done, cancelled, or handed to a newer job while this one was taken as dead
@@ -156,7 +162,17 @@ def grade_chunk(batch_id: str, chunk_no: int) -> dict[str, int]:
         work = _load(store, [own, *taken], batches)
         if queue != settings.priority_queue and batch.n_chunks == 1:
             taken += _gather(b, queue, job_id, work, batch.created_at, batches, taken)
-        counts = _grade_and_store(b, work, job)
+        first = None
+        large = [w for w in work if w.batch.n_chunks > 1]
+        if queue != settings.priority_queue and sum(len(w.items) for w in large) > settings.chunk_size:
+            # Small batches the claim took along are graded first, in calls of their own; more may come in between.
+            small = [w for w in work if w.batch.n_chunks == 1]
+            first = SmallBatchesFirst(b, queue, job_id, job, since=claimed_at, held=small)
+            first.serve()
+            work = large
+        counts = _grade_and_store(b, work, job, first)
+        if first is not None:
+            first.serve()  # small batches taken during a grading that made no engine call after
     except EngineDeadError as exc:
         # Store nothing: every chunk goes back with a fresh job, and this worker stops after the job.
         log.error("engine dead: giving back %d chunk(s) and stopping this worker: %s", len(taken) + 1, exc)
@@ -256,8 +272,65 @@ def _gather(
     return taken
 
 
-def _grade_and_store(b: Binding, work: list[_Work], job: Any) -> dict[str, int]:
-    """Plan → cache lookup → grade → finish → store, each once for the whole call, in that order."""
+class SmallBatchesFirst(Interjection):
+    """What a job grading more than one chunk of larger batches lets in between (and into) its engine calls: small
+    batches (one chunk). Those its own claim took along are graded first, in calls of their own.
+
+    A batch of one chunk submitted after the job claimed its work, and waiting `gather_s` since (time for an idle
+    worker's job to take it and gather its neighbours), is taken by this job (`Chunks.take_small`, atomic: one job
+    takes it), which cuts its running engine call (what the call finished is kept, the rest sent again after),
+    grades and stores the small batches in calls of their own, and goes on. A small batch behind a deep backlog then
+    waits about gather_s + one poll + its own calls, not the rest of a chunk of up to coalesce_max_items items; the
+    backlog pays one more call per interruption. The small batches' own RQ jobs are taken off the queue."""
+
+    def __init__(
+        self, b: Binding, queue: str, job_id: str, job: Any, *, since: float, held: Sequence[_Work] = ()
+    ) -> None:
+        self.b, self.queue, self.job_id, self.job, self.since = b, queue, job_id, job, since
+        self.held = list(held)  # small batches' work the job's claim took: served first
+        self.chunks: list[ChunkRef] = []  # taken by `take`, not loaded yet
+        self.asked_at = 0.0
+        self.served_s = 0.0  # time spent serving, to keep out of the job's own engine-call time
+
+    def take(self) -> bool:
+        """Whether there are small batches to grade first (taken now, in one atomic step); cheap when polled often:
+        Redis is asked at most every SMALL_FIRST_POLL_S, and a Redis fault is a no (the grading goes on)."""
+        if self.held or self.chunks:
+            return True
+        now = time.monotonic()
+        if now - self.asked_at < SMALL_FIRST_POLL_S:
+            return False
+        self.asked_at = now
+        settings = self.b.settings
+        try:
+            self.chunks = self.b.store.chunks.take_small(
+                self.queue,
+                self.job_id,
+                since=self.since,
+                until=time.time() - settings.gather_s,
+                budget=settings.coalesce_max_items,
+            )
+        except REDIS_ERRORS:
+            return False
+        return bool(self.chunks)
+
+    def serve(self) -> None:
+        """Grade and store what the job holds or `take` took, in calls of their own; then those chunks are done with.
+        A failure propagates to the job, which gives them back with the rest of its chunks."""
+        started = time.perf_counter()
+        work = self.held + _load(self.b.retried, self.chunks, {})
+        self.held, self.chunks = [], []
+        if not work:
+            return
+        counts = _grade_and_store(self.b, work, self.job)
+        self.b.retried.chunks.done_with(self.job_id, [w.chunk for w in work])
+        self.served_s += time.perf_counter() - started
+        log.info("graded %d small batch chunk(s) ahead of job %s: %s", len(work), self.job_id, counts)
+
+
+def _grade_and_store(b: Binding, work: list[_Work], job: Any, first: Interjection | None = None) -> dict[str, int]:
+    """Plan → cache lookup → grade → finish → store, each once for the whole call, in that order. `first`: other
+    work let in between the call's waves (SmallBatchesFirst)."""
     store, judge, settings = b.retried, b.judge, b.settings
     if not work:
         return {"chunks": 0, "items": 0, "graded": 0, "stored": 0}
@@ -299,6 +372,7 @@ def _grade_and_store(b: Binding, work: list[_Work], job: Any) -> dict[str, int]:
     call.start()
     if to_grade:
         started = time.perf_counter()
+        served_s = first.served_s if isinstance(first, SmallBatchesFirst) else 0.0
         try:
             # Unfinished: every result of the call, cached or fresh, is finished below, in one place.
             grades = judge.grade_unfinished(
@@ -306,6 +380,7 @@ def _grade_and_store(b: Binding, work: list[_Work], job: Any) -> dict[str, int]:
                 control.subset(to_grade),
                 plans=[planned[position].plan for position in to_grade],
                 progress=call.progress,
+                interject=first,
             )
         except (TransientEngineError, EngineDeadError):
             call.stop()
@@ -320,7 +395,10 @@ def _grade_and_store(b: Binding, work: list[_Work], job: Any) -> dict[str, int]:
             call.stop()  # a job timeout, Ctrl-C
             raise
         else:
-            engine_call = (time.perf_counter() - started, len(to_grade))
+            # The call's own time: small batches graded in between are recorded as calls of their own.
+            if isinstance(first, SmallBatchesFirst):
+                served_s = first.served_s - served_s
+            engine_call = (time.perf_counter() - started - served_s, len(to_grade))
             graded = dict(zip(to_grade, grades, strict=True))
     call.finish()
     hits = {position: from_cache(hit, flat[position][2]) for position, hit in enumerate(cached) if hit is not None}

@@ -19,7 +19,7 @@ import sys
 import time
 from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol
 
 from juiz.engines.base import CANCELLED, CallControl, Completion, Conversation, GenerationRequest, JudgeEngine, aborted
 from juiz.judging.checks import CHECK_REQUEST, Ask, CheckJob, read_check, reference_text
@@ -47,6 +47,19 @@ def context_segments(context: str | list[Segment] | None) -> list[str]:
     if isinstance(context, str):
         return [context] if context.strip() else []
     return [s.text for s in context if s.text.strip()]
+
+
+class Interjection(Protocol):
+    """Other work that goes ahead of a long grading, between its engine calls ("waves").
+
+    `take()` is asked before each call and, from the engine's cancel poll, while a call runs; when it says yes (it
+    has taken work for this grading to do first), a running call is cut: its unfinished conversations are aborted and
+    sent again afterwards, the finished ones kept. `serve()` then grades what was taken, and the grading goes on. So
+    a small batch that arrives behind a long grading waits one poll, not the rest of the call."""
+
+    def take(self) -> bool: ...
+
+    def serve(self) -> None: ...
 
 
 def shown_context(triple: Triple, segments: list[str], budget_chars: int | None) -> str:
@@ -122,18 +135,20 @@ class Judge:
         control: CallControl | None = None,
         plans: Sequence[ItemPlan | None] | None = None,
         progress: Progress | None = None,
+        interject: Interjection | None = None,
     ) -> list[Judgement]:
         """`grade_many`, its results not yet `finished`: for a caller that finishes them together with results of
-        other origins (the worker: cache hits), in one place."""
+        other origins (the worker: cache hits), in one place. `interject`: other work let in between (and into) its
+        engine calls (`Interjection`)."""
         planned = [
             plan if plan is not None else plan_item(options, triple.question, self.engine)
             for (triple, options), plan in zip(items, plans or [None] * len(items), strict=True)
         ]
         tasks, jobs, skipped = self._tasks(items, planned)
         expected = _plan_progress(progress, len(items), tasks, jobs)
-        replies = self._run(tasks, control, progress)
+        replies = self._run(tasks, control, progress, interject)
         by_item: list[dict[str, MetricResult]] = [dict(skipped.get(i, {})) for i in range(len(items))]
-        for (item, metric), result in self._grade_checks(jobs, control, progress, expected).items():
+        for (item, metric), result in self._grade_checks(jobs, control, progress, expected, interject).items():
             by_item[item][metric] = result
         segment_grades: dict[tuple[int, str], list[tuple[_Task, _Reply]]] = {}
         for task, reply in zip(tasks, replies, strict=True):
@@ -190,6 +205,7 @@ class Judge:
         control: CallControl | None,
         progress: Progress | None = None,
         expected: dict[int, int] | None = None,
+        interject: Interjection | None = None,
     ) -> dict[tuple[int, str], MetricResult]:
         """Check-based metrics in two engine calls (juiz.judging.checks): the references, then every check, each
         distinct prefix's first check ahead of the rest."""
@@ -205,6 +221,7 @@ class Judge:
             ],
             control,
             progress,
+            interject,
         )
         references = {id(job): reply.completion for job, reply in zip(with_reference, reference_replies, strict=True)}
         planned: list[tuple[CheckJob, list[Ask], list[CheckResult]]] = []
@@ -253,6 +270,7 @@ class Judge:
             ],
             control,
             progress,
+            interject,
         )
         read = {(n, k): read_check(planned[n][1][k], r.completion) for (n, k), r in zip(order, replies, strict=True)}
         latency = round(time.perf_counter() - started, 4)
@@ -265,9 +283,16 @@ class Judge:
             )
         return results
 
-    def _run(self, tasks: list[_Task], control: CallControl | None, progress: Progress | None = None) -> list[_Reply]:
+    def _run(
+        self,
+        tasks: list[_Task],
+        control: CallControl | None,
+        progress: Progress | None = None,
+        interject: Interjection | None = None,
+    ) -> list[_Reply]:
         """One engine call per sampling setting; identical conversations in it are generated once. `progress` hears
-        of each conversation as the engine finishes it (once per task it serves)."""
+        of each conversation as the engine finishes it (once per task it serves). With `interject`, a call may be cut
+        for other work (`Interjection`); what it left unfinished is sent again once that work is done."""
         replies: list[_Reply | None] = [None] * len(tasks)
         for request in dict.fromkeys(t.request for t in tasks):
             unique: dict[str, int] = {}  # rendered conversation → position in this call
@@ -284,23 +309,31 @@ class Judge:
                     owners.append(set())
                 owners[unique[key]].add(task.item)
                 slots.append((index, unique[key]))
-            # Work whose every item was cancelled before the call (e.g. between the waves of a check-based metric) is
-            # not sent: it comes back aborted, as if cancelled during the call.
-            gone = set(control.cancelled()) if control is not None and control.cancelled is not None else set()
-            send = [p for p, items in enumerate(owners) if not (items and items <= gone)]
             completions = [aborted(CANCELLED)] * len(conversations)
             started = time.perf_counter()
             report = _Report(progress, slots, tasks)
+            send = _still_wanted(control, owners, range(len(conversations)))
             sending = set(send)
             report.positions(p for p in range(len(conversations)) if p not in sending)  # not sent: over already
-            if send:
+            while send:
+                if interject is not None and interject.take():
+                    interject.serve()  # between two calls: the other work goes first
+                cut = _Cut(interject)
                 engine_control = _engine_control(control, [owners[p] for p in send])
                 if progress is not None:
-                    engine_control = replace(engine_control or CallControl(), on_finished=report.of_call(send))
+                    engine_control = replace(engine_control or CallControl(), on_finished=cut.unless_cut(report, send))
+                engine_control = cut.control(engine_control, len(send))
                 sent = self._generate_isolating_failures([conversations[p] for p in send], request, engine_control)
                 for p, completion in zip(send, sent, strict=True):
                     completions[p] = completion
-                report.positions(send)  # those the engine did not report: failed with the whole batch, say
+                again = cut.aborted(send, sent)
+                # What was cut goes again, less what its batch cancelled meanwhile; the rest is over.
+                send = _still_wanted(control, owners, again)
+                report.positions(p for p in sending if p not in set(send))
+                sending = set(send)
+                if cut.done:  # what was taken is served now, even if the call had finished when it was cut
+                    assert interject is not None
+                    interject.serve()
             latency = time.perf_counter() - started
             for index, position in slots:
                 replies[index] = _Reply(completions[position], latency)
@@ -356,6 +389,49 @@ def _raise_if_call_level(exc: Exception) -> None:
     rq_timeouts = sys.modules.get("rq.timeouts")
     if rq_timeouts is not None and isinstance(exc, rq_timeouts.BaseTimeoutException):
         raise exc  # the job's time is up (SIGALRM): splitting would run on past it
+
+
+def _still_wanted(control: CallControl | None, owners: list[set[int]], positions: Iterable[int]) -> list[int]:
+    """The positions to send: work whose every item was cancelled (before the call, or while a call was cut) is not
+    sent; it comes back aborted, as if cancelled during the call."""
+    gone = set(control.cancelled()) if control is not None and control.cancelled is not None else set()
+    return [p for p in positions if not (owners[p] and owners[p] <= gone)]
+
+
+class _Cut:
+    """One engine call that `interject` may cut: the engine's cancel poll asks `interject.take()` too; once it said
+    yes, every conversation of the call not yet finished is aborted (the engine keeps those it finished)."""
+
+    def __init__(self, interject: Interjection | None) -> None:
+        self.interject = interject
+        self.done = False
+
+    def control(self, control: CallControl | None, n: int) -> CallControl | None:
+        interject = self.interject
+        if interject is None:
+            return control
+        control = control or CallControl()
+        asked = control.cancelled
+
+        def cancelled() -> Collection[int]:
+            if not self.done and interject.take():
+                self.done = True
+            if self.done:
+                return range(n)
+            return asked() if asked is not None else ()
+
+        return replace(control, cancelled=cancelled)
+
+    def unless_cut(self, report: _Report, send: list[int]) -> Callable[[int], None]:
+        """`on_finished` that reports only before the cut: after it, the engine reports aborts, to be sent again."""
+        told = report.of_call(send)
+        return lambda index: None if self.done else told(index)
+
+    def aborted(self, send: list[int], sent: list[Completion]) -> list[int]:
+        """The positions this cut aborted (none if it never cut): to send again."""
+        if not self.done:
+            return []
+        return [p for p, completion in zip(send, sent, strict=True) if completion.error == CANCELLED]
 
 
 def _engine_control(control: CallControl | None, owners: list[set[int]]) -> CallControl | None:

@@ -182,6 +182,39 @@ return {1, share, claimed, superseded}
 """
 )
 
+# A job takes the chunks of small batches (one chunk each) submitted since it began, to grade them ahead of its own
+# work (workers.jobs: small batches first). Newest first, up to a budget in items, each still pending and not over.
+# KEYS: pending zset, this job's owned set.
+# ARGV: job id, since, until (created_at bounds), budget in items, how many pending chunks to look at, owned-set TTL.
+# Returns {{claimed member, ...}, {their RQ jobs}}. NOT single-slot: the queue's `pending`, the batches' hashes and
+# owners, and the job's owned set, as `claim`.
+_TAKE_SMALL = (
+    _LUA
+    + """
+local claimed, superseded, budget = {}, {}, tonumber(ARGV[4])
+for _, m in ipairs(redis.call('ZREVRANGEBYSCORE', KEYS[1], ARGV[3], ARGV[2], 'LIMIT', 0, tonumber(ARGV[5]))) do
+  local id, no = split(m)
+  local b = redis.call('HMGET', batch_key(id), 'status', 'total', 'chunk_size')
+  local total = tonumber(b[2])
+  if b[1] and not terminal(b[1]) and total <= tonumber(b[3]) and total <= budget then
+    local job = redis.call('HGET', batch_key(id, 'chunkjobs'), no)
+    redis.call('ZREM', KEYS[1], m)
+    redis.call('HSET', batch_key(id, 'owner'), no, ARGV[1])
+    redis.call('SADD', KEYS[2], m)
+    if job then
+      redis.call('HDEL', batch_key(id, 'chunkjobs'), no)
+      redis.call('SREM', batch_key(id, 'jobs'), job)
+      superseded[#superseded + 1] = job
+    end
+    budget = budget - total
+    claimed[#claimed + 1] = m
+  end
+end
+if #claimed > 0 then redis.call('EXPIRE', KEYS[2], ARGV[6]) end
+return {claimed, superseded}
+"""
+)
+
 # Drop a job's ownership of chunks of ONE batch (theirs, or nobody's), the first step of giving them back.
 # KEYS: batch, owner. ARGV: job id, chunk nos. Returns {created_at, tenant, {chunk nos}} with the chunks to put back
 # in `pending`, or {} when the batch is over (or gone): its chunks are dropped, not given back.
@@ -245,6 +278,7 @@ class Chunks:
         self.settings = settings
         self.jobs = jobs
         self._claim = redis.register_script(_CLAIM)
+        self._take_small = redis.register_script(_TAKE_SMALL)
         self._disown = redis.register_script(_DISOWN)
         self._disown_mine = redis.register_script(_DISOWN_MINE)
         self._unmark = redis.register_script(_UNMARK)
@@ -294,6 +328,20 @@ class Chunks:
         if superseded:
             self.jobs.drop(queue, superseded)
         return Claim(share=int(reply[1]), chunks=[ChunkRef.parse(text(m)) for m in reply[2]])
+
+    def take_small(self, queue: str, job_id: str, *, since: float, until: float, budget: int) -> list[ChunkRef]:
+        """Take the pending chunks of small batches (one chunk each) of `queue` created between `since` and `until`,
+        newest first, up to `budget` items: the job grades them ahead of its own work. Their RQ jobs are taken off
+        the queue as `claim`'s are; the job finishes them with `done_with`."""
+        scan = max(16, self.settings.coalesce_max_items // max(1, self.settings.chunk_size) + 16)
+        reply = self._take_small(
+            keys=[pending_key(queue), owned_key(job_id)],
+            args=[job_id, since, until, budget, scan, self.settings.job_timeout_s + 3600],
+        )
+        superseded = [text(j) for j in reply[1]]
+        if superseded:
+            self.jobs.drop(queue, superseded)
+        return [ChunkRef.parse(text(m)) for m in reply[0]]
 
     def chunk_events_cursor(self, queue: str) -> str:
         """The id of the queue's newest chunk event (a batch submitted, chunks given back); '0-0' if none."""
@@ -353,10 +401,20 @@ class Chunks:
     def finish(self, job_id: str, worker_key: str, chunks: Sequence[ChunkRef]) -> None:
         """The job is done with its chunks (stored, or nothing left to do): drop its ownership of those it still
         owns, its owned set and its busy marker (each step one slot, safe to repeat)."""
-        for batch_id, nos in _by_batch(chunks).items():
-            self._disown_mine(keys=[batch_key(batch_id, "owner")], args=[job_id, *nos])
+        self._disown_all_mine(job_id, chunks)
         self.redis.delete(owned_key(job_id))
         self._unmark(keys=[grading_key(worker_key)], args=[job_id])
+
+    def done_with(self, job_id: str, chunks: Sequence[ChunkRef]) -> None:
+        """The job is done with some of its chunks (those it took to grade first) and goes on with the rest: its
+        ownership of them dropped and them out of its owned set (each step one slot, safe to repeat)."""
+        if chunks:
+            self._disown_all_mine(job_id, chunks)
+            self.redis.srem(owned_key(job_id), *(c.member for c in chunks))
+
+    def _disown_all_mine(self, job_id: str, chunks: Sequence[ChunkRef]) -> None:
+        for batch_id, nos in _by_batch(chunks).items():
+            self._disown_mine(keys=[batch_key(batch_id, "owner")], args=[job_id, *nos])
 
     def still_grading(self, worker_key: str, ttl_s: int) -> None:
         """Heartbeat of a busy worker: keep it out of the idle count that fair shares are computed from."""

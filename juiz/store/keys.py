@@ -45,6 +45,8 @@ What is NOT cluster-safe yet:
     marker; its fair share reads the other workers' busy markers. It touches no RQ key: the workers alive and
     registered for the queue are listed before it, through RQ's API, and passed in. Made single-slot, it would keep in
     the queue's slot what it reads and writes (chunk owners, each batch's size and tenant, owned sets, busy markers).
+  - `take_small` (CROSS_SLOT_SCRIPTS): a job taking small batches' chunks to grade first, across the same keys as
+    `claim` less the fairness index and the busy markers.
   - the MULTI transactions that create a batch and requeue chunks: they write the batch's, the queue's and RQ's keys
     together so that a crash leaves all or none.
   - RQ itself, whose own pipelines span several slots (rq/rq#1942): a cluster needs another queue beneath juiz.
@@ -58,7 +60,7 @@ from typing import Any
 
 PREFIX = "juiz"
 # The scripts whose calls name keys of more than one slot, and why: see above.
-CROSS_SLOT_SCRIPTS = frozenset({"claim"})
+CROSS_SLOT_SCRIPTS = frozenset({"claim", "take_small"})
 METRICS_KEY = f"{PREFIX}:metrics"
 WRITE_PROBE_KEY = f"{PREFIX}:writable"
 

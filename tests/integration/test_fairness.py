@@ -1,5 +1,5 @@
-"""Fairness under any backlog depth: a small batch of another tenant rides in the next engine call
-however many chunks one tenant queued before it. Real Redis, a real RQ worker on the FAKE engine."""
+"""Fairness under any backlog depth: a small batch of another tenant rides in the next job however many chunks one
+tenant queued before it, graded first in a call of its own. Real Redis, a real RQ worker on the FAKE engine."""
 
 from __future__ import annotations
 
@@ -25,10 +25,10 @@ def test_a_small_batch_is_not_stuck_behind_a_deep_backlog(redis: Redis, redis_ur
     small, _ = store.create_batch("b", cot, [Triple.model_validate(t) for t in triples(8, start=90_000)])
     engine = FakeWorkerEngine(redis)
 
-    run_worker(settings, max_jobs=1, worker_engine=engine)  # one engine call
+    run_worker(settings, max_jobs=1, worker_engine=engine)  # one job
 
     done = store.get_batch(small.id)
     assert done is not None and done.status.value == "done" and done.counts.ok == 8
     graded_of_a = sum(store.result_count(batch.id) for batch in backlog)
-    assert graded_of_a == 7 * 32  # B's chunk took an A chunk's place in the first call, not one after 10,240 items
-    assert len(engine.calls) == 1
+    assert graded_of_a == 7 * 32  # B's chunk took an A chunk's place in the first job, not one after 10,240 items
+    assert engine.calls == [8, 7 * 32]  # and went first, in a call of its own (small batches first)

@@ -6,6 +6,7 @@ script builds itself are checked in tests/integration/test_fair_share.py."""
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from collections.abc import Iterator
 from typing import Any
@@ -65,6 +66,8 @@ def test_every_script_but_the_listed_ones_keeps_to_one_slot(
     # a job that took a chunk and gave it back (what a failed call or the sweeper does)
     assert store.claim(settings.queue, "a-job", "rq:worker:w", own=ChunkRef(graded.id, 1), budget=0) is not None
     assert store.release(settings.queue, "a-job", [ChunkRef(graded.id, 1)]) == [ChunkRef(graded.id, 1)]
+    # a job looking for small batches to grade ahead of its own (none is small enough for a budget of 0)
+    assert store.chunks.take_small(settings.queue, "a-job", since=0, until=time.time(), budget=0) == []
     run_worker(settings)  # claims with coalescing across both batches, stores, finishes
     assert (store.get_batch(graded.id) or graded).status.value == "done"
     store.set_manual_label(graded.id, 0, "PC", "reader", 1.0)

@@ -153,11 +153,15 @@ def test_upload_browse_label_and_export(make_client: MakeClient, keyed: Settings
     )
     assert api.json()["confusion_matrix"][0][0] == 1  # manual I, judge I: the new label counts
 
-    csv_text = client.get(f"{batch_url}/results.csv").text
+    exported = client.get(f"{batch_url}/results.csv")
+    csv_text = exported.text
     assert csv_text.splitlines()[0].startswith("index,id,status,score")
     assert len(csv_text.splitlines()) == 13
     report = client.get(f"{batch_url}/report.md")
     assert report.status_code == 200 and "**Question 1**" in report.text  # English items: English headings
+    # The text downloads name their charset once (Litestar adds it to a text/* type).
+    assert exported.headers["content-type"] == "text/csv; charset=utf-8", exported.headers
+    assert report.headers["content-type"] == "text/markdown; charset=utf-8", report.headers
 
 
 def test_patch_a_manual_label(make_client: MakeClient, keyed: Settings, run_worker: Any, redis: Redis) -> None:

@@ -268,3 +268,48 @@ def test_work_cancelled_before_a_call_is_not_sent() -> None:
     assert engine.calls == [2, len(asked)]  # the references; then item a's checks only
     cancelled_checks = [c for c in dropped if c.error == "cancelled"]
     assert cancelled_checks and len(cancelled_checks) == len([c for c in dropped if c.status is CheckStatus.FAILED]) - 1
+
+
+class TakesOnce:
+    """An interjection that has work to take once the engine has finished `after` conversations."""
+
+    def __init__(self, engine: FakeEngine, after: int) -> None:
+        self.engine, self.after, self.finished = engine, after, 0
+        self.taken = self.served = 0
+
+    def take(self) -> bool:
+        if self.taken == 0 and self.finished >= self.after:
+            self.taken = 1
+            return True
+        return False
+
+    def serve(self) -> None:
+        self.served += 1
+        self.engine.calls.append(-1)  # where, among the engine's calls, the other work went
+
+
+@BOTH_PROMPTS
+def test_an_interjection_cuts_a_call_and_only_its_unfinished_rest_is_sent_again(options: BatchOptions) -> None:
+    replies: list[str] = []
+
+    def counted(conversation: Conversation) -> str:
+        replies.append(reply_by_answer(conversation))
+        return replies[-1]
+
+    many = [Triple(id=f"t{n}", question=f"What is the capital of France? ({n})", answer="Paris.") for n in range(20)]
+    alone = Judge(FakeEngine(counted)).grade(many, options)
+    generated_alone, replies[:] = len(replies), []
+    engine = FakeEngine(counted)
+    first = TakesOnce(engine, after=5)
+
+    def finished(index: int) -> None:
+        first.finished += 1
+
+    control = CallControl(on_finished=finished, poll_s=0.0)  # the engine asks for cancels before every conversation
+    graded = Judge(engine).grade_unfinished([(t, options) for t in many], control, interject=first)
+
+    assert first.served == 1
+    cut = engine.calls.index(-1)
+    assert engine.calls[cut + 1] == engine.calls[cut - 1] - 5  # the cut call's unfinished rest, sent again
+    assert len(replies) == generated_alone  # no conversation generated twice
+    assert [(j.id, j.status, j.score) for j in graded] == [(j.id, j.status, j.score) for j in alone]

@@ -104,3 +104,28 @@ def test_the_judge_imports_no_engine_back_end() -> None:
     back_ends = {"juiz.engines.openai_server", "juiz.engines.vllm_engine"}
     found = [name for _, name in _imports(CORE / "judging" / "judge.py") if name in back_ends]
     assert not found, found
+
+
+# Commands only a Redis client has: called outside juiz/store, one of them would be a second way to Redis.
+REDIS_COMMAND = re.compile(
+    r"\.(hget|hset|hgetall|hmget|hincrby|hdel|zadd|zrange|zrangebyscore|zrevrange|zrem|zcard|sadd|srem|smembers|"
+    r"xadd|xread|xrevrange|evalsha|register_script|lrange|llen|rpush|lpush|incrby|setnx|scan_iter)\("
+)
+
+
+def test_redis_is_reached_through_the_store() -> None:
+    """No module outside juiz/store sends Redis a command itself, and the workers' retries of store steps are the
+    store's (juiz.store.retrying), not call sites wrapping lambdas in `while_redis_away(`."""
+    root = CORE.parent
+    sources = [p for d in ("juiz", *OUTER, "juiz_cli") for p in (root / d).rglob("*.py") if "store" not in p.parts]
+    calls = [
+        f"{p.relative_to(root)}:{n}: {line.strip()}"
+        for p in sources
+        for n, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+        if REDIS_COMMAND.search(line)
+    ]
+    assert calls == []
+    wrapped = [
+        str(p.relative_to(root)) for p in (root / "workers").rglob("*.py") if "while_redis_away(" in p.read_text()
+    ]
+    assert wrapped == []
