@@ -463,15 +463,6 @@ def _judgements(index: BatchIndex) -> list[Judgement]:
     ]
 
 
-def indexed_rows(index: BatchIndex) -> list[tuple[int, Judgement]]:
-    """(input index, judgement) per row, the judgement holding what compute_agreement and a comparison read (the
-    judge's class as `automated_label`): two batches compared without parsing their results again."""
-    return [
-        (r.index, judgement.model_copy(update={"automated_label": r.judge_label}))
-        for r, judgement in zip(index.rows, _judgements(index), strict=True)
-    ]
-
-
 def _compute(
     judgements: list[Judgement], mapping: LabelMapping, resamples: int, rule: ConsensusRule | None = None
 ) -> AgreementReport:
