@@ -5,6 +5,7 @@ grades its triples with their labels carried; bad input is a 4xx naming the fiel
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import pytest
@@ -16,7 +17,7 @@ from juiz.runtime.settings import Settings
 from juiz.store import Store
 from tests.integration.helpers import make_settings, triples
 from tests.integration.test_team_labels import MakeClient
-from tests.integration.test_ui import KEYS, submit
+from tests.integration.test_ui import KEYS, csrf_of, submit
 
 ALICE = {"Authorization": f"Bearer {KEYS['alice']}"}
 BOB = {"Authorization": f"Bearer {KEYS['bob']}"}
@@ -156,3 +157,46 @@ def test_bad_input_is_refused_naming_the_field(
     refused(client.post("/v1/labelsets/s/runs", json={"options": {"metrcs": ["groundedness"]}}), 422, "options.metrcs")
     refused(client.post("/v1/labelsets/nope/runs", json={}), 404, "name")
     refused(client.get("/v1/labelsets/bad%20name"), 422, "name")
+
+
+def test_the_page_keeps_exports_imports_and_grades_a_labelled_set(
+    client: TestClient[Litestar], settings: Settings, run_worker: Any
+) -> None:
+    batch_id = submit(client, "", triples(3, label=None))
+    run_worker(settings)
+    assert client.patch(f"/v1/batches/{batch_id}/items/t1", json={"manual_label": "I"}).status_code == 200
+    page = client.get(f"/ui/batches/{batch_id}").text
+    assert 'data-testid="save-labelset"' in page
+    csrf = csrf_of(page)
+    kept = client.post(
+        "/ui/labelsets", data={"_csrf_token": csrf, "batch": batch_id, "name": "dev-1"}, follow_redirects=False
+    )
+    assert kept.status_code == 303 and kept.headers["location"] == "/ui/labelsets#set-dev-1"
+    listed = client.get("/ui/labelsets").text
+    assert re.search(r'<tr id="set-dev-1">.*?<td class="num">1</td>\s*<td class="num">1</td>', listed, re.S)
+    refused = client.post("/ui/labelsets", data={"_csrf_token": csrf, "batch": batch_id, "name": "bad name"})
+    assert refused.status_code == 422 and "name" in refused.text and "<!doctype html>" in refused.text
+
+    exported = client.get("/ui/labelsets/dev-1/export")
+    assert exported.status_code == 200 and "attachment" in exported.headers["content-disposition"]
+    assert [json.loads(line)["id"] for line in exported.text.splitlines()] == ["t1"]
+    imported = client.post(
+        "/ui/labelsets/import",
+        data={"_csrf_token": csrf, "name": "copy"},
+        files={"file": ("dev-1.labelled.jsonl", exported.content, "application/x-ndjson")},
+        follow_redirects=False,
+    )
+    assert imported.status_code == 303, imported.text
+    assert 'data-testid="imported">1 new triples' in client.get(imported.headers["location"]).text
+
+    graded = client.post(
+        "/ui/labelsets/runs",
+        data={"_csrf_token": csrf, "set": "copy", "metrics": "answer_relevance", "mode": "fast"},
+        follow_redirects=False,
+    )
+    assert graded.status_code == 303, graded.text
+    run_id = graded.headers["location"].rsplit("/", 1)[-1]
+    run_worker(settings)
+    (result,) = client.get(f"/v1/batches/{run_id}/results").json()["items"]
+    assert (result["id"], result["manual_label"]) == ("t1", "I")
+    assert client.get(f"/v1/batches/{run_id}").json()["options"]["mode"] == "fast"
