@@ -3,6 +3,7 @@ and graded again as a new batch whose results carry the set's labels (service.la
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from functools import partial
 from typing import Annotated, Any
 
@@ -10,6 +11,7 @@ import anyio
 from litestar import Controller, Request, Response, delete, get, post
 from litestar.datastructures import State
 from litestar.di import NamedDependency
+from litestar.openapi.spec import OpenAPIMediaType, OpenAPIType, Operation, Reference, RequestBody, Schema
 from litestar.params import JSONBody, Parameter
 
 from juiz.runtime.errors import InputError
@@ -25,11 +27,32 @@ from schemas.labelsets import (
     LabelledSetView,
 )
 from service import labelsets
-from service.intake import READS_JSONL, is_jsonl, read_labelled_jsonl
+from service.intake import JSON, READS_JSONL, is_jsonl, read_labelled_jsonl
 from service.openapi import SECURITY, responses
 from service.views import batch_view
 
 NDJSON = "application/x-ndjson"
+
+
+@dataclass
+class JsonlImportOperation(Operation):
+    """Documents the JSONL upload beside the JSON body Litestar documented from LabelledSetImport."""
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.request_body, RequestBody):
+            return
+        self.request_body.required = True  # `data` is None only for the JSONL upload, which is a body too
+        content = self.request_body.content
+        if JSON not in content and content:
+            content[JSON] = next(iter(content.values()))
+        schema = content[JSON].schema
+        if isinstance(schema, Schema) and schema.one_of:  # `| None`: only the JSONL upload leaves `data` None
+            content[JSON].schema = next(s for s in schema.one_of if isinstance(s, Reference))
+        content[NDJSON] = OpenAPIMediaType(
+            schema=Schema(type=OpenAPIType.STRING, description="one LabelledItem as JSON per line")
+        )
+
+
 SetName = Annotated[
     str, Parameter(pattern=LABELLED_SET_NAME_PATTERN, description="The set's name (letters, digits, '.', '_', '-').")
 ]
@@ -40,7 +63,13 @@ class LabelledSetController(Controller):
     tags = ["labels"]  # noqa: RUF012 - Litestar reads it as a class attribute
     security = SECURITY
 
-    @get("/", operation_id="listLabelledSets", sync_to_thread=True, responses=responses(401, 429, 503))
+    @get(
+        "/",
+        operation_id="listLabelledSets",
+        sync_to_thread=True,
+        responses=responses(401, 429, 503),
+        summary="List labelled sets",
+    )
     def list_sets(self, store: NamedDependency[Store], tenant: NamedDependency[str]) -> LabelledSetList:
         """The tenant's named labelled sets, newest first: each one's triples, how many are labelled and by whom."""
         return LabelledSetList(sets=[labelsets.view_of(store, tenant, r) for r in store.annotations.list_sets(tenant)])
@@ -51,6 +80,7 @@ class LabelledSetController(Controller):
         status_code=201,
         sync_to_thread=True,
         responses=responses(401, 409, 422, 429, 503),
+        summary="Create a labelled set",
     )
     def create(
         self,
@@ -65,7 +95,11 @@ class LabelledSetController(Controller):
         return labelsets.create_set(store, state.settings, tenant, data)
 
     @get(
-        "/{name:str}", operation_id="getLabelledSet", sync_to_thread=True, responses=responses(401, 404, 422, 429, 503)
+        "/{name:str}",
+        operation_id="getLabelledSet",
+        sync_to_thread=True,
+        responses=responses(401, 404, 422, 429, 503),
+        summary="A labelled set",
     )
     def get_set(self, store: NamedDependency[Store], tenant: NamedDependency[str], name: SetName) -> LabelledSetView:
         """One named set."""
@@ -76,6 +110,7 @@ class LabelledSetController(Controller):
         operation_id="deleteLabelledSet",
         sync_to_thread=True,
         responses=responses(401, 404, 422, 429, 503),
+        summary="Delete a labelled set",
     )
     def delete_set(self, store: NamedDependency[Store], tenant: NamedDependency[str], name: SetName) -> None:
         """Forget the named set. Its triples' labels stay the tenant's (/v1/labels), and its runs stay."""
@@ -88,6 +123,7 @@ class LabelledSetController(Controller):
         sync_to_thread=True,
         media_type=NDJSON,
         responses=responses(401, 404, 422, 429, 503),
+        summary="Export a labelled set (JSONL)",
     )
     def export(self, store: NamedDependency[Store], tenant: NamedDependency[str], name: SetName) -> str:
         """The set as JSONL: one triple a line (its fields as uploaded), its content key (`triple`) and every
@@ -99,7 +135,9 @@ class LabelledSetController(Controller):
         operation_id="importLabelledSet",
         status_code=200,
         opt={READS_JSONL: True},
+        operation_class=JsonlImportOperation,
         responses=responses(401, 413, 415, 422, 429, 503),
+        summary="Import into a labelled set (JSONL or JSON)",
     )
     async def import_items(
         self,
