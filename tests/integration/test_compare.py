@@ -137,7 +137,7 @@ def test_the_page_and_the_api_pair_items_and_labels_alike(
         assert f'data-testid="difference-accuracy">{accuracy:+.3f}' in page
         mcnemar = report["mcnemar"]
         assert f"a right only {mcnemar['only_a_right']}, b right only {mcnemar['only_b_right']}," in page
-        assert f"<td class=\"num\">{report['paired']} paired</td>" in page
+        assert f'<td class="num">{report["paired"]} paired</td>' in page
         listed = movement_ids(page, client, a, other)
         assert listed["changed"] == sorted(i["id"] for i in report["changed"])
         for kind in ("fixed", "regressed", "unchanged", "sideways"):
