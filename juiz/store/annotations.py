@@ -3,10 +3,10 @@
     labels:{t}:{key}          hash    "annotator\\x1fmetric" → Annotation JSON: one label per annotator (and metric)
     labels:{t}:{key}:places   set     "batch id:item index" of every stored result of this triple
     labels:{t}:index          set     the content keys the tenant labelled (what an export walks)
-    labels:{t}:sets           zset    name → created_at: the tenant's named labelled sets
-    labels:{t}:set:{name}     hash    a named set's description, rubric, created_at, updated_at, source_batch
-    labels:{t}:set:{name}:items  hash  content key → the triple's JSON (what a run of the set grades)
-    labels:{t}:set:{name}:order  list  the set's content keys in the order they were added
+    labels:{{t}}:sets         zset    name → created_at: the tenant's named labelled sets (tenant as hash tag)
+    labels:{{t}}:set:{name}   hash    a named set's description, rubric, created_at, updated_at, source_batch
+    labels:{{t}}:set:{name}:items  hash  content key → the triple's JSON (what a run of the set grades)
+    labels:{{t}}:set:{name}:order  list  the set's content keys in the order they were added
     batch:{id}:lease:{item}   zset    annotator → lease expiry: who holds the item in a label queue now
     batch:{id} consensus      field   the batch's ConsensusRule JSON (default: majority)
     batch:{id} rubric         field   what the classes mean, for the batch's annotators
@@ -124,12 +124,14 @@ class LabelledSetRecord:
     items: int
 
 
+# A tenant's named sets share one hash slot (the tenant as the hash tag): the scripts that make and fill a set name
+# its keys and the tenant's list of sets in one call.
 def sets_key(tenant: str) -> str:
-    return f"{PREFIX}:labels:{tenant}:sets"
+    return f"{PREFIX}:labels:{{{tenant}}}:sets"
 
 
 def set_key(tenant: str, name: str, part: str = "") -> str:
-    return f"{PREFIX}:labels:{tenant}:set:{name}" + (f":{part}" if part else "")
+    return f"{PREFIX}:labels:{{{tenant}}}:set:{name}" + (f":{part}" if part else "")
 
 
 class Annotations:
