@@ -3,6 +3,7 @@ label of several annotators' labels (what the judge is compared against)."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -111,3 +112,35 @@ class ConsensusRule(BaseModel):
         if self.kind == "annotator":
             return f"annotator {self.annotator}'s label{about}"
         return f"majority of the annotators' labels{about}; a tie leaves the item out"
+
+
+class LabelChange(BaseModel):
+    """PATCH /v1/batches/{id}/items/{item}: the caller's new label (a class name or alias of the batch's mapping, or a
+    number); null clears it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    manual_label: Label | None = Field(description='e.g. "C", "P", "I", 2, 0.5; null removes the label')
+    metric: str | None = Field(
+        default=None,
+        description="The metric the label is about (answer_relevance, groundedness, context_relevance); null: the "
+        "answer as a whole (the item's manual_label).",
+    )
+    comment: str | None = Field(default=None, max_length=MAX_COMMENT_CHARS, description="Why, in your words.")
+
+    @field_validator("metric")
+    @classmethod
+    def _metric_known(cls, value: str | None) -> str | None:
+        return _known_metric(value)
+
+
+class ItemLabelView(BaseModel):
+    batch_id: str
+    item_id: str
+    index: int = Field(description="0-based position of the item in the batch as submitted")
+    manual_label: Label | None = Field(
+        description="the item's reference label: the consensus of its annotators' labels (one annotator: theirs)"
+    )
+    manual_label_by: str = Field(description="the annotator that set it (the key's name, or the tenant)")
+    manual_label_at: datetime
+    automated_label: str | None

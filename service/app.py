@@ -27,6 +27,7 @@ from service.controllers import BatchController, GradeController, HealthControll
 from service.controllers.compare import CompareController
 from service.controllers.items import ItemController
 from service.controllers.labels import LabelsController
+from service.controllers.labelsets import LabelledSetController
 from service.edge import (
     index_query_parameters,
     refuse_unknown_query_parameters,
@@ -85,6 +86,7 @@ def create_app(settings: Settings | None = None, redis: Redis | None = None) -> 
             ItemController,  # manual labels
             CompareController,  # two runs side by side
             LabelsController,  # the labelled set: the team's labels per triple
+            LabelledSetController,  # named labelled sets, and runs of them
             assets_router(),
             ui_router(settings),  # the web page under /ui
         ],

@@ -36,6 +36,7 @@ from juiz.judging.plan import validate_options
 from juiz.runtime.errors import InputError
 from juiz.runtime.settings import Settings
 from schemas import BatchName, BatchOptions, BatchSubmission, GradeRequest, Triple
+from schemas.labelsets import LabelledItem
 from service.errors import ITEMS_SOURCE, LimitExceeded, body_error
 
 NDJSON = "application/x-ndjson"
@@ -200,6 +201,46 @@ def accept_submission(
     name = data.name or None  # a blank name is no name
     fingerprint = _fingerprint(content_type, body, data.options, name)
     return Submission(items=data.items, options=data.options, fingerprint=fingerprint, name=name)
+
+
+def accept_triples(items: list[Triple], options: BatchOptions, name: str | None, settings: Settings) -> Submission:
+    """Triples juiz already holds (a labelled set's), checked against this deployment as a submission's are: limits,
+    the options, each item's depth and lengths, labels."""
+    if len(items) > settings.max_items:
+        raise LimitExceeded("max_items", settings.max_items, len(items))
+    validate_options(options)
+    for index, item in enumerate(items):
+        _check_item(item, settings, ITEMS_SOURCE, index)
+    _check_labels(items, options, source=ITEMS_SOURCE, lines=None)
+    _check_conversations(items, options, settings)
+    body = "\n".join(item.model_dump_json() for item in items).encode()
+    return Submission(items=items, options=options, fingerprint=_fingerprint(JSON, body, options, name), name=name)
+
+
+def read_labelled_jsonl(body: bytes, settings: Settings) -> list[LabelledItem]:
+    """A labelled set's JSONL upload: one LabelledItem a line (blank lines skipped); InputError naming the line and
+    field of the first that isn't one. 413 over max_items lines."""
+    check_values(body, settings)
+    numbered = [(n, line) for n, line in enumerate(_text(body).split("\n"), start=1) if line.strip()]
+    if len(numbered) > settings.max_items:
+        raise LimitExceeded("max_items", settings.max_items, len(numbered))
+    items = []
+    for number, line in numbered:
+        try:
+            data = _json_object(line, settings)
+            items.append(LabelledItem.model_validate(data))
+        except InputError as exc:
+            raise InputError(exc.message, source="body", line=number, field=exc.field) from None
+        except ValidationError as exc:
+            raise InputError.from_validation(exc, source="body", line=number) from None
+    return items
+
+
+def check_set_items(items: list[Triple], settings: Settings, *, source: str = ITEMS_SOURCE) -> None:
+    """Items about to join a labelled set: each one's depth and lengths, as a submission's (InputError naming the
+    item's index and field)."""
+    for index, item in enumerate(items):
+        _check_item(item, settings, source, index)
 
 
 def accept_grade_request(data: GradeRequest, settings: Settings) -> tuple[Triple, BatchOptions]:

@@ -48,12 +48,16 @@ def set_manual_label(
     label: Label | None,
     annotator: str,
     comment: str | None = None,
+    metric: str | None = None,
 ) -> tuple[Judgement | None, Judgement]:
     """Set (None: clear) `annotator`'s own label on the graded item at `position` of the batch's results, now:
     checked against the batch's label mapping (InputError naming manual_label), kept with the tenant's labels of that
     triple (`Store.annotations`: one per annotator, nobody's replaced by another's), and every stored result of the
     triple updated: its annotations, and their consensus (the batch's rule) as its manual_label. The agreement cache
     is dropped and the page's rows updated. (The judgement before, the judgement after.)
+
+    With `metric`, the label is about that metric alone (it joins the item's annotations; the item's manual_label,
+    about the answer as a whole, is unchanged unless the batch's rule reads that metric).
 
     Clearing when the annotator has no label of their own clears a label the upload gave (it has no author)."""
     try:
@@ -67,9 +71,11 @@ def set_manual_label(
     stamp = datetime.fromtimestamp(now, UTC)
     drop_upload = False
     if label is None:
-        drop_upload = store.annotations.remove(record.tenant, key, annotator) is None
+        drop_upload = store.annotations.remove(record.tenant, key, annotator, metric) is None and metric is None
     else:
-        own = Annotation(annotator=annotator, label=label, at=stamp, comment=(comment or "").strip() or None)
+        own = Annotation(
+            annotator=annotator, label=label, at=stamp, comment=(comment or "").strip() or None, metric=metric
+        )
         store.annotations.put(record.tenant, key, own)
     known = store.annotations.of_triples(record.tenant, [key]).get(key, [])
     rule = store.annotations.rule(record.id)
@@ -157,6 +163,7 @@ def save_label(
     label: Label | None,
     annotator: str,
     comment: str | None = None,
+    metric: str | None = None,
 ) -> Label | None:
     """Set `annotator`'s own label on an item (None clears it): the label of theirs it replaced (what undo puts
     back). Other annotators' labels are never touched, so there is no overwrite to warn about."""
@@ -165,14 +172,14 @@ def save_label(
     row = cache.index(record).by_index.get(item_index)
     if row is None:
         raise NotFoundException(detail=f"item {item_index} of batch {batch_id} is not graded yet")
-    before, _ = set_manual_label(store, cache, record, row.position, label, annotator, comment)
-    previous = None if before is None else own_annotation(before, annotator)
+    before, _ = set_manual_label(store, cache, record, row.position, label, annotator, comment, metric)
+    previous = None if before is None else own_annotation(before, annotator, metric)
     return None if previous is None else previous.label
 
 
-def own_annotation(judgement: Judgement, annotator: str) -> Annotation | None:
-    """The annotator's own label on the item (about the answer as a whole)."""
-    return next((a for a in judgement.annotations or [] if a.annotator == annotator and a.metric is None), None)
+def own_annotation(judgement: Judgement, annotator: str, metric: str | None = None) -> Annotation | None:
+    """The annotator's own label on the item: about the answer as a whole, or about `metric`."""
+    return next((a for a in judgement.annotations or [] if a.annotator == annotator and a.metric == metric), None)
 
 
 def manual_class_name(label: Label | None, mapping: LabelMapping) -> str | None:

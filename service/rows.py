@@ -32,6 +32,7 @@ from juiz.agreement.labels import (
 from juiz.agreement.statistics import Signal, compute_agreement
 from juiz.runtime.errors import InputError
 from juiz.store import BatchRecord, Store
+from juiz.store.annotations import consensus_label
 from schemas import AgreementReport, Judgement
 from schemas.agreement import CalibratedAgreement
 from schemas.annotation import Annotation, ConsensusRule
@@ -463,13 +464,35 @@ def _judgements(index: BatchIndex) -> list[Judgement]:
     ]
 
 
-def indexed_rows(index: BatchIndex) -> list[tuple[int, Judgement]]:
-    """(input index, judgement) per row, the judgement holding what compute_agreement and a comparison read (the
-    judge's class as `automated_label`): two batches compared without parsing their results again."""
-    return [
-        (r.index, judgement.model_copy(update={"automated_label": r.judge_label}))
-        for r, judgement in zip(index.rows, _judgements(index), strict=True)
-    ]
+def _graded_by_id(grades: dict[str, tuple[int, float, float] | None]) -> Signal:
+    def read(judgement: Judgement) -> tuple[int, float, float] | None:
+        return grades.get(judgement.id)
+
+    return read
+
+
+def metric_label_agreement(index: BatchIndex) -> dict[str, AgreementReport]:
+    """For each metric somebody labelled alone (an annotation with that `metric`): the metric's own judge class
+    against the reference those labels make under the batch's consensus rule, on the items labelled so. Point
+    figures only (the agreement section's rows; a few hundred items at most in practice)."""
+    out: dict[str, AgreementReport] = {}
+    for metric in METRICS:
+        rule = index.rule.model_copy(update={"metric": metric})
+        judgements: list[Judgement] = []
+        grades: dict[str, tuple[int, float, float] | None] = {}
+        for row in index.rows:
+            about = [a for a in row.annotations if a.metric == metric]
+            if not about:
+                continue
+            cell = row.metrics.get(metric)
+            judge = metric_class(cell, index.mapping)
+            label = consensus_label(about, rule, index.mapping, row.id)
+            judgements.append(Judgement.model_construct(id=row.id, status=JudgementStatus.OK, manual_label=label))
+            score = None if cell is None else cell.score
+            grades[row.id] = None if judge is None or score is None else (judge, float(score), score / 3.0)
+        if judgements:
+            out[metric] = compute_agreement(judgements, index.mapping, resamples=0, signal=_graded_by_id(grades))
+    return out
 
 
 def _compute(

@@ -116,18 +116,45 @@ def compare_runs(
     *,
     resamples: int,
     seed: int = 0,
-    judge_label: Callable[[Judgement], str | None] | None = None,
     match: Match = "auto",
     shares: bool = False,
     reference: str = "manual_label",
 ) -> CompareReport:
-    """Run b against run a. `a` and `b` are (input index, judgement) pairs; `mapping` (run a's) names the classes of
-    both. `judge_label` reads a result's judge class for display (default: from its grades; the web page passes the
-    one it indexed). `shares` adds the prediction-powered change of each class's share (b − a). `reference` names
-    where the manual labels come from. Raises InputError when either run has nothing graded."""
+    """Run b against run a (`compare_items`' report alone)."""
+    report, _ = compare_items(
+        a_id,
+        a,
+        b_id,
+        b,
+        mapping,
+        resamples=resamples,
+        seed=seed,
+        match=match,
+        shares=shares,
+        reference=reference,
+    )
+    return report
+
+
+def compare_items(
+    a_id: str,
+    a: Sequence[tuple[int, Judgement]],
+    b_id: str,
+    b: Sequence[tuple[int, Judgement]],
+    mapping: LabelMapping,
+    *,
+    resamples: int,
+    seed: int = 0,
+    match: Match = "auto",
+    shares: bool = False,
+    reference: str = "manual_label",
+) -> tuple[CompareReport, list[ComparedItem]]:
+    """Run b against run a, and every shared item (the report lists the changed ones only). `a` and `b` are (input
+    index, judgement) pairs; `mapping` (run a's) names the classes of both and reads each result's judge class from
+    its grades. `shares` adds the prediction-powered change of each class's share (b − a). `reference` names where
+    the manual labels come from. Raises InputError when either run has nothing graded."""
     require_graded(a_id, [j for _, j in a])
     require_graded(b_id, [j for _, j in b])
-    label = judge_label or (lambda j: label_for(j, mapping))
     read = top_level_signal(mapping)
     matched_by = _matching(a, b, match)
     key: Callable[[Judgement], str] = (lambda j: j.id) if matched_by == "id" else (lambda j: j.content_key())
@@ -154,8 +181,8 @@ def compare_runs(
                 score_a=ja.score,
                 score_b=jb.score,
                 delta=delta,
-                label_a=label(ja),
-                label_b=label(jb),
+                label_a=label_for(ja, mapping),
+                label_b=label_for(jb, mapping),
             )
         )
     paired_a, paired_b = paired_items(left, right, read)
@@ -168,7 +195,7 @@ def compare_runs(
     difference: Shares | None = None
     if shares:
         difference = estimate_share_difference(left, right, mapping, reference=reference)
-    return CompareReport(
+    report = CompareReport(
         a=a_id,
         b=b_id,
         matched_by=matched_by,
@@ -188,6 +215,7 @@ def compare_runs(
         score_deltas=deltas,
         changed=[i for i in items if i.label_a != i.label_b],
     )
+    return report, items
 
 
 def compare_experiment(

@@ -3,9 +3,16 @@
     labels:{t}:{key}          hash    "annotator\\x1fmetric" → Annotation JSON: one label per annotator (and metric)
     labels:{t}:{key}:places   set     "batch id:item index" of every stored result of this triple
     labels:{t}:index          set     the content keys the tenant labelled (what an export walks)
+    labels:{{t}}:sets         zset    name → created_at: the tenant's named labelled sets (tenant as hash tag)
+    labels:{{t}}:set:{name}   hash    a named set's description, rubric, created_at, updated_at, source_batch
+    labels:{{t}}:set:{name}:items  hash  content key → the triple's JSON (what a run of the set grades)
+    labels:{{t}}:set:{name}:order  list  the set's content keys in the order they were added
     batch:{id}:lease:{item}   zset    annotator → lease expiry: who holds the item in a label queue now
     batch:{id} consensus      field   the batch's ConsensusRule JSON (default: majority)
     batch:{id} rubric         field   what the classes mean, for the batch's annotators
+
+A named labelled set holds triples, not labels: its labels are the tenant's labels of its triples, so a label set on
+any run of a triple is the set's label too, and a run of the set (a batch of its triples) carries them (`attach`).
 
 An annotator writes only their own field, so nobody's label replaces another's. A result stored for a triple the
 tenant already labelled carries those labels (`Results.store` calls `attach`), and a label set later reaches every
@@ -15,6 +22,7 @@ stored result of its triple (`places`): the same triples submitted again see eve
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from redis import Redis
 
@@ -25,7 +33,7 @@ from juiz.store.keys import PREFIX, batch_key, text
 from schemas import Judgement
 from schemas.annotation import Annotation, ConsensusRule
 from schemas.labels import LabelMapping
-from schemas.triple import Label
+from schemas.triple import Label, Triple
 
 SEPARATOR = "\x1f"
 UPLOADED = "uploaded_label"  # a result's extra field: the label its upload gave, before anyone labelled it
@@ -76,10 +84,62 @@ def consensus_label(
     return label
 
 
+# Create a named set unless it exists. KEYS: the set's hash, the tenant's sets zset. ARGV: name, now, description,
+# rubric, source batch. 1: created; 0: a set of that name exists.
+_CREATE_SET = """
+if redis.call('EXISTS', KEYS[1]) == 1 then return 0 end
+redis.call('HSET', KEYS[1], 'name', ARGV[1], 'created_at', ARGV[2], 'updated_at', ARGV[2], 'description', ARGV[3],
+  'rubric', ARGV[4], 'source_batch', ARGV[5])
+redis.call('ZADD', KEYS[2], ARGV[2], ARGV[1])
+return 1
+"""
+
+# Add triples to a named set, each once. KEYS: the set's hash, items hash, order list. ARGV: now, then content key and
+# triple JSON pairs. Returns how many were new; -1 when the set is gone.
+_ADD_TO_SET = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return -1 end
+local added = 0
+for i = 2, #ARGV, 2 do
+  if redis.call('HSETNX', KEYS[2], ARGV[i], ARGV[i + 1]) == 1 then
+    redis.call('RPUSH', KEYS[3], ARGV[i])
+    added = added + 1
+  end
+end
+redis.call('HSET', KEYS[1], 'updated_at', ARGV[1])
+return added
+"""
+SET_WRITE_CHUNK = 500  # triples per script call: Redis waits for none longer than that
+
+
+@dataclass(frozen=True)
+class LabelledSetRecord:
+    """A named set's own fields (its labels are the tenant's labels of its triples)."""
+
+    name: str
+    created_at: float
+    updated_at: float
+    description: str
+    rubric: str
+    source_batch: str | None
+    items: int
+
+
+# A tenant's named sets share one hash slot (the tenant as the hash tag): the scripts that make and fill a set name
+# its keys and the tenant's list of sets in one call.
+def sets_key(tenant: str) -> str:
+    return f"{PREFIX}:labels:{{{tenant}}}:sets"
+
+
+def set_key(tenant: str, name: str, part: str = "") -> str:
+    return f"{PREFIX}:labels:{{{tenant}}}:set:{name}" + (f":{part}" if part else "")
+
+
 class Annotations:
     def __init__(self, redis: Redis) -> None:
         self.redis = redis
         self._take = redis.register_script(_TAKE)
+        self._create_set = redis.register_script(_CREATE_SET)
+        self._add_to_set = redis.register_script(_ADD_TO_SET)
 
     # --- the labelled set ---------------------------------------------------------------------------------------
 
@@ -119,6 +179,72 @@ class Annotations:
         """The tenant's whole labelled set: content key → its labels."""
         keys = sorted(text(k) for k in self.redis.smembers(labels_index_key(tenant)))
         return self.of_triples(tenant, keys)
+
+    # --- named labelled sets ----------------------------------------------------------------------------------
+
+    def create_set(
+        self, tenant: str, name: str, now: float, description: str = "", rubric: str = "", source_batch: str = ""
+    ) -> bool:
+        """A new empty named set; False when the tenant has one of that name."""
+        keys = [set_key(tenant, name), sets_key(tenant)]
+        return bool(self._create_set(keys=keys, args=[name, repr(now), description, rubric, source_batch]))
+
+    def add_to_set(self, tenant: str, name: str, triples: Sequence[tuple[str, Triple]], now: float) -> int:
+        """Add (content key, triple) pairs to the set, a triple already in it kept as it was. Returns how many were
+        new; KeyError when the set is gone."""
+        keys = [set_key(tenant, name), set_key(tenant, name, "items"), set_key(tenant, name, "order")]
+        added = 0
+        for start in range(0, max(len(triples), 1), SET_WRITE_CHUNK):
+            args: list[str] = [repr(now)]
+            for key, triple in triples[start : start + SET_WRITE_CHUNK]:
+                args += [key, triple.model_dump_json(exclude_none=True)]
+            count = int(self._add_to_set(keys=keys, args=args))
+            if count < 0:
+                raise KeyError(f"no labelled set {name!r}")
+            added += count
+        return added
+
+    def get_set(self, tenant: str, name: str) -> LabelledSetRecord | None:
+        with self.redis.pipeline(transaction=False) as pipe:
+            pipe.hgetall(set_key(tenant, name))
+            pipe.llen(set_key(tenant, name, "order"))
+            raw, count = pipe.execute()
+        if not raw:
+            return None
+        fields = {text(k): text(v) for k, v in raw.items()}
+        return LabelledSetRecord(
+            name=fields["name"],
+            created_at=float(fields["created_at"]),
+            updated_at=float(fields["updated_at"]),
+            description=fields.get("description", ""),
+            rubric=fields.get("rubric", ""),
+            source_batch=fields.get("source_batch") or None,
+            items=int(count),
+        )
+
+    def list_sets(self, tenant: str) -> list[LabelledSetRecord]:
+        """The tenant's named sets, newest first."""
+        names = [text(n) for n in self.redis.zrevrange(sets_key(tenant), 0, -1)]
+        found = [self.get_set(tenant, name) for name in names]
+        return [record for record in found if record is not None]
+
+    def set_triples(self, tenant: str, name: str) -> list[tuple[str, Triple]]:
+        """The set's (content key, triple) pairs, in the order they were added."""
+        keys = [text(k) for k in self.redis.lrange(set_key(tenant, name, "order"), 0, -1)]
+        out: list[tuple[str, Triple]] = []
+        for start in range(0, len(keys), SET_WRITE_CHUNK):
+            chunk = keys[start : start + SET_WRITE_CHUNK]
+            values = self.redis.hmget(set_key(tenant, name, "items"), chunk)
+            out += [(k, Triple.model_validate_json(text(v))) for k, v in zip(chunk, values, strict=True) if v]
+        return out
+
+    def delete_set(self, tenant: str, name: str) -> bool:
+        """Forget the named set (its triples' labels stay the tenant's). False when there was none."""
+        with self.redis.pipeline(transaction=True) as pipe:
+            pipe.delete(set_key(tenant, name), set_key(tenant, name, "items"), set_key(tenant, name, "order"))
+            pipe.zrem(sets_key(tenant), name)
+            deleted, _ = pipe.execute()
+        return bool(deleted)
 
     # --- where a triple's results are -------------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""/v1/compare: two of the tenant's batches side by side on the items they share by id."""
+"""/v1/compare: two of the tenant's batches side by side on the items they share (service.comparison, as the page)."""
 
 from __future__ import annotations
 
@@ -7,34 +7,17 @@ from litestar import Controller, get
 from litestar.di import NamedDependency
 from litestar.params import Parameter
 
-from juiz.agreement.compare import compare_runs
 from juiz.store import Store
-from schemas import Judgement
 from schemas.compare import CompareReport
-from service.agreement import capped_resamples
+from service.comparison import compare_batches
 from service.controllers.batches import Resamples
 from service.openapi import BATCH_ID_PATTERN, responses
-from service.ownership import owned_batch
 
 _LIMITER = anyio.CapacityLimiter(1)  # a compare is two bootstraps: one at a time per process
 
 
-def indexed_results(store: Store, batch_id: str) -> list[tuple[int, Judgement]]:
-    """(input index, judgement) of every stored result."""
-    count = store.result_count(batch_id)
-    if not count:
-        return []
-    return [(index, Judgement.model_validate_json(raw)) for _, index, raw in store.result_entries(batch_id, 0, count)]
-
-
-def compare_batches(store: Store, tenant: str, a: str, b: str, resamples: int) -> CompareReport:
-    """Both batches must be the tenant's (else 404). Batch a's label mapping names the classes of both."""
-    record_a, record_b = owned_batch(store, tenant, a), owned_batch(store, tenant, b)
-    results_a, results_b = indexed_results(store, record_a.id), indexed_results(store, record_b.id)
-    shared = len({j.id for _, j in results_a} & {j.id for _, j in results_b})
-    # Two reports over the shared items: each gets half the work budget.
-    used = capped_resamples(resamples, shared, store.settings.agreement_max_work // 2)
-    return compare_runs(a, results_a, b, results_b, record_a.options.label_mapping, resamples=used)
+def _report(store: Store, tenant: str, a: str, b: str, resamples: int) -> CompareReport:
+    return compare_batches(store, tenant, a, b, resamples).report
 
 
 class CompareController(Controller):
@@ -57,7 +40,9 @@ class CompareController(Controller):
         ),
         resamples: Resamples = 1000,
     ) -> CompareReport:
-        """Two batches on the items they share by `id`: each one's agreement with the manual labels (batch a's
-        label, else b's) on those same items with bootstrap CIs, the score deltas (b − a), and the items whose judge
-        label changed. Resamples × items is capped by `agreement_max_work` as for /agreement."""
-        return await anyio.to_thread.run_sync(compare_batches, store, tenant, a, b, resamples, limiter=_LIMITER)
+        """Two batches on the items they share by `id` (by the triple's content when they share no id): each one's
+        agreement with the manual labels on those same items with bootstrap CIs (a label belongs to its triple: where
+        both runs graded the same triple, batch a's label, else b's; where b's answer differs, b's own), the score
+        deltas (b − a), and the items whose judge label changed. Resamples × items is capped by `agreement_max_work`
+        as for /agreement. The web page's /ui/compare shows the same computation."""
+        return await anyio.to_thread.run_sync(_report, store, tenant, a, b, resamples, limiter=_LIMITER)

@@ -3,42 +3,19 @@ through the store)."""
 
 from __future__ import annotations
 
-from datetime import datetime
-
 from litestar import Controller, patch
 from litestar.datastructures import State
 from litestar.di import NamedDependency
 from litestar.exceptions import HTTPException, NotFoundException
 from litestar.params import FromPath, JSONBody
-from pydantic import BaseModel, ConfigDict, Field
 
 from juiz.store import Store
-from schemas.triple import Label
+from schemas.annotation import ItemLabelView, LabelChange
 from service.controllers.batches import BatchId
 from service.labelling import set_manual_label
 from service.openapi import responses
 from service.ownership import owned_batch
 from service.rows import row_cache
-
-
-class LabelChange(BaseModel):
-    """PATCH body: the new manual label (a class name or alias of the batch's mapping, or a number); null clears it."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    manual_label: Label | None = Field(description='e.g. "C", "P", "I", 2, 0.5; null removes the label')
-
-
-class ItemLabelView(BaseModel):
-    batch_id: str
-    item_id: str
-    index: int = Field(description="0-based position of the item in the batch as submitted")
-    manual_label: Label | None = Field(
-        description="the item's reference label: the consensus of its annotators' labels (one annotator: theirs)"
-    )
-    manual_label_by: str = Field(description="the annotator that set it (the key's name, or the tenant)")
-    manual_label_at: datetime
-    automated_label: str | None
 
 
 class ConflictException(HTTPException):
@@ -70,7 +47,9 @@ class ItemController(Controller):
         annotator; another's label is never replaced), recording who set it and when; the item's manual_label is
         the consensus of its annotators' labels. Results, exports, the report and agreement read the new label. 404
         for an unknown batch or item, 409 for an item not graded yet, 422 for a body or label the batch's label
-        mapping does not accept. With repeated item ids, the first item graded with that id is changed."""
+        mapping does not accept. With `metric`, the label is about that metric alone: it joins the item's
+        annotations (shown per metric in the batch page's agreement) and leaves the item's manual_label as it was. With
+        repeated item ids, the first item graded with that id is changed."""
         record = owned_batch(store, tenant, batch_id)
         cache = row_cache(state, store)
         row = cache.index(record).by_id.get(item_id)
@@ -80,7 +59,9 @@ class ItemController(Controller):
                     detail=f"item {item_id} is not graded yet; set its label once it is", extra={"field": "item_id"}
                 )
             raise NotFoundException(detail=f"no item {item_id} in batch {batch_id}", extra={"field": "item_id"})
-        _, judgement = set_manual_label(store, cache, record, row.position, data.manual_label, annotator)
+        _, judgement = set_manual_label(
+            store, cache, record, row.position, data.manual_label, annotator, data.comment, data.metric
+        )
         extra = judgement.model_extra or {}
         return ItemLabelView(
             batch_id=batch_id,

@@ -7,27 +7,14 @@ from __future__ import annotations
 from litestar import Controller, get, post
 from litestar.di import NamedDependency
 from litestar.params import JSONBody
-from pydantic import BaseModel, ConfigDict, Field
 
 from juiz.store import Store
 from schemas.annotation import AnnotationRecord
+from schemas.labelsets import LabelsImport, LabelsImported
 from service.labelling import import_labels
 from service.openapi import responses
 
 NDJSON = "application/x-ndjson"
-MAX_IMPORT = 100_000
-
-
-class LabelsImport(BaseModel):
-    """Lines of a labels file, each naming its triple by content key (`triple`)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    labels: list[AnnotationRecord] = Field(max_length=MAX_IMPORT)
-
-
-class LabelsImported(BaseModel):
-    imported: int = Field(description="Labels stored (an annotator's earlier label on the same triple replaced).")
 
 
 class LabelsController(Controller):

@@ -25,6 +25,7 @@ from service.rows import (
     expected_bins,
     field_names,
     judge_source,
+    metric_label_agreement,
     metrics_present,
     page_of,
     row_cache,
@@ -135,6 +136,7 @@ class BatchPageController(Controller):
             heat_map=None if report is None else charts.heat_map(report.confusion_matrix, report.classes),
             judge_source=judge_source(index),
             judge_label_text=judge_label_source(index.mapping, judge_source(index) == VERDICT),
+            metric_labels=metric_label_agreement(index),
         )
 
 
@@ -192,6 +194,7 @@ def _batch_context(
         calibrated=any(r.calibrated_label is not None for r in index.rows),
         fields=field_names(index.rows),
         judge_label_text=judge_label_source(mapping, judge_source(index) == VERDICT),
+        metric_labels=metric_label_agreement(index),
         filtered=any(params.get(name) for name in EXPORT_FILTERS),
         rule=index.rule,
         rubric=store.annotations.rubric(record.id),

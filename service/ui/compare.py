@@ -1,4 +1,4 @@
-"""/ui/compare: two of the tenant's batches side by side (the API's /v1/compare, drawn)."""
+"""/ui/compare: two of the tenant's batches side by side (the API's /v1/compare, drawn: service.comparison)."""
 
 from __future__ import annotations
 
@@ -8,16 +8,14 @@ from collections import OrderedDict
 from typing import Any
 
 from litestar import Controller, Request, Response, get
-from litestar.datastructures import State
 from litestar.di import NamedDependency
 from litestar.exceptions import NotFoundException
 
-from juiz.agreement.compare import compare_runs
 from juiz.store import Store
 from schemas.compare import ComparedItem, CompareReport
-from service.agreement import capped_resamples
+from service.comparison import Comparison, compare_loaded, load_runs
 from service.ownership import owned_batch
-from service.rows import _BOOTSTRAPS, PAGE_RESAMPLES, indexed_rows, row_cache
+from service.rows import _BOOTSTRAPS, PAGE_RESAMPLES
 from service.ui import charts, session
 from service.ui.params import int_param
 from service.ui.render import html
@@ -41,7 +39,7 @@ STATS = [
 ]
 
 
-_REPORTS: OrderedDict[tuple[Any, ...], tuple[CompareReport, bool]] = OrderedDict()
+_REPORTS: OrderedDict[tuple[Any, ...], tuple[Comparison, bool]] = OrderedDict()
 _LOCK = threading.Lock()
 CACHED_REPORTS = 8
 
@@ -50,34 +48,23 @@ def _state(store: Store, batch_id: str) -> tuple[int, int]:
     return store.result_count(batch_id), store.labels_version(batch_id)
 
 
-def compare_rows(state: State, store: Store, tenant: str, a: str, b: str, resamples: int) -> CompareReport:
-    """/v1/compare's report, from the page's row indexes (kept per process) instead of the parsed results."""
-    record_a, record_b = owned_batch(store, tenant, a), owned_batch(store, tenant, b)
-    cache = row_cache(state, store)
-    rows_a, rows_b = indexed_rows(cache.index(record_a)), indexed_rows(cache.index(record_b))
-    shared = len({j.id for _, j in rows_a} & {j.id for _, j in rows_b})
-    used = capped_resamples(resamples, shared, store.settings.agreement_max_work // 2)
-    return compare_runs(
-        a, rows_a, b, rows_b, record_a.options.label_mapping, resamples=used, judge_label=lambda j: j.automated_label
-    )
-
-
-def report_for(state: State, store: Store, tenant: str, a: str, b: str) -> tuple[CompareReport, bool]:
-    """(report, complete): the point figures at once (well under a second on 2,000 items); the bootstrap intervals
-    (seconds: two reports) in the page's background thread, as for the batch page, cached until results or labels
-    of either batch change. `complete` once the intervals are in."""
+def comparison_for(store: Store, tenant: str, a: str, b: str) -> tuple[Comparison, bool]:
+    """(comparison, complete): /v1/compare's computation (service.comparison). The point figures at once; the
+    bootstrap intervals (seconds: two reports) in the page's background thread, as for the batch page, cached until
+    results or labels of either batch change. `complete` once the intervals are in."""
     key = (tenant, a, b, *_state(store, a), *_state(store, b))
     with _LOCK:
         cached = _REPORTS.get(key)
         if cached is not None:
             _REPORTS.move_to_end(key)
             return cached
-    points = compare_rows(state, store, tenant, a, b, 0)
-    complete = points.shared == 0
+    runs = load_runs(store, tenant, a, b)
+    points = compare_loaded(store, runs, 0)
+    complete = points.report.shared == 0
 
-    def remember(report: CompareReport, done: bool) -> None:
+    def remember(comparison: Comparison, done: bool) -> None:
         with _LOCK:
-            _REPORTS[key] = (report, done)
+            _REPORTS[key] = (comparison, done)
             while len(_REPORTS) > CACHED_REPORTS:
                 _REPORTS.popitem(last=False)
 
@@ -86,7 +73,7 @@ def report_for(state: State, store: Store, tenant: str, a: str, b: str) -> tuple
 
         def bootstrap() -> None:
             try:
-                remember(compare_rows(state, store, tenant, a, b, PAGE_RESAMPLES), True)
+                remember(compare_loaded(store, runs, PAGE_RESAMPLES), True)
             except Exception:  # never leave the page waiting: it keeps the points
                 log.exception("compare bootstrap of %s and %s failed", a, b)
                 remember(points, True)
@@ -100,27 +87,27 @@ class CompareController(Controller):
     include_in_schema = False
 
     @get("/", sync_to_thread=True)
-    def compare(self, request: Request[Any, Any, Any], state: State, store: NamedDependency[Store]) -> Response[Any]:
+    def compare(self, request: Request[Any, Any, Any], store: NamedDependency[Store]) -> Response[Any]:
         """Pick two batches; with both, their agreement side by side, the score deltas and the changed items."""
         current = session.require(request)
         params = request.query_params
         a, b = params.get("a", ""), params.get("b", "")
         records, _ = store.list_batches(current.tenant, 0, PICKABLE)
-        report, complete = None, True
+        comparison, complete = None, True
         if a and b:
             try:
-                report, complete = report_for(state, store, current.tenant, a, b)
+                comparison, complete = comparison_for(store, current.tenant, a, b)
             except NotFoundException:
                 raise NotFoundException(detail="one of the two batches is not yours or is gone") from None
+        report = None if comparison is None else comparison.report
         sort = params.get("sort", "delta") if params.get("sort") in SORTS else "delta"
         descending = params.get("dir", "desc") != "asc"
         show = params.get("show", "changed") if params.get("show") in SHOWS else "changed"
         changed: list[ComparedItem] = []
         deltas = None
         movements: list[tuple[str, str, int]] = []
-        if report is not None:
-            listed = _shown(state, store, current.tenant, report, show)
-            changed = sorted(listed, key=SORTS[sort], reverse=descending)
+        if comparison is not None and report is not None:
+            changed = sorted(comparison.listed(show), key=SORTS[sort], reverse=descending)
             movements = [(key, title, _count(report, key)) for key, title in SHOWS.items()]
             bars = [(name, count) for name, count in report.score_deltas.items() if name != "missing" or count]
             deltas = charts.bar_chart(
@@ -167,14 +154,18 @@ class CompareController(Controller):
         )
 
     @get("/stats", sync_to_thread=True)
-    def stats(self, request: Request[Any, Any, Any], state: State, store: NamedDependency[Store]) -> Response[Any]:
+    def stats(self, request: Request[Any, Any, Any], store: NamedDependency[Store]) -> Response[Any]:
         """The side-by-side agreement alone: 202 while its intervals are computed, 200 once they are in (the page's
         script swaps it in then)."""
         current = session.require(request)
         a, b = request.query_params.get("a", ""), request.query_params.get("b", "")
-        report, complete = report_for(state, store, current.tenant, a, b)
+        comparison, complete = comparison_for(store, current.tenant, a, b)
         return html(
-            "_compare_stats.html", status_code=200 if complete else 202, report=report, complete=complete, stats=STATS
+            "_compare_stats.html",
+            status_code=200 if complete else 202,
+            report=comparison.report,
+            complete=complete,
+            stats=STATS,
         )
 
 
@@ -189,33 +180,6 @@ SHOWS = {
 
 def _count(report: CompareReport, show: str) -> int:
     return len(report.changed) if show == "changed" else len(getattr(report, show))
-
-
-def _shown(state: State, store: Store, tenant: str, report: CompareReport, show: str) -> list[ComparedItem]:
-    """The items of one filter: the changed ones as the report lists them; the others by the report's id lists,
-    read from the page's row indexes."""
-    if show == "changed":
-        return list(report.changed)
-    ids = set(getattr(report, show))
-    listed = [i for i in report.changed if i.id in ids]
-    missing = ids - {i.id for i in listed}
-    if missing:
-        cache = row_cache(state, store)
-        index_a = cache.index(owned_batch(store, tenant, report.a))
-        index_b = cache.index(owned_batch(store, tenant, report.b))
-        for item_id in sorted(missing):
-            row_a, row_b = index_a.by_id.get(item_id), index_b.by_id.get(item_id)
-            if row_a is None or row_b is None:
-                continue
-            delta = None if row_a.score is None or row_b.score is None else row_b.score - row_a.score
-            listed.append(
-                ComparedItem(
-                    id=item_id, index_a=row_a.index, index_b=row_b.index, manual_label=row_a.manual_label,
-                    score_a=row_a.score, score_b=row_b.score, delta=delta, label_a=row_a.judge_label,
-                    label_b=row_b.judge_label, movement=show if show != "changed" else None,  # type: ignore[arg-type]
-                )
-            )  # fmt: skip
-    return listed
 
 
 def describe_options(record: Any) -> str:

@@ -14,8 +14,10 @@ from litestar.exceptions import NotFoundException
 from litestar.params import FromPath
 from litestar.response import Redirect
 
+from juiz.runtime.errors import InputError
 from juiz.store import Store
 from schemas import Judgement
+from schemas.judgement import METRICS
 from service.labelling import manual_class_name, own_annotation, save_label
 from service.ownership import owned_batch
 from service.rows import (
@@ -94,6 +96,11 @@ class ItemPageController(Controller):
             metadata=metadata,
             annotations=(judgement.annotations or []) if judgement is not None else [],
             own=own_annotation(judgement, current.author) if judgement is not None else None,
+            own_by_metric={
+                a.metric: a for a in (judgement.annotations or []) if a.annotator == current.author and a.metric
+            }
+            if judgement is not None
+            else {},
             me=current.author,
         )
 
@@ -111,8 +118,11 @@ class ItemPageController(Controller):
         raw = str(form.get("manual_label") or "").strip()
         label = None if raw in ("", "(none)") else raw
         comment = str(form.get("comment") or "")
+        metric = str(form.get("metric") or "") or None
+        if metric is not None and metric not in METRICS:
+            raise InputError(f"unknown metric {metric!r}; known: {', '.join(METRICS)}", field="metric")
         await anyio.to_thread.run_sync(
-            save_label, state, store, current.tenant, batch_id, item_index, label, current.author, comment
+            save_label, state, store, current.tenant, batch_id, item_index, label, current.author, comment, metric
         )
         target = f"{batch_base(batch_id)}/items/{item_index}?saved=1"
         return Redirect(target + "#labels", status_code=303)

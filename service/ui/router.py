@@ -30,6 +30,7 @@ from service.ui.batch_page import BatchPageController
 from service.ui.compare import CompareController
 from service.ui.exports import ExportController
 from service.ui.item_page import ItemPageController
+from service.ui.labelsets import LabelledSetPageController
 from service.ui.render import html
 from service.ui.session import (
     UI_PATH,
@@ -146,6 +147,7 @@ def ui_router(settings: Settings) -> Router:
             ExportController,
             AnnotationController,
             CompareController,
+            LabelledSetPageController,
             static,
         ],
         dependencies={"posted": Provide(posted_form)},  # the signed-in session's form

@@ -84,8 +84,10 @@ def test_compare_page_differences_mcnemar_filters_side_by_side_and_picker(
     client: TestClient[Litestar], settings: Settings, run_worker: Any
 ) -> None:
     a, b = two_runs(client, settings, run_worker)
+    for item in ("t0", "t1"):  # b's t0 and t1 are other triples (their marker changed): labelled C on their own
+        assert client.patch(f"/v1/batches/{b}/items/{item}", json={"manual_label": "C"}).status_code == 200
     page = client.get("/ui/compare", params={"a": a, "b": b}).text
-    # The page compares b's items with a's labels (by id): t0 and t1 moved from I and P to C, toward the label C.
+    # t0 and t1 moved from I and P to C, toward their label C; the other six are the same triples, labelled C.
     assert 'data-testid="difference-accuracy">+0.250' in page and "paired 95% CI" in page
     assert "a right only 0, b right only 2, p = 0.5" in page
     expected = {"fixed": ["t0", "t1"], "regressed": [], "unchanged": [f"t{n}" for n in range(2, 8)]}
@@ -106,3 +108,39 @@ def test_compare_page_differences_mcnemar_filters_side_by_side_and_picker(
     assert re.search(rf'<option value="{a}">.* UTC · 8 of 8 graded · ', picker)
     refused = client.get("/ui/compare", params={"a": a, "b": cancelled})
     assert refused.status_code == 422 and "nothing graded" in refused.text
+
+
+def movement_ids(page: str, client: TestClient[Litestar], a: str, b: str) -> dict[str, list[str]]:
+    shows = ("changed", "fixed", "regressed", "unchanged", "sideways")
+    return {
+        show: re.findall(
+            LINK, client.get("/ui/compare", params={"a": a, "b": b, "show": show, "sort": "id", "dir": "asc"}).text
+        )
+        for show in shows
+    }
+
+
+def test_the_page_and_the_api_pair_items_and_labels_alike(
+    client: TestClient[Litestar], settings: Settings, run_worker: Any
+) -> None:
+    a, b = two_runs(client, settings, run_worker)
+    # The same triples under other ids: paired by content, by the API and the page alike.
+    c = submit(client, "", [{**item, "id": f"c{n}"} for n, item in enumerate(triples(8, label=None))])
+    run_worker(settings)
+    for other, matched_by, shared in ((b, "id", 8), (c, "content", 8)):
+        report = client.get("/v1/compare", params={"a": a, "b": other, "resamples": 0}).json()
+        assert (report["matched_by"], report["shared"]) == (matched_by, shared)
+        page = client.get("/ui/compare", params={"a": a, "b": other}).text
+        assert f'data-testid="shared">{shared}<' in page
+        assert ("matched by the triple" if matched_by == "content" else "matched by id") in page
+        accuracy = report["differences"]["accuracy"]["difference"]
+        assert f'data-testid="difference-accuracy">{accuracy:+.3f}' in page
+        mcnemar = report["mcnemar"]
+        assert f"a right only {mcnemar['only_a_right']}, b right only {mcnemar['only_b_right']}," in page
+        assert f'<td class="num">{report["paired"]} paired</td>' in page
+        listed = movement_ids(page, client, a, other)
+        assert listed["changed"] == sorted(i["id"] for i in report["changed"])
+        for kind in ("fixed", "regressed", "unchanged", "sideways"):
+            assert listed[kind] == sorted(report[kind]), kind
+    # b's t0 and t1 are other triples: a's label C is not theirs, so they are not paired (page and API alike).
+    assert "t0" not in movement_ids("", client, a, b)["fixed"]
