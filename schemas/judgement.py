@@ -19,10 +19,11 @@ class JudgementStatus(StrEnum):
     FAILED = "failed"  # no usable reply (engine error, input too long, cancelled); `error` says why
 
 
-# The metrics juiz grades (the RAG triad). answer_relevance reads question + answer; groundedness reads the context +
-# question + answer; context_relevance reads question + each context segment.
-MetricName = Literal["answer_relevance", "groundedness", "context_relevance"]
-METRICS: tuple[MetricName, ...] = ("answer_relevance", "groundedness", "context_relevance")
+# The metrics juiz grades (the RAG triad, and completeness beside answer relevance). answer_relevance reads question +
+# answer (does it address the question?); completeness, how much of what the context says a complete answer states;
+# groundedness reads the context + question + answer; context_relevance reads question + each context segment.
+MetricName = Literal["answer_relevance", "groundedness", "context_relevance", "completeness"]
+METRICS: tuple[MetricName, ...] = ("answer_relevance", "groundedness", "context_relevance", "completeness")
 NEEDS_CONTEXT: frozenset[str] = frozenset({"groundedness", "context_relevance"})
 
 

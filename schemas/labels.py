@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 # Metric names as schemas.judgement spells them (not imported: judgement imports this module's neighbours).
-METRIC_NAMES = ("answer_relevance", "groundedness", "context_relevance")
+METRIC_NAMES = ("answer_relevance", "groundedness", "context_relevance", "completeness")
 
 
 class LabelClass(BaseModel):

@@ -100,6 +100,15 @@ DEFAULT_VERDICT: tuple[VerdictLevel, ...] = (
 )
 
 
+# The verdict over the triad when completeness is graded too: answer relevance then says only whether the answer
+# addresses the question, completeness how much of a complete answer it states, groundedness whether the context
+# supports it; a good answer does all three (bench/relevance_split.py measures it).
+TRIAD_VERDICT: tuple[VerdictLevel, ...] = (
+    VerdictLevel(label="C", when={"answer_relevance": 2.5, "completeness": 2.5, "groundedness": 2.5}),
+    VerdictLevel(label="P", when={"answer_relevance": 1.5, "completeness": 1.5, "groundedness": 1.5}),
+)
+
+
 def with_default_verdict(mapping: LabelMapping) -> LabelMapping:
     """The mapping with DEFAULT_VERDICT as its rule when it has none (and its classes include C and P)."""
     names = {c.name for c in mapping.classes}
