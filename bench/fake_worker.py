@@ -108,13 +108,17 @@ def _parts(prompt_id: str) -> tuple[str, str, str]:
 @cache
 def _metric_of_check() -> dict[str, tuple[str, str, str]]:
     """The last line of each default check prompt's questions (any language) → its metric, role and what a yes means:
-    a check conversation ends with its question, then the reply instruction."""
+    a check conversation ends with its question, then the reply instruction. Completeness asks answer relevance's
+    key-point conversations word for word, so a question both ask reads as answer relevance's."""
     out: dict[str, tuple[str, str, str]] = {}
     for prompt_id in prompts.available():
         metric, version, lang = _parts(prompt_id)
         template = prompts.load(metric, version, lang)
         if template.kind == "checks" and version == prompts.DEFAULT_VERSIONS[metric]:
-            out.update({c.question.strip().splitlines()[-1]: (metric, c.role, c.yes_means) for c in template.checks})
+            for c in template.checks:
+                key = c.question.strip().splitlines()[-1]
+                if out.get(key, ("",))[0] != "answer_relevance":
+                    out[key] = (metric, c.role, c.yes_means)
     return out
 
 
@@ -129,8 +133,9 @@ def _final_checks() -> tuple[frozenset[str], frozenset[str]]:
         if template.kind != "checks":
             continue
         replies.add(template.reply_check.strip())
-        if version == prompts.DEFAULT_VERSIONS[metric]:
-            questions.add([c for c in template.checks if c.ask == "once"][-1].question)
+        once = [c for c in template.checks if c.ask == "once"]
+        if version == prompts.DEFAULT_VERSIONS[metric] and once:  # completeness asks only of the reference's points
+            questions.add(once[-1].question)
     return frozenset(questions), frozenset(replies)
 
 

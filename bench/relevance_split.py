@@ -356,7 +356,9 @@ def main(argv: list[str] | None = None) -> int:
             "test": measure(test, range(len(test.y)), cuts),
         },
     }
-    print("cuts fitted on dev:", report["cuts"])
+    released = {key: prompts.load(*prompt, "en").rule for key, prompt in (("relevance", RELEVANCE), ("completeness", COMPLETENESS))}
+    report["released_cuts_match"] = all(rule is not None and rule.cuts == cuts[key] for key, rule in released.items())
+    print("cuts fitted on dev:", report["cuts"], "(the released prompts' cuts)" if report["released_cuts_match"] else "")
     print("dev, 5-fold by topic:", report["dev_cross_validated"])
     rows = []
     for split_name, figures in report["splits"].items():

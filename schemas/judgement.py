@@ -24,7 +24,8 @@ class JudgementStatus(StrEnum):
 # groundedness reads the context + question + answer; context_relevance reads question + each context segment.
 MetricName = Literal["answer_relevance", "groundedness", "context_relevance", "completeness"]
 METRICS: tuple[MetricName, ...] = ("answer_relevance", "groundedness", "context_relevance", "completeness")
-NEEDS_CONTEXT: frozenset[str] = frozenset({"groundedness", "context_relevance"})
+# completeness reads the judge's own answer from the context: without a context there is nothing to be complete against.
+NEEDS_CONTEXT: frozenset[str] = frozenset({"groundedness", "context_relevance", "completeness"})
 
 
 class MetricStatus(StrEnum):

@@ -8,7 +8,7 @@ index into `LabelMapping.classes` (worst first), which is what the agreement sta
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from typing import Literal
 
 from juiz.runtime.errors import InputError
@@ -109,12 +109,19 @@ TRIAD_VERDICT: tuple[VerdictLevel, ...] = (
 )
 
 
-def with_default_verdict(mapping: LabelMapping) -> LabelMapping:
-    """The mapping with DEFAULT_VERDICT as its rule when it has none (and its classes include C and P)."""
+def default_verdict(graded: Collection[str] = ()) -> tuple[VerdictLevel, ...]:
+    """The verdict rule for results graded for these metrics: TRIAD_VERDICT when completeness is among them, else
+    DEFAULT_VERDICT."""
+    return TRIAD_VERDICT if "completeness" in graded else DEFAULT_VERDICT
+
+
+def with_default_verdict(mapping: LabelMapping, graded: Collection[str] = ()) -> LabelMapping:
+    """The mapping with the default verdict (`default_verdict` of the `graded` metrics) as its rule when it has none
+    (and its classes include C and P)."""
     names = {c.name for c in mapping.classes}
     if mapping.verdict is not None or not {"C", "P"} <= names:
         return mapping
-    return mapping.model_copy(update={"verdict": list(DEFAULT_VERDICT)})
+    return mapping.model_copy(update={"verdict": list(default_verdict(graded))})
 
 
 def metric_value(result: MetricResult | None, signal: str) -> float | None:
@@ -160,15 +167,17 @@ VERDICT = "verdict"
 def label_rule(judgement: Judgement, mapping: LabelMapping) -> LabelMapping | None:
     """The mapping with the verdict rule that labels this result, or None when one metric's grade labels it.
 
-    The mapping's own rule, when it has one. Otherwise, unless the mapping names the one metric to read, DEFAULT_VERDICT
-    when the result was graded for every metric it names: an answer is judged as a whole (relevant AND supported), so
+    The mapping's own rule, when it has one. Otherwise, unless the mapping names the one metric to read, the default
+    verdict (DEFAULT_VERDICT; TRIAD_VERDICT when completeness was graded) when the result was graded for every metric it
+    names: an answer is judged as a whole (relevant AND supported, and complete when completeness is asked), so
     relevance alone must not make an unsupported answer C. A result whose groundedness was skipped (no context) is
     labelled by its main metric: the rule can't read a grade that was never asked."""
     if mapping.verdict is not None:
         return mapping
     if mapping.metric is not None or not judgement.metrics:
         return None
-    rule = with_default_verdict(mapping)
+    graded = [m for m, r in judgement.metrics.items() if r.status is not MetricStatus.SKIPPED]
+    rule = with_default_verdict(mapping, graded)
     needed = {m for level in rule.verdict or [] for m in level.when}
     if not needed or not needed <= judgement.metrics.keys():
         return None

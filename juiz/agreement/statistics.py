@@ -351,7 +351,7 @@ def format_agreement(report: AgreementReport) -> str:
 def _by_metric_plan(judgements: Sequence[Judgement], mapping: LabelMapping) -> tuple[list[str], LabelMapping, bool]:
     """The metrics found in the results, the rule the verdict uses, and whether every metric it names was graded."""
     graded: list[str] = [m for m in METRICS if any(metric_of(j, m) is not None for j in judgements)]
-    rule = with_default_verdict(mapping)
+    rule = with_default_verdict(mapping, graded)
     needed = {m for level in rule.verdict or [] for m in level.when}
     return graded, rule, rule.verdict is not None and needed <= set(graded)
 
@@ -366,7 +366,7 @@ def compute_agreement_by_metric(
     judgements: Sequence[Judgement], mapping: LabelMapping, *, resamples: int = 1000, seed: int = 0
 ) -> AgreementByMetric:
     """Side by side: each graded metric (discrete score, and expected score cut by the mapping's thresholds) and the
-    verdict (the mapping's rule, or DEFAULT_VERDICT when it has none) against the same manual labels.
+    verdict (the mapping's rule, or the default verdict of the metrics graded when it has none) against the same manual labels.
 
     Columns appear for the metrics found in the results; the verdict needs every metric its rule names. This is the
     function `juiz agreement --by-metric` and the API's /agreement/metrics call.

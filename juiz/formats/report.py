@@ -72,6 +72,8 @@ def _render_one(judgement: Judgement, position: int, lang: ReportLanguage) -> st
     lines += [bold("manual", manual), ""]
     lines += [bold("answer_relevance", _answer_relevance(judgement)), ""]
     # The context metrics, when graded; the automated label below is then the verdict over them (label_source).
+    if "completeness" in metrics:
+        lines += [bold("completeness", _metric_line(metrics["completeness"])), ""]
     if "groundedness" in metrics:
         lines += [bold("groundedness", _metric_line(metrics["groundedness"])), ""]
     if "context_relevance" in metrics:

@@ -24,6 +24,7 @@ HEADINGS: dict[str, dict[ReportLanguage, str]] = {
     "references": {"pt": "Referências", "en": "References"},
     "manual": {"pt": "Anotação manual", "en": "Manual label"},
     "answer_relevance": {"pt": "Answer Relevance (AR)", "en": "Answer Relevance (AR)"},
+    "completeness": {"pt": "Completude (Co)", "en": "Completeness (Co)"},
     # Written when a result holds the context metrics; read back as reported_* text, never as a grade.
     "groundedness": {"pt": "Groundedness (G)", "en": "Groundedness (G)"},
     "context_relevance": {"pt": "Context Relevance (CR)", "en": "Context Relevance (CR)"},

@@ -22,6 +22,7 @@ def test_every_version_exists_in_both_languages() -> None:
         "answer_relevance": "checks-8",
         "groundedness": "checks-4",
         "context_relevance": "juiz-1",  # no check-based prompt for it
+        "completeness": "checks-1",  # graded only when requested
     }
 
 
