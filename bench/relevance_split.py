@@ -144,7 +144,9 @@ def verdict_of(by_metric: dict[str, np.ndarray]) -> np.ndarray:
 
 def triad_scores(split: Split, rows: Sequence[int], cuts: Cuts) -> dict[str, np.ndarray]:
     return {
-        "answer_relevance": scores(split.strength["relevance"][rows], split.vetoed["relevance"][rows], cuts["relevance"]),
+        "answer_relevance": scores(
+            split.strength["relevance"][rows], split.vetoed["relevance"][rows], cuts["relevance"]
+        ),
         "completeness": scores(
             split.strength["completeness"][rows], split.vetoed["completeness"][rows], cuts["completeness"]
         ),
@@ -168,34 +170,36 @@ def fit(split: Split, rows: Sequence[int]) -> Cuts:
         said = (~v_rel[index]) & (x_rel[index] >= c)
         return float(balanced_accuracy_score(binary, said.astype(int)))
 
-    values = [accuracy_at(c) for c in GRID]
-    best_runs = [c for c, v in zip(GRID, values, strict=True) if v == max(values)]
+    grid = [float(c) for c in GRID]
+    values = [accuracy_at(c) for c in grid]
+    best_runs = [c for c, v in zip(grid, values, strict=True) if v == max(values)]
     c2 = best_runs[len(best_runs) // 2]
     grounded = today_cuts()["groundedness"]
     # Completeness's own cuts first (its ρ picks the cut for score 1), then the verdict's C gates.
-    completeness_own, _, _ = fit_cut_arrays(
+    own, _, _ = fit_cut_arrays(
         y, split.strength["completeness"][rows], split.vetoed["completeness"][rows], balanced=True
     )
+    own_c1 = float(own[0])
 
-    def kappa_of(rel3: float, co2: float, co3: float) -> float:
-        cuts = {
-            "relevance": (min(GRID[0], c2), c2, rel3),
-            "completeness": (min(completeness_own[0], co2), co2, co3),
+    def triad_cuts(rel3: float, co2: float, co3: float) -> Cuts:
+        return {
+            "relevance": (min(grid[0], c2), c2, rel3),
+            "completeness": (min(own_c1, co2), co2, co3),
             "groundedness": grounded,
         }
-        decided = verdict_of(triad_scores(split, rows, cuts))
+
+    def kappa_of(rel3: float, co2: float, co3: float) -> float:
+        decided = verdict_of(triad_scores(split, rows, triad_cuts(rel3, co2, co3)))
         return float(cohen_kappa_score(y, decided, weights="quadratic", labels=[0, 1, 2], sample_weight=weights))
 
-    coarse = [c for c in GRID if round(c * 100) % 2 == 0]
+    coarse = [c for c in grid if round(c * 100) % 2 == 0]
     candidates = [
-        (r3, co2, co3) for r3 in coarse if r3 >= c2 for co2, co3 in itertools.combinations([GRID[0] - 0.01, *coarse], 2)
+        (r3, co2, co3)
+        for r3 in coarse
+        if r3 >= c2
+        for co2, co3 in itertools.combinations([round(grid[0] - 0.01, 2), *coarse], 2)
     ]
-    rel3, co2, co3 = max(candidates, key=lambda c: (kappa_of(*c), -(c[2] - c[1]), -c[0]))
-    return {
-        "relevance": (GRID[0] if GRID[0] < c2 else c2, c2, rel3),
-        "completeness": (min(completeness_own[0], co2), co2, co3),
-        "groundedness": grounded,
-    }
+    return triad_cuts(*max(candidates, key=lambda c: (kappa_of(*c), -(c[2] - c[1]), -c[0])))
 
 
 def as_judgements(split: Split, rows: Sequence[int], cuts: Cuts, today: Cuts) -> list[Judgement]:
@@ -294,11 +298,11 @@ def measure(split: Split, rows: Sequence[int], cuts: Cuts) -> dict[str, Any]:
         ),
         "answer relevance checks-8": agreement_row(judgements, mapping, metric_signal("answer_relevance", mapping)),
         "completeness checks-1": agreement_row(judgements, mapping, metric_signal("completeness", mapping)),
-        "answer relevance checks-9, relevance alone (vs C/P/I)": agreement_row(judgements, mapping, metric_signal("relevance", mapping)),
+        "answer relevance checks-9, relevance alone (vs C/P/I)": agreement_row(
+            judgements, mapping, metric_signal("relevance", mapping)
+        ),
     }
-    today_classes = verdict_of(
-        {m: scores(split.strength[m][rows], split.vetoed[m][rows], today[m]) for m in TODAY}
-    )
+    today_classes = verdict_of({m: scores(split.strength[m][rows], split.vetoed[m][rows], today[m]) for m in TODAY})
     triad_classes = verdict_of(triad_scores(split, rows, cuts))
     out["verdict, today (checks-8 + checks-4)"]["categories"] = shares(split, rows, list(today_classes))
     out["verdict, triad (relevance + completeness + groundedness)"]["categories"] = shares(
@@ -315,7 +319,7 @@ def measure(split: Split, rows: Sequence[int], cuts: Cuts) -> dict[str, Any]:
 
 
 def cross_validated(split: Split) -> dict[str, Any]:
-    """Each fold's cuts fitted on the other topics; the verdict's classes and the relevance cut read on the held ones."""
+    """Each fold's cuts fitted on the other topics; the verdict and the relevance cut read on the held topics."""
     topics = sorted(set(split.topic))
     rows = list(range(len(split.y)))
     triad = np.zeros(len(rows), dtype=int)
@@ -356,9 +360,14 @@ def main(argv: list[str] | None = None) -> int:
             "test": measure(test, range(len(test.y)), cuts),
         },
     }
-    released = {key: prompts.load(*prompt, "en").rule for key, prompt in (("relevance", RELEVANCE), ("completeness", COMPLETENESS))}
+    released = {
+        key: prompts.load(*prompt, "en").rule
+        for key, prompt in (("relevance", RELEVANCE), ("completeness", COMPLETENESS))
+    }
     report["released_cuts_match"] = all(rule is not None and rule.cuts == cuts[key] for key, rule in released.items())
-    print("cuts fitted on dev:", report["cuts"], "(the released prompts' cuts)" if report["released_cuts_match"] else "")
+    print(
+        "cuts fitted on dev:", report["cuts"], "(the released prompts' cuts)" if report["released_cuts_match"] else ""
+    )
     print("dev, 5-fold by topic:", report["dev_cross_validated"])
     rows = []
     for split_name, figures in report["splits"].items():

@@ -366,7 +366,8 @@ def compute_agreement_by_metric(
     judgements: Sequence[Judgement], mapping: LabelMapping, *, resamples: int = 1000, seed: int = 0
 ) -> AgreementByMetric:
     """Side by side: each graded metric (discrete score, and expected score cut by the mapping's thresholds) and the
-    verdict (the mapping's rule, or the default verdict of the metrics graded when it has none) against the same manual labels.
+    verdict (the mapping's rule, or the default verdict of the metrics graded when it has none) against the same
+    manual labels.
 
     Columns appear for the metrics found in the results; the verdict needs every metric its rule names. This is the
     function `juiz agreement --by-metric` and the API's /agreement/metrics call.

@@ -51,7 +51,11 @@ def test_completeness_asks_answer_relevance_checks_8s_reference_and_points_word_
     for lang in ("en", "pt"):
         eight, nine, complete = (
             prompts.load(m, v, lang)
-            for m, v in (("answer_relevance", "checks-8"), ("answer_relevance", "checks-9"), ("completeness", "checks-1"))
+            for m, v in (
+                ("answer_relevance", "checks-8"),
+                ("answer_relevance", "checks-9"),
+                ("completeness", "checks-1"),
+            )
         )
         fields = {"question": QUESTION, "context": CONTEXT, "answer": "Paris."}
         jobs = [CheckJob.plan(0, t.metric, t, fields) for t in (eight, nine, complete)]
@@ -65,9 +69,13 @@ def test_completeness_asks_answer_relevance_checks_8s_reference_and_points_word_
             by_name["covers"],
             by_name["point_needed"],
         ]
-        assert [c.name for c in nine.checks] == [c.name for c in eight.checks if c.name not in ("covers", "point_needed")]
+        assert [c.name for c in nine.checks] == [
+            c.name for c in eight.checks if c.name not in ("covers", "point_needed")
+        ]
         assert all(c == by_name[c.name] for c in nine.checks)
-        assert [c.role for c in complete.checks] == ["core", "info"] and complete.checks[0].weighted_by == "point_needed"
+        assert [c.role for c in complete.checks] == ["core", "info"] and complete.checks[
+            0
+        ].weighted_by == "point_needed"
 
 
 def test_grading_completeness_beside_relevance_sends_no_more_conversations_than_checks_8() -> None:
