@@ -83,7 +83,10 @@ def test_fast_mode_gives_a_digit_and_an_expected_score(each_engine: JudgeEngine,
 def test_grading_is_deterministic_at_temperature_zero(each_engine: JudgeEngine) -> None:
     """A CoT grade's text is the same reply twice. A check-based grade (the default) writes each check's P(yes),
     read from the logits: on CPU their last digits move with whether the item's prefix came from the cache (computed
-    in another batch) or not, so its checks are compared within a tolerance and its score exactly."""
+    in another batch) or not, so its checks are compared within a tolerance and its score exactly. The same move can
+    tip a near-tie in the tiny model's greedy reference (llama.cpp: "approximately 100 degrees" one time, "100
+    degrees" the next), and the points asked of it then differ: a check is compared with the one asked of the same
+    target."""
     triple = Triple(id="d", question="What is the boiling point of water?", answer="100 °C at sea level.")
     cot = BatchOptions(prompt="answer_relevance@juiz-1")
     first, second = (Judge(each_engine).grade([triple], cot)[0] for _ in range(2))
@@ -92,10 +95,15 @@ def test_grading_is_deterministic_at_temperature_zero(each_engine: JudgeEngine) 
     assert first.score == second.score
     checks = [(m.checks or []) for m in (first.metrics["answer_relevance"], second.metrics["answer_relevance"])]  # type: ignore[index]
     assert [c.name for c in checks[0]] == [c.name for c in checks[1]]
-    for a, b in zip(*checks, strict=True):
+    asked_again = {(c.name, c.target): c for c in checks[1]}
+    compared = 0
+    for a in checks[0]:
+        b = asked_again.get((a.name, a.target))
         # (a check may go unread, low mass: the tiny model often begins "The"; near the floor either way)
-        if a.p_yes is not None and b.p_yes is not None:
+        if b is not None and a.p_yes is not None and b.p_yes is not None:
             assert abs(a.p_yes - b.p_yes) < 0.1, (a.name, a.p_yes, b.p_yes)
+            compared += 1
+    assert compared >= len([c for c in checks[0] if c.target is None and c.p_yes is not None])  # every one-off check
 
 
 def test_yes_no_probabilities_are_read_by_token_id(each_engine: JudgeEngine) -> None:
