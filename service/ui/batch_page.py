@@ -3,6 +3,7 @@ sorted and paged on the server; the parts that move while it runs, for the page'
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 from urllib.parse import urlencode
 
@@ -11,7 +12,7 @@ from litestar.datastructures import State
 from litestar.di import NamedDependency
 from litestar.params import FromPath
 
-from juiz.agreement.labels import DEFAULT_VERDICT, VERDICT
+from juiz.agreement.labels import VERDICT, default_verdict
 from juiz.formats.progress_line import duration
 from juiz.runtime.errors import InputError
 from juiz.store import BatchRecord, Store
@@ -135,7 +136,9 @@ class BatchPageController(Controller):
             agreement_error=error,
             heat_map=None if report is None else charts.heat_map(report.confusion_matrix, report.classes),
             judge_source=judge_source(index),
-            judge_label_text=judge_label_source(index.mapping, judge_source(index) == VERDICT),
+            judge_label_text=judge_label_source(
+                index.mapping, judge_source(index) == VERDICT, metrics_present(index.rows)
+            ),
             metric_labels=metric_label_agreement(index),
         )
 
@@ -193,7 +196,7 @@ def _batch_context(
         graded=index.covered,
         calibrated=any(r.calibrated_label is not None for r in index.rows),
         fields=field_names(index.rows),
-        judge_label_text=judge_label_source(mapping, judge_source(index) == VERDICT),
+        judge_label_text=judge_label_source(mapping, judge_source(index) == VERDICT, metrics_present(index.rows)),
         metric_labels=metric_label_agreement(index),
         filtered=any(params.get(name) for name in EXPORT_FILTERS),
         rule=index.rule,
@@ -203,13 +206,14 @@ def _batch_context(
     )
 
 
-def judge_label_source(mapping: LabelMapping, verdict: bool = False) -> str:
+def judge_label_source(mapping: LabelMapping, verdict: bool = False, graded: Collection[str] = ()) -> str:
     """Which of the judge's grades gives its label, in words (what the agreement compares with the people's);
-    `verdict`: the results were labelled by a verdict rule (the mapping's, or DEFAULT_VERDICT when it has none)."""
+    `verdict`: the results were labelled by a verdict rule (the mapping's, or the default verdict of the `graded`
+    metrics when it has none: the rule `label_rule` applied to them)."""
     if mapping.verdict or verdict:
         rule = "; ".join(
             f"{level.label} when " + " and ".join(f"{m} ≥ {v:g}" for m, v in level.when.items())
-            for level in (mapping.verdict or DEFAULT_VERDICT)
+            for level in (mapping.verdict or default_verdict(graded))
         )
         return f"the verdict rule over several metrics ({rule}; otherwise {mapping.classes[0].name})"
     metric = mapping.metric or "the main metric (answer_relevance when graded)"

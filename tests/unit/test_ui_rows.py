@@ -173,3 +173,13 @@ def test_items_filter_by_an_extra_field() -> None:
     assert ids(page_of(index, Query(field="course", sort="index", descending=False), 1, 10).rows) == [0, 1]
     assert ids(page_of(index, Query(field="course", value="ml-1"), 1, 10).rows) == [0]
     assert ids(page_of(index, Query(field="week"), 1, 10).rows) == [0]
+
+
+def test_the_page_names_the_verdict_rule_that_labelled_the_results() -> None:
+    from service.ui.batch_page import judge_label_source
+
+    pair = judge_label_source(LabelMapping(), True, ["answer_relevance", "groundedness"])
+    triad = judge_label_source(LabelMapping(), True, ["answer_relevance", "completeness", "groundedness"])
+    assert "groundedness ≥ 2.5" in pair and "completeness" not in pair
+    assert "completeness ≥ 2.5" in triad  # TRIAD_VERDICT labels them when completeness is graded
+    assert "verdict" not in judge_label_source(LabelMapping(), False, ["answer_relevance"])
