@@ -176,15 +176,31 @@ def export_lines(store: Store, tenant: str, name: str) -> str:
     return "".join(f"{line}\n" for line in lines)
 
 
-def run_set(store: Store, settings: Settings, tenant: str, name: str, data: LabelledSetRun) -> BatchRecord:
-    """A new batch grading the set's triples with `data.options`; its results carry the triples' labels as they are
-    stored, and its label queue shows the set's rubric."""
+def run_set(
+    store: Store,
+    settings: Settings,
+    tenant: str,
+    name: str,
+    data: LabelledSetRun,
+    idempotency_key: str | None = None,
+) -> tuple[BatchRecord, bool]:
+    """A new batch grading the set's triples with `data.options` (and whether it is new: an `idempotency_key` used
+    before with the same set, triples and options gives back that batch); its results carry the triples' labels as
+    they are stored, and its label queue shows the set's rubric."""
     record = owned_set(store, tenant, name)
     triples = [triple for _, triple in store.annotations.set_triples(tenant, name)]
     if not triples:
         raise InputError(f"the labelled set {name!r} holds no triple", source="path", field="name")
     submission = accept_triples(triples, data.options, data.name or name, settings)
-    batch, _ = store.create_batch(tenant, submission.options, submission.items, name=submission.name)
-    if record.rubric:
+    batch, created = store.create_batch(
+        tenant,
+        submission.options,
+        submission.items,
+        idempotency_key=idempotency_key,
+        # The set's name is part of the request: the same key on another set is another request (409).
+        fingerprint=f"labelset:{name}:{submission.fingerprint}",
+        name=submission.name,
+    )
+    if created and record.rubric:
         store.annotations.set_rubric(batch.id, record.rubric)
-    return batch
+    return batch, created

@@ -12,7 +12,7 @@ from litestar import Controller, Request, Response, delete, get, post
 from litestar.datastructures import State
 from litestar.di import NamedDependency
 from litestar.openapi.spec import OpenAPIMediaType, OpenAPIType, Operation, Reference, RequestBody, Schema
-from litestar.params import JSONBody, Parameter
+from litestar.params import HeaderParameter, JSONBody, Parameter
 
 from juiz.runtime.errors import InputError
 from juiz.store import Store
@@ -168,7 +168,7 @@ class LabelledSetController(Controller):
         operation_id="gradeLabelledSet",
         status_code=202,
         sync_to_thread=True,
-        responses=responses(401, 404, 413, 422, 429, 503),
+        responses=responses(401, 404, 409, 413, 422, 429, 503),
         summary="Grade a labelled set",
     )
     def run(
@@ -178,10 +178,15 @@ class LabelledSetController(Controller):
         tenant: NamedDependency[str],
         name: SetName,
         data: JSONBody[LabelledSetRun],
+        idempotency_key: Annotated[str | None, HeaderParameter(name="Idempotency-Key", required=False)] = None,
     ) -> Response[BatchView]:
         """Grade the set's triples with these options as a new batch (named after the set unless `name` is given);
         its results carry every label of the set's triples, and its label queue the set's rubric. 202 with the batch,
-        as POST /v1/batches."""
-        record = labelsets.run_set(store, state.settings, tenant, name, data)
+        as POST /v1/batches; with an `Idempotency-Key`, the same key, set and body give back the same batch (a retry
+        never grades the set twice) and another set or body is a 409."""
+        record, created = labelsets.run_set(store, state.settings, tenant, name, data, idempotency_key)
         view = batch_view(record)
-        return Response(view, status_code=202, headers={"Location": view.links.self})
+        headers = {"Location": view.links.self}
+        if not created:
+            headers["Idempotent-Replayed"] = "true"
+        return Response(view, status_code=202, headers=headers)

@@ -105,5 +105,5 @@ class LabelledSetPageController(Controller):
         texts = {key: [str(v) for v in form.getall(key, []) if str(v).strip()] for key in OPTIONS}
         options = read_options(options_from_text({k: v for k, v in texts.items() if v}, source="form"))
         data = _validated(LabelledSetRun, {"options": options, "name": str(form.get("batch_name") or "") or None})
-        record = labelsets.run_set(store, store.settings, current.tenant, name, data)
+        record, _ = labelsets.run_set(store, store.settings, current.tenant, name, data)
         return Redirect(batch_base(record.id), status_code=303)

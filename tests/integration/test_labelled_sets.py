@@ -200,3 +200,30 @@ def test_the_page_keeps_exports_imports_and_grades_a_labelled_set(
     (result,) = client.get(f"/v1/batches/{run_id}/results").json()["items"]
     assert (result["id"], result["manual_label"]) == ("t1", "I")
     assert client.get(f"/v1/batches/{run_id}").json()["options"]["mode"] == "fast"
+
+
+def test_a_run_retried_with_its_idempotency_key_grades_the_set_once(
+    client: TestClient[Litestar], settings: Settings, run_worker: Any, redis: Redis
+) -> None:
+    batch_id = submit(client, "", triples(2, label=None))
+    run_worker(settings)
+    every = {"name": "s", "batch": batch_id, "labelled_only": False}
+    assert client.post("/v1/labelsets", json=every).status_code == 201
+    assert client.post("/v1/labelsets", json={**every, "name": "other"}).status_code == 201
+    key = {"Idempotency-Key": "run-1"}
+
+    first = client.post("/v1/labelsets/s/runs", json={"name": "nightly"}, headers=key)
+    retried = client.post("/v1/labelsets/s/runs", json={"name": "nightly"}, headers=key)
+    assert first.status_code == retried.status_code == 202, retried.text
+    assert retried.json()["id"] == first.json()["id"] and retried.headers["idempotent-replayed"] == "true"
+    assert "idempotent-replayed" not in first.headers
+    batches, _ = Store(redis, settings).list_batches("public", 0, 100)
+    assert [b.name for b in batches].count("nightly") == 1  # the retry made no batch
+
+    for other in (
+        client.post("/v1/labelsets/s/runs", json={"name": "weekly"}, headers=key),  # another body
+        client.post("/v1/labelsets/other/runs", json={"name": "nightly"}, headers=key),  # another set
+    ):
+        assert other.status_code == 409 and other.json()["field"] == "Idempotency-Key", other.text
+    unkeyed = client.post("/v1/labelsets/s/runs", json={"name": "nightly"})
+    assert unkeyed.status_code == 202 and unkeyed.json()["id"] != first.json()["id"]
