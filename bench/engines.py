@@ -9,6 +9,11 @@ and its ratio. Each engine runs in a child process of its own, one after the oth
 one's memory is its own.
 
     .venv/bin/python -m bench.engines [--limit N] [--model NAME] [--engines vllm,llamacpp] [--no-seeds]
+        [--without-bf16]
+
+`--without-bf16` on a CPU with native bf16 stands in for one without it: vLLM runs float32 (`JUIZ_DTYPE=float32`,
+what it picks there) and the seeds' "default engine" is llama.cpp (what `auto` picks there). It is a stand-in: this
+CPU's float32 and llama.cpp kernels are AVX-512 ones, faster than an AVX2 CPU's; the results say so.
 
 Hold the heavy lock: `flock /tmp/juiz-heavy.lock .venv/bin/python -m bench.engines --limit 4`.
 """
@@ -156,6 +161,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default=DEFAULT_MODEL)
     parser.add_argument("--engines", default=",".join(ENGINES), help="comma-separated, from vllm, llamacpp")
     parser.add_argument("--no-seeds", action="store_true", help="skip `juiz score` on the seeds")
+    parser.add_argument(
+        "--without-bf16", action="store_true", help="on a bf16 CPU, run as auto and vllm do on a CPU without it"
+    )
     parser.add_argument("--one", default=None, help=argparse.SUPPRESS)  # child: one engine
     parser.add_argument("--out", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -167,7 +175,13 @@ def main(argv: list[str] | None = None) -> int:
     engines = [e for e in args.engines.split(",") if e]
     per_engine: dict[str, Any] = {}
     seeds: list[dict[str, Any]] = []
-    name = "engines_dev" + (f"_limit{args.limit}" if args.limit else "")
+    name = (
+        "engines_dev" + (f"_limit{args.limit}" if args.limit else "") + ("_without_bf16" if args.without_bf16 else "")
+    )
+    default_engine: str | None = None
+    if args.without_bf16:
+        os.environ["JUIZ_DTYPE"] = "float32"  # the children (and `juiz score`) inherit it; llama.cpp ignores it
+        default_engine = "llamacpp"
 
     def write() -> Path:
         side = {e: agreement(doc["rows"]) for e, doc in per_engine.items() if "rows" in doc}
@@ -188,6 +202,12 @@ def main(argv: list[str] | None = None) -> int:
                 "model": args.model,
                 "cell": CELL,
                 "limit": args.limit,
+                "stand_in": (
+                    "a CPU without native bf16, emulated on this one: vLLM float32, auto = llama.cpp; this CPU's "
+                    "AVX-512 kernels are faster than an AVX2 CPU's"
+                )
+                if args.without_bf16
+                else None,
                 "summary": summary,
                 "agreement": side,
                 "seeds_score": seeds,
@@ -208,7 +228,7 @@ def main(argv: list[str] | None = None) -> int:
             path = write()
             log.info("%s: %s", engine, {k: v for k, v in per_engine[engine].items() if k not in ("rows", "results")})
         if not args.no_seeds:
-            for engine in (None, "vllm"):
+            for engine in (default_engine, "vllm"):
                 seeds.append(seeds_score(engine, args.model, work))
                 log.info("juiz score on the seeds: %s", seeds[-1])
                 path = write()
