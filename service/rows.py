@@ -146,6 +146,16 @@ class Page:
     pages: int
 
 
+@dataclass(frozen=True)
+class CachedAgreement:
+    """The agreement section's figures for one state of the rows and labels: intervals in once `complete`."""
+
+    key: tuple[int, int, bool]  # (rows covered, labels version, batch final)
+    report: AgreementReport
+    complete: bool
+    by_metric: dict[str, AgreementReport]  # metric_label_agreement's, with the same resamples as `report`
+
+
 @dataclass
 class BatchIndex:
     batch_id: str
@@ -155,7 +165,7 @@ class BatchIndex:
     rows: list[Row] = field(default_factory=list)
     by_index: dict[int, Row] = field(default_factory=dict)
     by_id: dict[str, Row] = field(default_factory=dict)
-    agreement: tuple[tuple[int, int, bool], AgreementReport, bool] | None = None  # (key, report, complete)
+    agreement: CachedAgreement | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -472,26 +482,36 @@ def _graded_by_id(grades: dict[str, tuple[int, float, float] | None]) -> Signal:
 
 
 def metric_label_agreement(index: BatchIndex) -> dict[str, AgreementReport]:
+    """The per-metric rows of the agreement section `agreement_of` computed last (with intervals once it is
+    complete); computed as points when it has not run."""
+    with index.lock:
+        cached = index.agreement
+        rows = list(index.rows)
+    return cached.by_metric if cached is not None else _metric_label_reports(rows, index.mapping, index.rule, 0)
+
+
+def _metric_label_reports(
+    rows: Sequence[Row], mapping: LabelMapping, consensus: ConsensusRule, resamples: int
+) -> dict[str, AgreementReport]:
     """For each metric somebody labelled alone (an annotation with that `metric`): the metric's own judge class
-    against the reference those labels make under the batch's consensus rule, on the items labelled so. Point
-    figures only (the agreement section's rows; a few hundred items at most in practice)."""
+    against the reference those labels make under the batch's consensus rule, on the items labelled so."""
     out: dict[str, AgreementReport] = {}
     for metric in METRICS:
-        rule = index.rule.model_copy(update={"metric": metric})
+        rule = consensus.model_copy(update={"metric": metric})
         judgements: list[Judgement] = []
         grades: dict[str, tuple[int, float, float] | None] = {}
-        for row in index.rows:
+        for row in rows:
             about = [a for a in row.annotations if a.metric == metric]
             if not about:
                 continue
             cell = row.metrics.get(metric)
-            judge = metric_class(cell, index.mapping)
-            label = consensus_label(about, rule, index.mapping, row.id)
+            judge = metric_class(cell, mapping)
+            label = consensus_label(about, rule, mapping, row.id)
             judgements.append(Judgement.model_construct(id=row.id, status=JudgementStatus.OK, manual_label=label))
             score = None if cell is None else cell.score
             grades[row.id] = None if judge is None or score is None else (judge, float(score), score / 3.0)
         if judgements:
-            out[metric] = compute_agreement(judgements, index.mapping, resamples=0, signal=_graded_by_id(grades))
+            out[metric] = compute_agreement(judgements, mapping, resamples=resamples, signal=_graded_by_id(grades))
     return out
 
 
@@ -523,26 +543,30 @@ def agreement_of(index: BatchIndex, max_work: int, *, final: bool) -> tuple[Agre
     key: AgreementKey = (index.covered, index.labels_version, final)
     with index.lock:
         cached = index.agreement
-        if cached is not None and cached[0] == key:
-            return cached[1], cached[2]
+        if cached is not None and cached.key == key:
+            return cached.report, cached.complete
         judgements = _judgements(index)
+        rows = list(index.rows)
     points = _compute(judgements, index.mapping, 0, index.rule)
+    by_metric = _metric_label_reports(rows, index.mapping, index.rule, 0)
     resamples = capped_resamples(PAGE_RESAMPLES, len(judgements), max_work)
     complete = not final or resamples == 0 or not judgements
     with index.lock:
-        index.agreement = (key, points, complete)
+        index.agreement = CachedAgreement(key, points, complete, by_metric)
     if complete:
         return points, True
 
     def bootstrap() -> None:
         try:
             report = _compute(judgements, index.mapping, resamples, index.rule)
+            # Per-metric labels are a subset of the items: the same resamples cost no more than the main report's.
+            report_by_metric = _metric_label_reports(rows, index.mapping, index.rule, resamples)
         except Exception:  # never leave the page waiting: it keeps the points, without intervals
             log.exception("agreement bootstrap of batch %s failed", index.batch_id)
-            report = points
+            report, report_by_metric = points, by_metric
         with index.lock:
-            if index.agreement is not None and index.agreement[0] == key:
-                index.agreement = (key, report, True)
+            if index.agreement is not None and index.agreement.key == key:
+                index.agreement = CachedAgreement(key, report, True, report_by_metric)
 
     _BOOTSTRAPS.submit(bootstrap)
     return points, False

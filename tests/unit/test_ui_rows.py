@@ -183,3 +183,23 @@ def test_the_page_names_the_verdict_rule_that_labelled_the_results() -> None:
     assert "groundedness ≥ 2.5" in pair and "completeness" not in pair
     assert "completeness ≥ 2.5" in triad  # TRIAD_VERDICT labels them when completeness is graded
     assert "verdict" not in judge_label_source(LabelMapping(), False, ["answer_relevance"])
+
+
+def test_labels_per_metric_get_intervals_with_the_rest_of_the_section() -> None:
+    from dataclasses import replace
+
+    from schemas.annotation import Annotation
+    from service.rows import _BOOTSTRAPS, agreement_of, metric_label_agreement
+
+    labelled = [
+        replace(r, annotations=(Annotation(annotator="ann", label=label, metric="answer_relevance"),))
+        for r, label in zip(ROWS, ["C", "C", "P", "I", "P"], strict=True)
+    ]
+    index = index_of(labelled)
+    agreement_of(index, 10_000, final=True)
+    points = metric_label_agreement(index)["answer_relevance"]
+    assert points.n == 5 and points.accuracy.ci95 is None  # the points first, as the main report's
+    _BOOTSTRAPS.submit(lambda: None).result()  # the pool runs one job at a time: the bootstrap is done after this
+    _, complete = agreement_of(index, 10_000, final=True)
+    report = metric_label_agreement(index)["answer_relevance"]
+    assert complete and report.accuracy.value == points.accuracy.value and report.accuracy.ci95 is not None
