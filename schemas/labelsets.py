@@ -63,6 +63,18 @@ class LabelledSetCreate(BaseModel):
     items: list[LabelledItem] = Field(default_factory=list, max_length=MAX_SET_ITEMS)
 
 
+class LabelledSetUpdate(BaseModel):
+    """PATCH /v1/labelsets/{name}: the set's description and/or rubric; a field left out stays as it is. The rubric
+    shows in the label queue of the set's runs started after the change."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    description: Annotated[str, StringConstraints(strip_whitespace=True, max_length=MAX_DESCRIPTION_CHARS)] | None = (
+        None
+    )
+    rubric: Annotated[str, StringConstraints(strip_whitespace=True, max_length=MAX_RUBRIC_CHARS)] | None = None
+
+
 class LabelledSetImport(BaseModel):
     """POST /v1/labelsets/{name}/items as JSON (a JSONL upload sends the same items one per line)."""
 

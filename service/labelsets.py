@@ -18,7 +18,14 @@ from juiz.store import BatchRecord, Store
 from juiz.store.annotations import UPLOADED, LabelledSetRecord
 from schemas import Judgement, Triple
 from schemas.annotation import Annotation
-from schemas.labelsets import LabelledItem, LabelledSetCreate, LabelledSetImported, LabelledSetRun, LabelledSetView
+from schemas.labelsets import (
+    LabelledItem,
+    LabelledSetCreate,
+    LabelledSetImported,
+    LabelledSetRun,
+    LabelledSetUpdate,
+    LabelledSetView,
+)
 from service.intake import accept_triples, check_set_items
 from service.labelling import copy_to_runs
 from service.ownership import owned_batch
@@ -147,6 +154,14 @@ def create_set(store: Store, settings: Settings, tenant: str, data: LabelledSetC
         )
     _store_items(store, tenant, data.name, items, now)
     return view_of(store, tenant, owned_set(store, tenant, data.name))
+
+
+def update_set(store: Store, tenant: str, name: str, data: LabelledSetUpdate) -> LabelledSetView:
+    """The set with its description and/or rubric changed; 404 naming `name` when the tenant has no such set."""
+    owned_set(store, tenant, name)
+    if not store.annotations.update_set(tenant, name, time.time(), data.description, data.rubric):
+        owned_set(store, tenant, name)  # deleted meanwhile: the 404
+    return view_of(store, tenant, owned_set(store, tenant, name))
 
 
 def import_items(

@@ -108,6 +108,14 @@ end
 redis.call('HSET', KEYS[1], 'updated_at', ARGV[1])
 return added
 """
+
+# Change a named set's own fields. KEYS: the set's hash. ARGV: now, then field and value pairs. 0 when the set is gone.
+_UPDATE_SET = """
+if redis.call('EXISTS', KEYS[1]) == 0 then return 0 end
+for i = 2, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end
+redis.call('HSET', KEYS[1], 'updated_at', ARGV[1])
+return 1
+"""
 SET_WRITE_CHUNK = 500  # triples per script call: Redis waits for none longer than that
 
 
@@ -140,6 +148,7 @@ class Annotations:
         self._take = redis.register_script(_TAKE)
         self._create_set = redis.register_script(_CREATE_SET)
         self._add_to_set = redis.register_script(_ADD_TO_SET)
+        self._update_set = redis.register_script(_UPDATE_SET)
 
     # --- the labelled set ---------------------------------------------------------------------------------------
 
@@ -203,6 +212,16 @@ class Annotations:
                 raise KeyError(f"no labelled set {name!r}")
             added += count
         return added
+
+    def update_set(
+        self, tenant: str, name: str, now: float, description: str | None = None, rubric: str | None = None
+    ) -> bool:
+        """Set the named set's description and/or rubric (None: left as it is); False when the set is gone."""
+        args = [repr(now)]
+        for field, value in (("description", description), ("rubric", rubric)):
+            if value is not None:
+                args += [field, value]
+        return bool(self._update_set(keys=[set_key(tenant, name)], args=args))
 
     def get_set(self, tenant: str, name: str) -> LabelledSetRecord | None:
         with self.redis.pipeline(transaction=False) as pipe:

@@ -8,7 +8,7 @@ from functools import partial
 from typing import Annotated, Any
 
 import anyio
-from litestar import Controller, Request, Response, delete, get, post
+from litestar import Controller, Request, Response, delete, get, patch, post
 from litestar.datastructures import State
 from litestar.di import NamedDependency
 from litestar.openapi.spec import OpenAPIMediaType, OpenAPIType, Operation, Reference, RequestBody, Schema
@@ -24,6 +24,7 @@ from schemas.labelsets import (
     LabelledSetImported,
     LabelledSetList,
     LabelledSetRun,
+    LabelledSetUpdate,
     LabelledSetView,
 )
 from service import labelsets
@@ -104,6 +105,24 @@ class LabelledSetController(Controller):
     def get_set(self, store: NamedDependency[Store], tenant: NamedDependency[str], name: SetName) -> LabelledSetView:
         """One named set."""
         return labelsets.view_of(store, tenant, labelsets.owned_set(store, tenant, name))
+
+    @patch(
+        "/{name:str}",
+        operation_id="updateLabelledSet",
+        sync_to_thread=True,
+        responses=responses(401, 404, 422, 429, 503),
+        summary="Change a labelled set's description or rubric",
+    )
+    def update_set(
+        self,
+        store: NamedDependency[Store],
+        tenant: NamedDependency[str],
+        name: SetName,
+        data: JSONBody[LabelledSetUpdate],
+    ) -> LabelledSetView:
+        """Set the description and/or the rubric (a field left out stays); runs started afterwards show the new
+        rubric in their label queue, earlier runs keep theirs."""
+        return labelsets.update_set(store, tenant, name, data)
 
     @delete(
         "/{name:str}",

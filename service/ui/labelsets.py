@@ -17,7 +17,13 @@ from juiz.formats.options import OPTIONS, options_from_text
 from juiz.runtime.errors import InputError
 from juiz.store import Store
 from schemas.judgement import METRICS
-from schemas.labelsets import LabelledSetCreate, LabelledSetRun
+from schemas.labelsets import (
+    MAX_DESCRIPTION_CHARS,
+    MAX_RUBRIC_CHARS,
+    LabelledSetCreate,
+    LabelledSetRun,
+    LabelledSetUpdate,
+)
 from service import labelsets
 from service.intake import read_labelled_jsonl, read_options
 from service.ui import session
@@ -51,6 +57,8 @@ class LabelledSetPageController(Controller):
             sets=views,
             metrics=METRICS,
             imported=request.query_params.get("imported"),
+            max_description=MAX_DESCRIPTION_CHARS,
+            max_rubric=MAX_RUBRIC_CHARS,
         )
 
     @post("/", status_code=303, sync_to_thread=True)
@@ -68,6 +76,19 @@ class LabelledSetPageController(Controller):
         )
         labelsets.create_set(store, store.settings, current.tenant, data)
         return Redirect(f"/ui/labelsets#set-{data.name}", status_code=303)
+
+    @post("/{name:str}", status_code=303, sync_to_thread=True)
+    def update(
+        self, posted: NamedDependency[Posted], store: NamedDependency[Store], name: FromPath[str]
+    ) -> Response[Any]:
+        """The set's description and rubric, as the row's form left them."""
+        current, form = posted.session, posted.form
+        data = _validated(
+            LabelledSetUpdate,
+            {"description": str(form.get("description") or ""), "rubric": str(form.get("rubric") or "")},
+        )
+        labelsets.update_set(store, current.tenant, name, data)
+        return Redirect(f"/ui/labelsets#set-{name}", status_code=303)
 
     @post("/import", status_code=303)
     async def import_file(self, posted: NamedDependency[Posted], store: NamedDependency[Store]) -> Response[Any]:

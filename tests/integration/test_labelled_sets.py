@@ -201,6 +201,21 @@ def test_the_page_keeps_exports_imports_and_grades_a_labelled_set(
     assert (result["id"], result["manual_label"]) == ("t1", "I")
     assert client.get(f"/v1/batches/{run_id}").json()["options"]["mode"] == "fast"
 
+    edited = client.post(
+        "/ui/labelsets/copy",
+        data={"_csrf_token": csrf, "description": "from dev-1", "rubric": "C: right."},
+        follow_redirects=False,
+    )
+    assert edited.status_code == 303 and edited.headers["location"] == "/ui/labelsets#set-copy"
+    assert (
+        client.get("/v1/labelsets/copy").json()["rubric"],
+        client.get("/v1/labelsets/copy").json()["description"],
+    ) == (
+        "C: right.",
+        "from dev-1",
+    )
+    assert ">C: right.</textarea>" in client.get("/ui/labelsets").text
+
 
 def test_a_run_retried_with_its_idempotency_key_grades_the_set_once(
     client: TestClient[Litestar], settings: Settings, run_worker: Any, redis: Redis
@@ -227,3 +242,31 @@ def test_a_run_retried_with_its_idempotency_key_grades_the_set_once(
         assert other.status_code == 409 and other.json()["field"] == "Idempotency-Key", other.text
     unkeyed = client.post("/v1/labelsets/s/runs", json={"name": "nightly"})
     assert unkeyed.status_code == 202 and unkeyed.json()["id"] != first.json()["id"]
+
+
+def test_a_sets_rubric_is_changed_and_the_runs_after_it_show_the_new_one(
+    client: TestClient[Litestar], settings: Settings, run_worker: Any, redis: Redis
+) -> None:
+    batch_id = submit(client, "", triples(2, label=None))
+    run_worker(settings)
+    made = {"name": "s", "batch": batch_id, "labelled_only": False, "rubric": RUBRIC, "description": "first"}
+    assert client.post("/v1/labelsets", json=made).status_code == 201
+    before = client.post("/v1/labelsets/s/runs", json={}).json()["id"]
+
+    changed = client.patch("/v1/labelsets/s", json={"rubric": "  C: right; P: half; I: wrong.  "})
+    assert changed.status_code == 200, changed.text
+    assert changed.json()["rubric"] == "C: right; P: half; I: wrong." and changed.json()["description"] == "first"
+    assert client.get("/v1/labelsets/s").json()["rubric"] == "C: right; P: half; I: wrong."
+    after = client.post("/v1/labelsets/s/runs", json={}).json()["id"]
+    store = Store(redis, settings)
+    assert (
+        store.annotations.rubric(before) == RUBRIC and store.annotations.rubric(after) == "C: right; P: half; I: wrong."
+    )
+
+    for response, status, field in (
+        (client.patch("/v1/labelsets/s", json={"rubrik": "x"}), 422, "rubrik"),
+        (client.patch("/v1/labelsets/s", json={"rubric": "x" * 100_000}), 422, "rubric"),
+        (client.patch("/v1/labelsets/nope", json={"rubric": "x"}), 404, "name"),
+    ):
+        assert response.status_code == status and response.json()["field"] == field, response.text
+    assert client.get("/v1/labelsets/s").json()["rubric"] == "C: right; P: half; I: wrong."  # nothing refused was kept
