@@ -75,6 +75,7 @@ def test_every_script_but_the_listed_ones_keeps_to_one_slot(
     assert len(store.results_uncertain_first(graded.id, 0, 5)) == 5
     assert store.annotations.create_set("t1", "dev", 1.0)  # a named labelled set, and its triples
     assert store.annotations.add_to_set("t1", "dev", [(t.content_key(), t) for t in as_triples[:2]], 2.0) == 2
+    assert store.annotations.update_set("t1", "dev", 3.0, rubric="C: right.")
     cancelled, _ = store.create_batch("t1", BatchOptions(), as_triples[:4])
     store.mark_running(cancelled.id)
     store.cancel_batch(cancelled)
