@@ -19,6 +19,7 @@ from typing import Any
 
 from litestar import Request
 from litestar.exceptions import HTTPException
+from litestar.openapi.spec import OpenAPIMediaType, OpenAPIType, Reference, RequestBody, Schema
 from pydantic import TypeAdapter, ValidationError, model_validator
 
 from juiz.agreement.labels import check_labels
@@ -54,6 +55,21 @@ LENGTH_SETTINGS = {
     "context": "max_context_chars",
     "extra": "max_extra_chars",
 }
+
+
+def document_jsonl_upload(body: RequestBody, line: str) -> None:
+    """In the OpenAPI document of a route that reads a JSONL upload itself (READS_JSONL): the JSONL media type beside
+    the JSON body Litestar documented from the handler's `data: Model | None`, each line one `line` as JSON."""
+    body.required = True  # `data` is None only for the JSONL upload, which is a body too
+    content = body.content
+    if JSON not in content and content:
+        content[JSON] = next(iter(content.values()))
+    schema = content[JSON].schema
+    if isinstance(schema, Schema) and schema.one_of:  # `| None`: only the JSONL upload leaves `data` None
+        content[JSON].schema = next(s for s in schema.one_of if isinstance(s, Reference))
+    content[NDJSON] = OpenAPIMediaType(
+        schema=Schema(type=OpenAPIType.STRING, description=f"one {line} as JSON per line")
+    )
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from litestar.datastructures import State
 from litestar.di import NamedDependency
 from litestar.enums import ParamType
 from litestar.exceptions import HTTPException, NotFoundException
-from litestar.openapi.spec import OpenAPIMediaType, OpenAPIType, Operation, Reference, RequestBody, Schema
+from litestar.openapi.spec import OpenAPIType, Operation, RequestBody, Schema
 from litestar.openapi.spec import Parameter as OpenAPIParameter
 from litestar.params import HeaderParameter, JSONBody, Parameter, QueryParameter
 from litestar.response import ServerSentEvent, Stream
@@ -44,6 +44,7 @@ from service.intake import (
     READS_JSONL,
     BatchSubmissionBody,
     accept_submission,
+    document_jsonl_upload,
     is_jsonl,
     read_jsonl_submission,
 )
@@ -98,16 +99,7 @@ class SubmissionOperation(Operation):
             self.request_body.description = (
                 "JSON `{items, options, name}`, or JSONL (one triple per line) with options and name in the query."
             )
-            self.request_body.required = True  # `data` is None only for the JSONL upload, which is a body too
-            content = self.request_body.content
-            if JSON not in content and content:
-                content[JSON] = next(iter(content.values()))
-            schema = content[JSON].schema
-            if isinstance(schema, Schema) and schema.one_of:  # `| None`: only the JSONL upload leaves `data` None
-                content[JSON].schema = next(s for s in schema.one_of if isinstance(s, Reference))
-            content[NDJSON] = OpenAPIMediaType(
-                schema=Schema(type=OpenAPIType.STRING, description="one Triple as JSON per line")
-            )
+            document_jsonl_upload(self.request_body, "Triple")
         self.parameters = [*(self.parameters or []), *_query_parameters()]
 
 

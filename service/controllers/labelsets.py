@@ -11,7 +11,7 @@ import anyio
 from litestar import Controller, Request, Response, delete, get, patch, post
 from litestar.datastructures import State
 from litestar.di import NamedDependency
-from litestar.openapi.spec import OpenAPIMediaType, OpenAPIType, Operation, Reference, RequestBody, Schema
+from litestar.openapi.spec import Operation, RequestBody
 from litestar.params import HeaderParameter, JSONBody, Parameter
 
 from juiz.runtime.errors import InputError
@@ -28,11 +28,9 @@ from schemas.labelsets import (
     LabelledSetView,
 )
 from service import labelsets
-from service.intake import JSON, READS_JSONL, is_jsonl, read_labelled_jsonl
+from service.intake import NDJSON, READS_JSONL, document_jsonl_upload, is_jsonl, read_labelled_jsonl
 from service.openapi import SECURITY, responses
 from service.views import batch_view
-
-NDJSON = "application/x-ndjson"
 
 
 @dataclass
@@ -40,18 +38,8 @@ class JsonlImportOperation(Operation):
     """Documents the JSONL upload beside the JSON body Litestar documented from LabelledSetImport."""
 
     def __post_init__(self) -> None:
-        if not isinstance(self.request_body, RequestBody):
-            return
-        self.request_body.required = True  # `data` is None only for the JSONL upload, which is a body too
-        content = self.request_body.content
-        if JSON not in content and content:
-            content[JSON] = next(iter(content.values()))
-        schema = content[JSON].schema
-        if isinstance(schema, Schema) and schema.one_of:  # `| None`: only the JSONL upload leaves `data` None
-            content[JSON].schema = next(s for s in schema.one_of if isinstance(s, Reference))
-        content[NDJSON] = OpenAPIMediaType(
-            schema=Schema(type=OpenAPIType.STRING, description="one LabelledItem as JSON per line")
-        )
+        if isinstance(self.request_body, RequestBody):
+            document_jsonl_upload(self.request_body, "LabelledItem")
 
 
 SetName = Annotated[
