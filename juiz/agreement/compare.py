@@ -107,35 +107,6 @@ def _verdicts(
     return movements, right_a, right_b
 
 
-def compare_runs(
-    a_id: str,
-    a: Sequence[tuple[int, Judgement]],
-    b_id: str,
-    b: Sequence[tuple[int, Judgement]],
-    mapping: LabelMapping,
-    *,
-    resamples: int,
-    seed: int = 0,
-    match: Match = "auto",
-    shares: bool = False,
-    reference: str = "manual_label",
-) -> CompareReport:
-    """Run b against run a (`compare_items`' report alone)."""
-    report, _ = compare_items(
-        a_id,
-        a,
-        b_id,
-        b,
-        mapping,
-        resamples=resamples,
-        seed=seed,
-        match=match,
-        shares=shares,
-        reference=reference,
-    )
-    return report
-
-
 def compare_items(
     a_id: str,
     a: Sequence[tuple[int, Judgement]],
@@ -241,7 +212,7 @@ def compare_experiment(
             for run_id, items in runs
         ],
         comparisons=[
-            compare_runs(
+            compare_items(
                 baseline_id,
                 baseline,
                 run_id,
@@ -252,7 +223,7 @@ def compare_experiment(
                 match=match,
                 shares=shares,
                 reference=reference,
-            )
+            )[0]
             for run_id, items in others
         ],
     )

@@ -7,7 +7,7 @@ import math
 
 import pytest
 
-from juiz.agreement.compare import compare_experiment, compare_runs, format_comparison
+from juiz.agreement.compare import compare_experiment, compare_items, format_comparison
 from juiz.agreement.mcnemar import mcnemar
 from juiz.runtime.errors import InputError
 from schemas.judgement import Judgement, JudgementStatus
@@ -57,7 +57,7 @@ def test_the_triple_key_is_its_text_only() -> None:
 
 def test_identical_runs_differ_by_nothing() -> None:
     runs = [result(f"t{i}", s, label) for i, (s, label) in enumerate(zip([3, 0, 2, 3, 1, 0], "CIPPPI", strict=True))]
-    report = compare_runs("a", indexed(runs), "b", indexed(runs), LabelMapping(), resamples=50)
+    report = compare_items("a", indexed(runs), "b", indexed(runs), LabelMapping(), resamples=50)[0]
     assert report.matched_by == "id" and report.shared == report.paired == 6
     assert report.differences["accuracy"].difference == 0.0
     interval = report.differences["accuracy"].ci95
@@ -74,7 +74,7 @@ def test_fixed_regressed_unchanged_sideways_and_the_paired_difference() -> None:
     # (scores 2 → 1, one class); t6, t7 unchanged.
     a = [result(f"t{i}", s, label) for i, (s, label) in enumerate(zip(scores_a, labels, strict=True))]
     b = [result(f"t{i}", s) for i, s in enumerate(scores_b)]  # b has no labels of its own: the triples are a's
-    report = compare_runs("a", indexed(a), "b", indexed(b), LabelMapping(), resamples=100)
+    report = compare_items("a", indexed(a), "b", indexed(b), LabelMapping(), resamples=100)[0]
     assert report.fixed == ["t0", "t2"]
     assert report.regressed == ["t1"]
     assert report.sideways == ["t3"]
@@ -112,18 +112,18 @@ def test_mcnemar_exact_below_25_discordant_and_chi_square_from_there() -> None:
 def test_runs_with_other_ids_are_paired_by_content() -> None:
     a = [result(f"a-{i}", 3, "C") for i in range(4)]
     b = [result(f"b-{i}", 0 if i == 0 else 3) for i in range(4)]  # the same triples under fresh ids
-    report = compare_runs("a.jsonl", indexed(a), "b.jsonl", indexed(b), LabelMapping(), resamples=0)
+    report = compare_items("a.jsonl", indexed(a), "b.jsonl", indexed(b), LabelMapping(), resamples=0)[0]
     assert (report.matched_by, report.shared, report.paired) == ("content", 4, 4)
     assert report.regressed == ["a-0"]
     with pytest.raises(InputError, match="pairing by content"):
         bare = [(0, Judgement.model_construct(id="x", status=JudgementStatus.OK, score=3))]
-        compare_runs("a", bare, "b", bare, LabelMapping(), resamples=0, match="content")
+        compare_items("a", bare, "b", bare, LabelMapping(), resamples=0, match="content")
 
 
 def test_another_answer_keeps_its_own_label() -> None:
     a = [result("t0", 3, "C"), result("t1", 3, "C"), result("t2", 0, "I")]
     b = [result("t0", 0, "I", answer="a worse answer."), result("t1", 3), result("t2", 0)]
-    report = compare_runs("a", indexed(a), "b", indexed(b), LabelMapping(), resamples=0, shares=True)
+    report = compare_items("a", indexed(a), "b", indexed(b), LabelMapping(), resamples=0, shares=True)[0]
     assert report.unchanged == ["t0", "t1", "t2"]  # t0: b's answer is an I, and b says so
     assert report.agreement_b.accuracy.value == 1.0
     t0 = next(i for i in report.changed if i.id == "t0")
@@ -137,10 +137,10 @@ def test_a_run_with_nothing_graded_is_refused() -> None:
     good = indexed([result("t0", 3, "C")])
     failed = indexed([result("t0", None, status=JudgementStatus.FAILED)])
     with pytest.raises(InputError, match="nothing graded") as raised:
-        compare_runs("a", good, "cancelled", failed, LabelMapping(), resamples=0)
+        compare_items("a", good, "cancelled", failed, LabelMapping(), resamples=0)
     assert raised.value.source == "cancelled"
     with pytest.raises(InputError, match="nothing graded"):
-        compare_runs("empty", [], "a", good, LabelMapping(), resamples=0)
+        compare_items("empty", [], "a", good, LabelMapping(), resamples=0)
 
 
 def test_three_runs_each_against_the_baseline() -> None:
