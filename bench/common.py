@@ -16,13 +16,13 @@ import os
 import signal
 import statistics
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, cast
 
 from bench.machine import describe_machine
-from juiz.engines.base import Completion, Conversation, GenerationRequest
+from juiz.engines.base import CallControl, Completion, Conversation, GenerationRequest, JudgeEngine
 from juiz.engines.vllm_engine import VLLMEngine
 from juiz.formats.readers import read_triples
 from juiz.judging.backend import build_engine
@@ -126,6 +126,28 @@ def raw_chat(engine: VLLMEngine, convs: Sequence[Conversation], request: Generat
     started = time.perf_counter()
     outputs = engine._llm.chat(cast(Any, list(convs)), sampling, use_tqdm=False)
     return time.perf_counter() - started, outputs
+
+
+class Recorder:
+    """An engine, unchanged, keeping the completions of its last call (for their token counts)."""
+
+    def __init__(self, engine: JudgeEngine) -> None:
+        self.engine = engine
+        self.last: list[Completion] = []
+
+    @property
+    def model_id(self) -> str:
+        return self.engine.model_id
+
+    @property
+    def origin(self) -> Mapping[str, str]:
+        return self.engine.origin
+
+    def generate(
+        self, conversations: Sequence[Conversation], request: GenerationRequest, control: CallControl | None = None
+    ) -> list[Completion]:
+        self.last = self.engine.generate(conversations, request, control)
+        return self.last
 
 
 def token_counts(outputs: Sequence[Any]) -> dict[str, float]:

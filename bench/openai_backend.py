@@ -25,7 +25,6 @@ import logging
 import os
 import statistics
 import time
-from collections.abc import Mapping, Sequence
 from typing import Any
 
 import httpx
@@ -33,6 +32,7 @@ import httpx
 from bench.common import (
     COT_PROMPT,
     WORK,
+    Recorder,
     build_triples,
     close_engine,
     completion_tokens,
@@ -45,7 +45,6 @@ from bench.common import (
     table,
 )
 from bench.trulens_peer import SERVED_NAME, server_command
-from juiz.engines.base import CallControl, Completion, Conversation, GenerationRequest, JudgeEngine
 from juiz.engines.models import DEFAULT_MODEL, resolve_model
 from juiz.engines.openai_server import OpenAIEngine
 from juiz.engines.vllm_engine import cpu_defaults
@@ -57,28 +56,6 @@ log = logging.getLogger("bench.openai_backend")
 
 NAME = "openai_backend"
 WARMUP_ITEMS = 2
-
-
-class Recorder:
-    """An engine, unchanged, keeping the completions of its last call (for their token counts)."""
-
-    def __init__(self, engine: JudgeEngine) -> None:
-        self.engine = engine
-        self.last: list[Completion] = []
-
-    @property
-    def model_id(self) -> str:
-        return self.engine.model_id
-
-    @property
-    def origin(self) -> Mapping[str, str]:
-        return self.engine.origin
-
-    def generate(
-        self, conversations: Sequence[Conversation], request: GenerationRequest, control: CallControl | None = None
-    ) -> list[Completion]:
-        self.last = self.engine.generate(conversations, request, control)
-        return self.last
 
 
 def measure(judge: Judge, recorder: Recorder, triples: list[Triple], options: BatchOptions) -> dict[str, Any]:

@@ -32,7 +32,6 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +40,7 @@ import httpx
 from bench.common import (
     REPO,
     WORK,
+    Recorder,
     build_triples,
     close_engine,
     completion_tokens,
@@ -57,9 +57,8 @@ from bench.common import (
     token_counts,
     triple_dicts,
 )
-from juiz.engines.base import CallControl, Completion, Conversation, GenerationRequest
 from juiz.engines.models import DEFAULT_MODEL, resolve_model
-from juiz.engines.vllm_engine import CPU_BLOCK_SIZE, VLLMEngine, cpu_defaults, engine_dtype, has_cuda
+from juiz.engines.vllm_engine import CPU_BLOCK_SIZE, cpu_defaults, engine_dtype, has_cuda
 from juiz.judging.judge import Judge
 from juiz.judging.parsing import COT_MAX_TOKENS
 from juiz.runtime.processes import child, free_port, wait_until
@@ -208,32 +207,9 @@ def measure_trulens(
 # --- juiz, same items, in process ------------------------------------------------------------------------------
 
 
-class RecordingEngine:
-    """juiz's engine, unchanged, keeping the completions of its last call: their prompt, cached and output token
-    counts stand in for a separate raw `llm.chat` run (engine_efficiency measures juiz against raw: ~1.0)."""
-
-    def __init__(self, engine: VLLMEngine) -> None:
-        self.engine = engine
-        self.last: list[Completion] = []
-
-    @property
-    def model_id(self) -> str:
-        return self.engine.model_id
-
-    @property
-    def origin(self) -> Mapping[str, str]:
-        return self.engine.origin
-
-    def generate(
-        self, conversations: Sequence[Conversation], request: GenerationRequest, control: CallControl | None = None
-    ) -> list[Completion]:
-        self.last = self.engine.generate(conversations, request, control)
-        return self.last
-
-
 def measure_juiz(model: str, triples: list[Any], warm: list[Any], lang: str, with_raw: bool) -> dict[str, Any]:
     engine = load_engine(model)
-    recorder = RecordingEngine(engine)
+    recorder = Recorder(engine)  # its token counts stand in for a raw `llm.chat` run (engine_efficiency: ~1.0)
     judge = Judge(recorder)
     figures: dict[str, Any] = {}
     try:
