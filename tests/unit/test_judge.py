@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
@@ -76,32 +76,32 @@ def test_provenance_and_passthrough() -> None:
     assert a.question == "What is the capital of France?" and a.manual_label == "C"
 
 
+class RecordsRequests(FakeEngine):
+    """The FAKE engine, keeping every request it was called with."""
+
+    def __init__(self, reply: Callable[[Conversation], str]) -> None:
+        super().__init__(reply)
+        self.requests: list[GenerationRequest] = []
+
+    def generate(
+        self, conversations: Sequence[Conversation], request: GenerationRequest, control: CallControl | None = None
+    ) -> list[Completion]:
+        self.requests.append(request)
+        return super().generate(conversations, request)
+
+
 def test_fast_mode_uses_a_single_token_choice() -> None:
-    seen: list[GenerationRequest] = []
-
-    class Recording(FakeEngine):
-        def generate(
-            self, conversations: Sequence[Conversation], request: GenerationRequest, control: CallControl | None = None
-        ) -> list[Completion]:
-            seen.append(request)
-            return super().generate(conversations, request)
-
-    (a,) = Judge(Recording(reply_by_answer)).grade(triples()[:1], COT.model_copy(update={"mode": "fast"}))
+    engine = RecordsRequests(reply_by_answer)
+    seen = engine.requests
+    (a,) = Judge(engine).grade(triples()[:1], COT.model_copy(update={"mode": "fast"}))
     assert seen[0].max_tokens == 1 and seen[0].choice == ("0", "1", "2", "3")
     assert a.score == 3 and a.provenance.sampling["mode"] == "fast"
 
 
 def test_cot_requests_the_reply_grammar() -> None:
-    seen: list[GenerationRequest] = []
-
-    class Recording(FakeEngine):
-        def generate(
-            self, conversations: Sequence[Conversation], request: GenerationRequest, control: CallControl | None = None
-        ) -> list[Completion]:
-            seen.append(request)
-            return super().generate(conversations, request)
-
-    Judge(Recording(reply_by_answer)).grade(triples()[:1], COT)
+    engine = RecordsRequests(reply_by_answer)
+    seen = engine.requests
+    Judge(engine).grade(triples()[:1], COT)
     assert seen[0].regex == COT_REPLY_REGEX and seen[0].temperature == 0.0
 
 
@@ -158,16 +158,9 @@ def test_a_request_the_engine_dropped_is_failed_not_a_parse_error(options: Batch
 
 
 def test_warm_up_compiles_both_grammars_with_one_token() -> None:
-    seen: list[GenerationRequest] = []
-
-    class Recording(FakeEngine):
-        def generate(
-            self, conversations: Sequence[Conversation], request: GenerationRequest, control: CallControl | None = None
-        ) -> list[Completion]:
-            seen.append(request)
-            return super().generate(conversations, request)
-
-    Judge(Recording(reply_by_answer)).warm_up()
+    engine = RecordsRequests(reply_by_answer)
+    seen = engine.requests
+    Judge(engine).warm_up()
     assert [r.max_tokens for r in seen] == [1, 1, 1]
     assert seen[0].regex == COT_REPLY_REGEX and seen[2].choice == ("0", "1", "2", "3")
     assert seen[1].regex == SEGMENT_REPLY_REGEX  # context relevance's shorter per-segment template
