@@ -28,7 +28,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 from juiz.runtime.processes import child, free_port, wait_until
 from tests.browser.conftest import CHROMEDRIVER, CHROMIUM, CHROMIUM_FLAGS, REPO
-from tests.integration.test_redis_faults import AofRedis
+from tests.integration.helpers import AofRedis
 
 DEADLINE_S = 60
 OUTAGE_S = 10.0

@@ -3,10 +3,7 @@ client, and real RQ workers in burst mode on a FAKE engine (the one real-engine 
 
 from __future__ import annotations
 
-import shutil
 import signal
-import subprocess
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -19,12 +16,11 @@ from redis import Redis
 from bench.fake_worker import FakeWorkerEngine
 from juiz.runtime.settings import Settings
 from service.app import create_app
-from tests.integration.helpers import free_port, make_settings
+from tests.integration.fake_workers import Workers
+from tests.integration.helpers import REDIS_SERVER, AofRedis, make_settings, redis_server
 from workers import jobs
 from workers.scheduler import enqueue_due_retries
 from workers.worker import build_worker
-
-REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -39,41 +35,28 @@ def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A private redis-server on a free port for the whole session: no persistence, never the shared one."""
     if not Path(REDIS_SERVER).exists():
         pytest.skip("redis-server is not installed (apt-get install redis-server)")
-    port = free_port()
-    workdir = tmp_path_factory.mktemp("redis")
-    process = subprocess.Popen(
-        [
-            REDIS_SERVER,
-            "--port",
-            str(port),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(workdir),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"redis://127.0.0.1:{port}/0"
-    client = Redis.from_url(url)
-    try:
-        for _ in range(100):
-            try:
-                client.ping()
-                break
-            except Exception:
-                time.sleep(0.05)
-        else:
-            raise RuntimeError("private redis-server did not start")
+    with redis_server(tmp_path_factory.mktemp("redis")) as url:
         yield url
-    finally:
-        client.close()
-        process.terminate()
-        process.wait(timeout=10)
+
+
+@pytest.fixture
+def aof_redis(tmp_path: Path) -> Iterator[AofRedis]:
+    """A private redis-server with its append-only file on, which a test stops and starts again."""
+    if not Path(REDIS_SERVER).exists():
+        pytest.skip("redis-server is not installed (apt-get install redis-server)")
+    server = AofRedis(tmp_path / "redis")
+    server.workdir.mkdir()
+    server.start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def workers() -> Iterator[Workers]:
+    """FAKE-engine workers as subprocesses, stopped after the test."""
+    pool = Workers()
+    yield pool
+    pool.stop_all()
 
 
 @pytest.fixture

@@ -2,23 +2,91 @@
 
 from __future__ import annotations
 
+import contextlib
+import shutil
 import socket
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 
 from redis import Redis
+from redis.exceptions import ConnectionError as RedisConnectionError
+from redis.exceptions import RedisError
 from rq import Queue
 
 from juiz.runtime.settings import Settings
+from tests.integration.fake_workers import wait_until
 
 # /metrics and /ready answer loopback clients or this key; Litestar's test client is neither ("testclient").
 METRICS_KEY = "test-metrics-key"
 METRICS_HEADERS = {"Authorization": f"Bearer {METRICS_KEY}"}
+REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
 
 
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def pings(client: Redis) -> bool:
+    try:
+        return bool(client.ping())
+    except RedisError:
+        return False
+
+
+@contextmanager
+def redis_server(workdir: Path, *args: str, what: str = "redis-server") -> Iterator[str]:
+    """A private redis-server on a free port, nothing persisted, `args` added to its command line: its URL once it
+    answers, stopped on the way out."""
+    port = free_port()
+    command = [REDIS_SERVER, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+    command += ["--dir", str(workdir), *args]
+    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    url = f"redis://127.0.0.1:{port}/0"
+    client = Redis.from_url(url)
+    try:
+        wait_until(lambda: pings(client), f"{what} to start")
+        yield url
+    finally:
+        client.close()
+        process.terminate()
+        process.wait(timeout=10)
+
+
+class AofRedis:
+    """A private redis-server with the append-only file on (fsync always), restartable on the same port and dir."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.port = free_port()
+        self.workdir = workdir
+        self.url = f"redis://127.0.0.1:{self.port}/0"
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        args = ["--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.workdir), "--save", ""]
+        args += ["--appendonly", "yes", "--appendfsync", "always"]
+        self.process = subprocess.Popen([REDIS_SERVER, *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        client = Redis.from_url(self.url)
+        wait_until(lambda: pings(client), "redis-server to start")
+        client.close()
+
+    def shutdown(self) -> None:
+        """SHUTDOWN: the AOF is flushed and the server exits, as in `docker restart`."""
+        client = Redis.from_url(self.url)
+        with contextlib.suppress(RedisConnectionError):  # the server closes the connection as it goes
+            client.shutdown()
+        client.close()
+        assert self.process is not None
+        self.process.wait(timeout=30)
+
+    def stop(self) -> None:
+        if self.process is not None and self.process.poll() is None:
+            self.process.terminate()
+            self.process.wait(timeout=30)
 
 
 def make_settings(redis_url: str, **overrides: Any) -> Settings:

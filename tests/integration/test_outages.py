@@ -11,7 +11,7 @@ import random
 import signal
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -25,10 +25,8 @@ from juiz.runtime.errors import TransientEngineError
 from juiz.runtime.settings import Settings
 from juiz.store import Store
 from schemas import BatchOptions, Triple
-from tests.integration.conftest import REDIS_SERVER
 from tests.integration.fake_workers import Workers, graded_counts, wait_until
-from tests.integration.helpers import make_settings, triples
-from tests.integration.test_redis_faults import AofRedis
+from tests.integration.helpers import AofRedis, make_settings, triples
 from workers import jobs
 from workers.scheduler import enqueue_due_retries
 from workers.worker import build_worker
@@ -36,24 +34,6 @@ from workers.worker import build_worker
 OUTAGE_S = 3.0  # how long Redis stays away: the fault injected, not a wait for an event
 RESTARTS = 6
 LONG_OUTAGE_S = 8.0  # many times redis_retry_s (0.2 s) and every retry of RQ's bookkeeping it sets off
-
-
-@pytest.fixture
-def server(tmp_path: Path) -> Iterator[AofRedis]:
-    if not Path(REDIS_SERVER).exists():
-        pytest.skip("redis-server is not installed (apt-get install redis-server)")
-    redis_server = AofRedis(tmp_path / "redis")
-    redis_server.workdir.mkdir()
-    redis_server.start()
-    yield redis_server
-    redis_server.stop()
-
-
-@pytest.fixture
-def workers() -> Iterator[Workers]:
-    pool = Workers()
-    yield pool
-    pool.stop_all()
 
 
 class Outage:
@@ -103,12 +83,12 @@ def outage_settings(url: str, **overrides: Any) -> Settings:
     return make_settings(url, **{**values, **overrides})
 
 
-def test_an_outage_between_claim_and_load_loses_no_chunk(server: AofRedis, monkeypatch: pytest.MonkeyPatch) -> None:
-    settings = outage_settings(server.url)
-    redis = Redis.from_url(server.url)
+def test_an_outage_between_claim_and_load_loses_no_chunk(aof_redis: AofRedis, monkeypatch: pytest.MonkeyPatch) -> None:
+    settings = outage_settings(aof_redis.url)
+    redis = Redis.from_url(aof_redis.url)
     store = Store(redis, settings)
     batch, _ = store.create_batch("t", BatchOptions(), as_triples(triples(16)))
-    outage = Outage(server)
+    outage = Outage(aof_redis)
     claim = Store.claim
 
     def claim_then_outage(self: Store, *args: Any, **kwargs: Any) -> Any:
@@ -145,13 +125,13 @@ class FailingInOutage(FakeWorkerEngine):
         return super().generate(conversations, request, control)
 
 
-def test_a_call_failing_during_an_outage_gives_every_chunk_back(server: AofRedis) -> None:
+def test_a_call_failing_during_an_outage_gives_every_chunk_back(aof_redis: AofRedis) -> None:
     # Released while Redis is away, the chunks used to be neither pending, owned nor queued: the batch stayed queued.
-    settings = outage_settings(server.url)
-    redis = Redis.from_url(server.url)
+    settings = outage_settings(aof_redis.url)
+    redis = Redis.from_url(aof_redis.url)
     store = Store(redis, settings)
     batch, _ = store.create_batch("t", BatchOptions(), as_triples(triples(16)))
-    engine = FailingInOutage(redis, Outage(server))
+    engine = FailingInOutage(redis, Outage(aof_redis))
 
     run_burst_worker(settings, redis, engine)
     engine.outage.join()
@@ -164,12 +144,12 @@ def test_a_call_failing_during_an_outage_gives_every_chunk_back(server: AofRedis
 
 
 def test_a_worker_outlives_an_outage_longer_than_its_retries(
-    server: AofRedis, workers: Workers, tmp_path: Path
+    aof_redis: AofRedis, workers: Workers, tmp_path: Path
 ) -> None:
     # Redis goes away just before the job stores its call's results, for longer than the job retries its writes
     # (redis_retry_s): the job fails, RQ's bookkeeping fails, and RQ's work loop quits. The worker used to exit.
-    settings = make_settings(server.url, redis_retry_s=0.2, heartbeat_ttl_s=3, gather_s=0)
-    redis = Redis.from_url(server.url)
+    settings = make_settings(aof_redis.url, redis_retry_s=0.2, heartbeat_ttl_s=3, gather_s=0)
+    redis = Redis.from_url(aof_redis.url)
     store = Store(redis, settings)
     events = tmp_path / "events"
     events.mkdir()
@@ -178,12 +158,12 @@ def test_a_worker_outlives_an_outage_longer_than_its_retries(
     batch, _ = store.create_batch("t", BatchOptions(), as_triples(triples(4)))
 
     wait_until(lambda: (events / "call-1-returned").exists(), "the first engine call to return")
-    server.shutdown()
+    aof_redis.shutdown()
     (events / "hold").unlink()
     (events / "go-on").touch()
     time.sleep(LONG_OUTAGE_S)  # the outage under test
     assert worker.poll() is None, "the worker exited while Redis was away"
-    server.start()
+    aof_redis.start()
 
     wait_until(lambda: (b := store.get_batch(batch.id)) is not None and b.terminal, "the batch, after the outage")
     done = store.get_batch(batch.id)
@@ -217,12 +197,12 @@ class WritesToRedis(FakeWorkerEngine):
         return super().generate(conversations, request, control)
 
 
-def test_infrastructure_faults_in_the_engine_send_the_chunk_back_instead_of_failing_it(server: AofRedis) -> None:
-    settings = outage_settings(server.url, retry_backoff_s="0,0,0")
-    redis = Redis.from_url(server.url)
+def test_infrastructure_faults_in_the_engine_send_the_chunk_back_instead_of_failing_it(aof_redis: AofRedis) -> None:
+    settings = outage_settings(aof_redis.url, retry_backoff_s="0,0,0")
+    redis = Redis.from_url(aof_redis.url)
     store = Store(redis, settings)
     batch, _ = store.create_batch("t", BatchOptions(), as_triples(triples(8)))
-    engine = WritesToRedis(redis, Outage(server))
+    engine = WritesToRedis(redis, Outage(aof_redis))
 
     run_burst_worker(settings, redis, engine)
     engine.outage.join()
@@ -235,11 +215,11 @@ def test_infrastructure_faults_in_the_engine_send_the_chunk_back_instead_of_fail
     redis.close()
 
 
-def test_restarts_during_a_batch_lose_nothing_and_keep_the_workers(server: AofRedis, workers: Workers) -> None:
+def test_restarts_during_a_batch_lose_nothing_and_keep_the_workers(aof_redis: AofRedis, workers: Workers) -> None:
     # Redis restarted at whatever point the workers are at each time the batch has made progress; outages of 0.5-3 s,
     # some longer than the jobs' own retries (redis_retry_s=1): what is left half-done, the sweeper finds.
     settings = make_settings(
-        server.url,
+        aof_redis.url,
         chunk_size=8,
         coalesce_max_items=32,
         gather_s=0,
@@ -248,7 +228,7 @@ def test_restarts_during_a_batch_lose_nothing_and_keep_the_workers(server: AofRe
         sweep_grace_s=3,
         sweep_interval_s=1,
     )
-    redis = Redis.from_url(server.url)
+    redis = Redis.from_url(aof_redis.url)
     store = Store(redis, settings)
     batch, _ = store.create_batch("t", BatchOptions(), as_triples(triples(400)))
     pool = [workers.start(settings, JUIZ_FAKE_CALL_S="0.3") for _ in range(2)]
@@ -263,9 +243,9 @@ def test_restarts_during_a_batch_lose_nothing_and_keep_the_workers(server: AofRe
         wait_until(lambda before=before: done() > before, "progress since the last restart")  # type: ignore[misc]
         if done() >= 400:
             break
-        server.shutdown()
+        aof_redis.shutdown()
         time.sleep(rng.uniform(0.5, 3.0))  # the outage under test
-        server.start()
+        aof_redis.start()
 
     wait_until(lambda: (b := store.get_batch(batch.id)) is not None and b.terminal, "the batch, after the restarts")
     record = store.get_batch(batch.id)
@@ -277,13 +257,13 @@ def test_restarts_during_a_batch_lose_nothing_and_keep_the_workers(server: AofRe
     redis.close()
 
 
-def test_a_worker_asked_to_stop_while_redis_is_away_stops(server: AofRedis, workers: Workers) -> None:
+def test_a_worker_asked_to_stop_while_redis_is_away_stops(aof_redis: AofRedis, workers: Workers) -> None:
     # Waiting for Redis without a deadline must not make a worker deaf to SIGTERM (docker stop during an outage).
-    settings = make_settings(server.url)
-    redis = Redis.from_url(server.url)
+    settings = make_settings(aof_redis.url)
+    redis = Redis.from_url(aof_redis.url)
     worker = workers.start(settings)
     wait_until(lambda: len(Worker.all(connection=redis)) == 1, "the worker to register")
-    server.shutdown()
+    aof_redis.shutdown()
     worker.send_signal(signal.SIGTERM)
     wait_until(lambda: worker.poll() is not None, "the worker to stop", timeout_s=60)
     redis.close()

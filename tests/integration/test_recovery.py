@@ -4,10 +4,9 @@ permanent ones (items failed). Real RQ workers on the FAKE engine; tests wait on
 from __future__ import annotations
 
 import signal
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
-import pytest
 from litestar import Litestar
 from litestar.testing import TestClient
 from redis import Redis
@@ -33,13 +32,6 @@ from workers.worker import build_worker
 # answers both, and counts an item graded once per metric either way.
 COT = {"prompt": "answer_relevance@juiz-1"}
 MakeClient = Callable[[Settings], TestClient[Litestar]]
-
-
-@pytest.fixture
-def workers() -> Iterator[Workers]:
-    pool = Workers()
-    yield pool
-    pool.stop_all()
 
 
 def stored_ids(client: TestClient[Litestar], batch: dict[str, Any], **headers: str) -> list[str]:

@@ -4,16 +4,12 @@ queue bounded. Real RQ workers on the FAKE engine; waits are on events, never sl
 
 from __future__ import annotations
 
-import contextlib
-import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from litestar.testing import TestClient
 from redis import Redis
-from redis.exceptions import ConnectionError as RedisConnectionError
 
 from bench.fake_worker import GRADED_KEY, RUNNING_KEY
 from juiz.runtime.settings import Settings
@@ -21,66 +17,8 @@ from juiz.store import IdempotencyConflict, Store
 from juiz.store.batches import Batches
 from schemas import BatchOptions, Triple
 from service.app import create_app
-from tests.integration.conftest import REDIS_SERVER
 from tests.integration.fake_workers import Workers, graded_counts, wait_until
-from tests.integration.helpers import free_port, juiz_keys, make_settings, queued_jobs, triples
-
-
-class AofRedis:
-    """A private redis-server with the append-only file on (fsync always), restartable on the same port and dir."""
-
-    def __init__(self, workdir: Path) -> None:
-        self.port = free_port()
-        self.workdir = workdir
-        self.url = f"redis://127.0.0.1:{self.port}/0"
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> None:
-        args = ["--port", str(self.port), "--bind", "127.0.0.1", "--dir", str(self.workdir), "--save", ""]
-        args += ["--appendonly", "yes", "--appendfsync", "always"]
-        self.process = subprocess.Popen([REDIS_SERVER, *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        client = Redis.from_url(self.url)
-        wait_until(lambda: _pings(client), "redis-server to start")
-        client.close()
-
-    def shutdown(self) -> None:
-        """SHUTDOWN: the AOF is flushed and the server exits, as in `docker restart`."""
-        client = Redis.from_url(self.url)
-        with contextlib.suppress(RedisConnectionError):  # the server closes the connection as it goes
-            client.shutdown()
-        client.close()
-        assert self.process is not None
-        self.process.wait(timeout=30)
-
-    def stop(self) -> None:
-        if self.process is not None and self.process.poll() is None:
-            self.process.terminate()
-            self.process.wait(timeout=30)
-
-
-def _pings(client: Redis) -> bool:
-    try:
-        return bool(client.ping())
-    except RedisConnectionError:
-        return False
-
-
-@pytest.fixture
-def aof_redis(tmp_path: Path) -> Iterator[AofRedis]:
-    if not Path(REDIS_SERVER).exists():
-        pytest.skip("redis-server is not installed (apt-get install redis-server)")
-    server = AofRedis(tmp_path / "redis")
-    server.workdir.mkdir()
-    server.start()
-    yield server
-    server.stop()
-
-
-@pytest.fixture
-def workers() -> Iterator[Workers]:
-    pool = Workers()
-    yield pool
-    pool.stop_all()
+from tests.integration.helpers import AofRedis, juiz_keys, make_settings, queued_jobs, triples
 
 
 def as_triples(items: list[dict[str, Any]]) -> list[Triple]:

@@ -13,8 +13,7 @@ from pathlib import Path
 import pytest
 from redis import Redis
 
-from tests.integration.conftest import REDIS_SERVER
-from tests.integration.helpers import free_port, make_settings, triples
+from tests.integration.helpers import REDIS_SERVER, free_port, make_settings, triples
 
 
 class PrivateRedis:

@@ -4,9 +4,6 @@ Redis, two real worker processes on the FAKE engine at 1 s per call + 10 ms per 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
-import pytest
 from redis import Redis
 
 from bench.fake_worker import RUNNING_KEY
@@ -16,13 +13,6 @@ from tests.integration.fake_workers import Workers, wait_until
 from tests.integration.helpers import make_settings, triples
 
 SMALL_BATCH_BOUND_S = 10.0  # a 256-item chunk of the default judge takes ~25 s here: the bound is well below it
-
-
-@pytest.fixture
-def workers() -> Iterator[Workers]:
-    fleet = Workers()
-    yield fleet
-    fleet.stop_all()
 
 
 def test_a_small_batch_is_graded_within_a_wave_of_a_deep_backlog(

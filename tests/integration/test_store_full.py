@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -24,8 +23,7 @@ from juiz.judging.judge import Judge
 from juiz.runtime.settings import Settings
 from juiz.store import Store
 from service.app import create_app
-from tests.integration.conftest import REDIS_SERVER
-from tests.integration.helpers import METRICS_HEADERS, free_port, make_settings, triples
+from tests.integration.helpers import METRICS_HEADERS, REDIS_SERVER, make_settings, redis_server, triples
 from tests.integration.test_recovery import wait_until
 from workers import jobs
 from workers import worker as worker_module
@@ -44,44 +42,18 @@ def small_redis(tmp_path: Path) -> Iterator[str]:
     the default judge)."""
     if not Path(REDIS_SERVER).exists():
         pytest.skip("redis-server is not installed")
-    port = free_port()
-    args = ["--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(tmp_path)]
-    args += ["--maxmemory", MAXMEMORY, "--maxmemory-policy", "noeviction", "--latency-tracking", "no"]
-    process = subprocess.Popen([REDIS_SERVER, *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    url = f"redis://127.0.0.1:{port}/0"
-    client = Redis.from_url(url)
-    try:
-        wait_until(lambda: _pings(client), "redis-server to start")
+    limits = ["--maxmemory", MAXMEMORY, "--maxmemory-policy", "noeviction", "--latency-tracking", "no"]
+    with redis_server(tmp_path, *limits) as url:
         yield url
-    finally:
-        client.close()
-        process.terminate()
-        process.wait(timeout=10)
 
 
 @pytest.fixture
 def replica_redis(small_redis: str, tmp_path: Path) -> Iterator[str]:
     """A read-only replica of `small_redis`: every write is refused with READONLY."""
     primary_port = small_redis.rsplit(":", 1)[1].split("/")[0]
-    port = free_port()
-    args = ["--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", str(tmp_path)]
-    args += ["--replicaof", "127.0.0.1", primary_port, "--replica-read-only", "yes"]
-    process = subprocess.Popen([REDIS_SERVER, *args], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    client = Redis.from_url(f"redis://127.0.0.1:{port}/0")
-    try:
-        wait_until(lambda: _pings(client), "the replica to start")
-        yield f"redis://127.0.0.1:{port}/0"
-    finally:
-        client.close()
-        process.terminate()
-        process.wait(timeout=10)
-
-
-def _pings(client: Redis) -> bool:
-    try:
-        return bool(client.ping())
-    except Exception:
-        return False
+    replica = ["--replicaof", "127.0.0.1", primary_port, "--replica-read-only", "yes"]
+    with redis_server(tmp_path, *replica, what="the replica") as url:
+        yield url
 
 
 def ballast(client: Redis) -> None:

@@ -16,15 +16,14 @@ from redis import Redis
 from bench.fake_worker import FakeWorkerEngine
 from juiz.runtime.settings import Settings
 from service.app import create_app
-from tests.integration.helpers import make_settings, triples
-from tests.integration.test_redis_faults import AofRedis, aof_redis  # noqa: F401 - the fixture
+from tests.integration.helpers import AofRedis, make_settings, triples
 from tests.integration.test_ui import csrf_of, submit
 from workers import jobs
 from workers.worker import build_worker
 
 
 @pytest.fixture
-def stack(aof_redis: AofRedis) -> Iterator[tuple[AofRedis, Settings, Redis, TestClient[Litestar]]]:  # noqa: F811
+def stack(aof_redis: AofRedis) -> Iterator[tuple[AofRedis, Settings, Redis, TestClient[Litestar]]]:
     settings = make_settings(aof_redis.url)
     redis = Redis.from_url(aof_redis.url, socket_timeout=2, socket_connect_timeout=1)
     with TestClient(create_app(settings, redis)) as client:

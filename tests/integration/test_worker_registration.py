@@ -12,7 +12,6 @@ subprocesses on the FAKE engine; waits on state with a deadline.
 from __future__ import annotations
 
 import signal
-from collections.abc import Iterator
 
 import pytest
 from redis import Redis
@@ -26,13 +25,6 @@ from juiz.store.queues import MODEL_FIELD
 from schemas import BatchOptions, Triple
 from tests.integration.fake_workers import Workers, wait_until
 from tests.integration.helpers import make_settings, triples
-
-
-@pytest.fixture
-def workers() -> Iterator[Workers]:
-    pool = Workers()
-    yield pool
-    pool.stop_all()
 
 
 def registered(redis: Redis, settings: Settings, key: str) -> bool:
