@@ -20,24 +20,13 @@ import psutil
 import pytest
 
 from juiz.engines.models import TEST_MODEL, model_dir
+from tests.unit.test_reaper import exits_within
 
 pytestmark = pytest.mark.engine
 
 REPO = Path(__file__).resolve().parents[2]
 START_CAP_S = 600  # a loaded 2-core machine has taken minutes to start even the tiny engine
 EXIT_CAP_S = 120
-
-
-def exits_within(pid: int, cap_s: float) -> bool:
-    try:
-        fd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        return True
-    try:
-        ready, _, _ = select.select([fd], [], [], cap_s)
-        return bool(ready)
-    finally:
-        os.close(fd)
 
 
 def wait_for_line(process: subprocess.Popen[bytes], prefix: str, cap_s: float) -> str:
