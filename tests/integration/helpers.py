@@ -11,11 +11,15 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import pytest
+from litestar import Litestar
+from litestar.testing import TestClient
 from redis import Redis
 from redis.exceptions import ConnectionError as RedisConnectionError
 from redis.exceptions import RedisError
 from rq import Queue
 
+from juiz.clients import http as client_module
 from juiz.runtime.settings import Settings
 from tests.integration.fake_workers import wait_until
 
@@ -87,6 +91,12 @@ class AofRedis:
         if self.process is not None and self.process.poll() is None:
             self.process.terminate()
             self.process.wait(timeout=30)
+
+
+def cli_against(client: TestClient[Litestar], monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI opens its own httpx.Client on the URL: hand it the app's test client."""
+    monkeypatch.setattr(client_module.httpx, "Client", lambda **_: client)
+    monkeypatch.setattr(client_module.JuizClient, "close", lambda self: None)  # the fixture closes the test client
 
 
 def make_settings(redis_url: str, **overrides: Any) -> Settings:

@@ -17,7 +17,7 @@ from juiz.cli import main
 from juiz.clients import JuizClient
 from juiz.clients import http as client_module
 from juiz.runtime.settings import Settings
-from tests.integration.helpers import juiz_keys, make_settings, triples
+from tests.integration.helpers import cli_against, juiz_keys, make_settings, triples
 from tests.integration.test_ui import KEYS, sign_in
 
 MakeClient = Callable[[Settings], TestClient[Litestar]]
@@ -119,12 +119,6 @@ def test_the_upload_form_names_the_batch_as_sent_or_after_its_file(make_client: 
     assert client.get(f"/v1/batches/{batch_id}", headers=alice).json()["name"] == "lectures-week3"
 
 
-def _cli_against(client: TestClient[Litestar], monkeypatch: pytest.MonkeyPatch) -> None:
-    """The CLI opens its own httpx.Client on the URL: hand it the app's test client."""
-    monkeypatch.setattr(client_module.httpx, "Client", lambda **_: client)
-    monkeypatch.setattr(client_module.JuizClient, "close", lambda self: None)  # the fixture closes the test client
-
-
 def test_juiz_submit_names_the_batch_after_its_file_or_name(
     client: TestClient[Litestar],
     settings: Settings,
@@ -133,7 +127,7 @@ def test_juiz_submit_names_the_batch_after_its_file_or_name(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    _cli_against(client, monkeypatch)
+    cli_against(client, monkeypatch)
     data = tmp_path / "lectures-week3.jsonl"
     data.write_text("\n".join(json.dumps(t) for t in triples(3)) + "\n", encoding="utf-8")
 
@@ -163,7 +157,7 @@ def test_juiz_submit_names_the_batch_after_its_file_or_name(
 def test_juiz_submit_refuses_a_bad_name_with_a_message(
     client: TestClient[Litestar], tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    _cli_against(client, monkeypatch)
+    cli_against(client, monkeypatch)
     data = tmp_path / "items.jsonl"
     data.write_text(json.dumps(triples(1)[0]) + "\n", encoding="utf-8")
     assert main(["submit", str(data), "--server", "http://juiz", "--name", "x" * 201]) == 2

@@ -15,6 +15,7 @@ from litestar.testing import TestClient
 from juiz.cli import main
 from juiz.clients import http as client_module
 from juiz.runtime.settings import Settings
+from tests.integration.helpers import cli_against
 
 
 def test_check_through_the_api(
@@ -25,10 +26,8 @@ def test_check_through_the_api(
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    # The CLI opens its own httpx.Client on the URL: hand it the app's test client, and let the worker run (burst)
-    # before the CLI starts polling.
-    monkeypatch.setattr(client_module.httpx, "Client", lambda **_: client)
-    monkeypatch.setattr(client_module.JuizClient, "close", lambda self: None)  # the fixture closes the test client
+    cli_against(client, monkeypatch)
+    # The worker runs (burst) before the CLI starts polling.
     wait = client_module.JuizClient.wait
 
     def work_then_wait(self: client_module.JuizClient, batch_id: str, **kwargs: Any) -> Any:
