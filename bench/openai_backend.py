@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import statistics
 import time
 from typing import Any
@@ -44,12 +43,10 @@ from bench.common import (
     setup_logging,
     table,
 )
-from bench.trulens_peer import SERVED_NAME, server_command
-from juiz.engines.models import DEFAULT_MODEL, resolve_model
+from bench.trulens_peer import SERVED_NAME, vllm_server
+from juiz.engines.models import DEFAULT_MODEL
 from juiz.engines.openai_server import OpenAIEngine
-from juiz.engines.vllm_engine import cpu_defaults
 from juiz.judging.judge import Judge
-from juiz.runtime.processes import child, free_port, wait_until
 from schemas import BatchOptions, Judgement, JudgementStatus, Triple
 
 log = logging.getLogger("bench.openai_backend")
@@ -90,21 +87,7 @@ def in_process(model: str, triples: list[Triple], warm: list[Triple], options: B
 def on_server(model: str, triples: list[Triple], warm: list[Triple], options: BatchOptions) -> dict[str, Any]:
     workdir = WORK / NAME
     workdir.mkdir(parents=True, exist_ok=True)
-    cpu_defaults()
-    env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1"}  # exposes POST /reset_prefix_cache
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
-    with child("vLLM OpenAI server", server_command(resolve_model(model), port), env, workdir / "server.log") as server:
-
-        def healthy() -> bool:
-            try:
-                return httpx.get(f"{base}/health", timeout=5).status_code == 200
-            except httpx.HTTPError:
-                return False
-
-        started = time.perf_counter()
-        wait_until(healthy, 1800, [server], "vLLM's OpenAI server")
-        log.info("server ready in %.1fs", time.perf_counter() - started)
+    with vllm_server(model, workdir / "server.log") as base:
         engine = OpenAIEngine(f"{base}/v1", SERVED_NAME, max_concurrency=max(len(triples), 1))
         try:
             recorder = Recorder(engine)

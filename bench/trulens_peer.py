@@ -32,6 +32,8 @@ import subprocess
 import sys
 import time
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -123,6 +125,28 @@ def server_command(model_dir: str, port: int) -> list[str]:
     ]
 
 
+@contextmanager
+def vllm_server(model: str, log_path: Path) -> Iterator[str]:
+    """vLLM's OpenAI-compatible server on a free port, a child process stopped on the way out: its base URL once
+    /health answers."""
+    cpu_defaults()
+    env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1"}  # exposes POST /reset_prefix_cache
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    with child("vLLM OpenAI server", server_command(resolve_model(model), port), env, log_path) as server:
+
+        def healthy() -> bool:
+            try:
+                return httpx.get(f"{base}/health", timeout=5).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        started = time.perf_counter()
+        wait_until(healthy, 1800, [server], "vLLM's OpenAI server")
+        log.info("vLLM server ready in %.1fs", time.perf_counter() - started)
+        yield base
+
+
 _METRIC = re.compile(r"^(?P<name>[a-zA-Z_:]+)(?:\{[^}]*\})?\s+(?P<value>[-+0-9.eE]+|NaN)$")
 
 
@@ -181,24 +205,8 @@ def measure_trulens(
     python = ensure_trulens_venv()
     workdir = WORK / NAME
     workdir.mkdir(parents=True, exist_ok=True)
-    cpu_defaults()
-    env = {**os.environ, "VLLM_SERVER_DEV_MODE": "1"}  # exposes POST /reset_prefix_cache
-    port = free_port()
-    base = f"http://127.0.0.1:{port}"
     runs: dict[int, dict[str, Any]] = {}
-    with child(
-        "vLLM OpenAI server", server_command(resolve_model(model), port), env, workdir / "vllm-server.log"
-    ) as server:
-
-        def healthy() -> bool:
-            try:
-                return httpx.get(f"{base}/health", timeout=5).status_code == 200
-            except httpx.HTTPError:
-                return False
-
-        started = time.perf_counter()
-        wait_until(healthy, 1800, [server], "vLLM's OpenAI server")
-        log.info("vLLM server ready in %.1fs", time.perf_counter() - started)
+    with vllm_server(model, workdir / "vllm-server.log") as base:
         for k in threads:
             runs[k] = run_trulens(python, base, sequential_items if k == 1 else n_items, warm, k, workdir)
     return runs
