@@ -11,17 +11,19 @@ from __future__ import annotations
 import os
 import secrets
 import shutil
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import httpx
 import pytest
 
-from juiz.runtime.processes import child, free_port, private_redis, wait_until
+from juiz.runtime.processes import private_redis
+from tests.fake_stack import fake_stack
 
-REPO = Path(__file__).resolve().parents[2]
+if TYPE_CHECKING:
+    from selenium.webdriver.remote.webdriver import WebDriver
+
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 CHROMEDRIVER = shutil.which("chromedriver")
 CHROMIUM_FLAGS = (
@@ -58,37 +60,15 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     if shutil.which("redis-server") is None:
         pytest.skip("redis-server is not installed (make system-deps)")
     workdir = tmp_path_factory.mktemp("ui-stack")
-    key, port, queue = secrets.token_urlsafe(16), free_port(), f"juiz-ui-{secrets.token_hex(3)}"
+    key = secrets.token_urlsafe(16)
     with private_redis(workdir, dict(os.environ)) as (redis_url, _):
-        env = {
-            **os.environ,
-            "JUIZ_REDIS_URL": redis_url,
-            "JUIZ_QUEUE": queue,
-            "JUIZ_PRIORITY_QUEUE": f"{queue}-priority",
-            "JUIZ_API_KEYS": f"demo:{key}",
-            "JUIZ_MODEL": "fake-engine",
+        extra = {
             "JUIZ_CHUNK_SIZE": "4",
             "JUIZ_COALESCE_MAX_ITEMS": "4",
             "JUIZ_FAKE_CALL_S": FAKE_DELAY_S,
             "JUIZ_FAKE_CONVERSATION_S": FAKE_CONVERSATION_S,
-            "JUIZ_LOG_LEVEL": "WARNING",
-            "PYTHONPATH": str(REPO),
         }
-        api_cmd = [sys.executable, "-m", "juiz_cli", "serve", "--port", str(port)]
-        worker_cmd = [sys.executable, "-m", "bench.fake_worker"]
-        with (
-            child("API", api_cmd, env, workdir / "api.log") as api,
-            child("FAKE worker", worker_cmd, env, workdir / "worker.log") as worker,
-        ):
-            url = f"http://127.0.0.1:{port}"
-
-            def ready() -> bool:
-                try:
-                    return httpx.get(f"{url}/ready", timeout=2).status_code == 200
-                except httpx.HTTPError:
-                    return False
-
-            wait_until(ready, 120, [api, worker], "the API and the FAKE worker")
+        with fake_stack(workdir, "ui", redis_url, f"demo:{key}", extra) as url:
             yield Stack(url=url, key=key, tenant="demo")
 
 
@@ -100,8 +80,8 @@ def screenshots(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-@pytest.fixture
-def browser(tmp_path: Path) -> Iterator[object]:
+def chromium(profile: Path) -> WebDriver:
+    """A headless Chromium with its own profile folder; skips the test when Chromium or its driver is missing."""
     if CHROMIUM is None or CHROMEDRIVER is None:
         pytest.skip("chromium and chromium-driver are not installed (make system-deps installs them)")
     from selenium import webdriver
@@ -111,10 +91,16 @@ def browser(tmp_path: Path) -> Iterator[object]:
     options.binary_location = CHROMIUM
     for flag in CHROMIUM_FLAGS:
         options.add_argument(flag)
-    options.add_argument(f"--user-data-dir={tmp_path / 'chromium-profile'}")
+    options.add_argument(f"--user-data-dir={profile}")
     options.add_argument("--window-size=1280,900")
     driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
     driver.set_page_load_timeout(60)
+    return driver
+
+
+@pytest.fixture
+def browser(tmp_path: Path) -> Iterator[object]:
+    driver = chromium(tmp_path / "chromium-profile")
     try:
         yield driver
     finally:

@@ -6,10 +6,8 @@ is back."""
 
 from __future__ import annotations
 
-import os
 import secrets
 import shutil
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -18,16 +16,14 @@ from typing import Any
 
 import httpx
 import pytest
-from selenium import webdriver
-from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support import expected_conditions as ec
 from selenium.webdriver.support.select import Select
 from selenium.webdriver.support.ui import WebDriverWait
 
-from juiz.runtime.processes import child, free_port, wait_until
-from tests.browser.conftest import CHROMEDRIVER, CHROMIUM, CHROMIUM_FLAGS, REPO
+from tests.browser.conftest import chromium
+from tests.fake_stack import fake_stack
 from tests.integration.helpers import AofRedis
 
 DEADLINE_S = 60
@@ -49,51 +45,12 @@ def team(tmp_path_factory: pytest.TempPathFactory) -> Iterator[TeamStack]:
     redis = AofRedis(workdir / "redis")
     redis.workdir.mkdir()
     redis.start()
-    port, queue = free_port(), f"juiz-team-{secrets.token_hex(3)}"
-    env = {
-        **os.environ,
-        "JUIZ_REDIS_URL": redis.url,
-        "JUIZ_QUEUE": queue,
-        "JUIZ_PRIORITY_QUEUE": f"{queue}-priority",
-        "JUIZ_API_KEYS": ",".join(f"team/{name}:{key}" for name, key in KEYS.items()),
-        "JUIZ_MODEL": "fake-engine",
-        "JUIZ_CHUNK_SIZE": "10",
-        "JUIZ_LOG_LEVEL": "WARNING",
-        "PYTHONPATH": str(REPO),
-    }
+    keys = ",".join(f"team/{name}:{key}" for name, key in KEYS.items())
     try:
-        with (
-            child(
-                "API", [sys.executable, "-m", "juiz_cli", "serve", "--port", str(port)], env, workdir / "api.log"
-            ) as api,
-            child("FAKE worker", [sys.executable, "-m", "bench.fake_worker"], env, workdir / "worker.log") as worker,
-        ):
-            url = f"http://127.0.0.1:{port}"
-
-            def ready() -> bool:
-                try:
-                    return httpx.get(f"{url}/ready", timeout=2).status_code == 200
-                except httpx.HTTPError:
-                    return False
-
-            wait_until(ready, 120, [api, worker], "the API and the FAKE worker")
+        with fake_stack(workdir, "team", redis.url, keys, {"JUIZ_CHUNK_SIZE": "10"}) as url:
             yield TeamStack(url, redis)
     finally:
         redis.stop()
-
-
-def chromium(profile: Path) -> WebDriver:
-    if CHROMIUM is None or CHROMEDRIVER is None:
-        pytest.skip("chromium and chromium-driver are not installed (make system-deps installs them)")
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for flag in CHROMIUM_FLAGS:
-        options.add_argument(flag)
-    options.add_argument(f"--user-data-dir={profile}")
-    options.add_argument("--window-size=1280,900")
-    driver = webdriver.Chrome(service=Service(CHROMEDRIVER), options=options)
-    driver.set_page_load_timeout(60)
-    return driver
 
 
 @pytest.fixture

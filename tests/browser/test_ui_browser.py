@@ -19,7 +19,8 @@ from selenium.webdriver.support.select import Select
 from selenium.webdriver.support.ui import WebDriverWait
 
 from juiz.formats.readers import read_triples
-from tests.browser.conftest import REPO, Stack
+from tests.browser.conftest import Stack
+from tests.conftest import REPO
 
 XSS_ANSWER = '<script>document.title="pwned"</script><img src=x onerror="document.title=\'pwned\'"><b>bold?</b>'
 MAX_PNG_BYTES = 150_000
