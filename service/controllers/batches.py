@@ -223,9 +223,17 @@ async def _owned_view(reads: AsyncReads, tenant: str, batch_id: str) -> BatchVie
 
 
 def _moved(view: BatchView) -> tuple[object, ...]:
-    """What an event is sent for: the status, the counts and the conversations (not the ETA, which moves with the
-    clock)."""
-    return (view.status, view.counts, view.items_done, view.conversations_done, view.conversations_planned)
+    """What an event is sent for: the status, the counts, the conversations and their tokens (not the ETA, which moves
+    with the clock)."""
+    return (
+        view.status,
+        view.counts,
+        view.items_done,
+        view.conversations_done,
+        view.conversations_planned,
+        view.tokens_written,
+        view.tokens_read,
+    )
 
 
 async def _progress_events(
