@@ -51,7 +51,7 @@ def tokens_text(written: int | None, read: int | None) -> str:
     if read:
         parts.append(f", {read:,} prompt tokens read")
     if written:
-        parts.append(f", {written:,} tokens written")
+        parts.append(f", {written:,} token{'' if written == 1 else 's'} written")
     return "".join(parts)
 
 
