@@ -345,7 +345,8 @@ class BatchController(Controller):
         """Server-Sent Events, `event: progress`, each one's data a ProgressEvent (`{"batch": <the batch's view>}`):
         sent at once, then whenever the batch's status, counts, conversations or tokens move: conversations done /
         planned move within an item and tokens_written / tokens_read within a conversation (the workers write them
-        about once a second while they grade), items_done and counts as results are stored. The stream ends after the event of a batch that is over (done, failed, cancelled)."""
+        about once a second while they grade), items_done and counts as results are stored. The stream ends after the
+        event of a batch that is over (done, failed, cancelled)."""
         reads = store_of(state).reads
         first = await _owned_view(reads, tenant, batch_id)  # a missing batch is a 404, not a cut stream
         return ServerSentEvent(_progress_events(reads, tenant, batch_id, first))
