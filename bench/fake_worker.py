@@ -243,7 +243,12 @@ class FakeWorkerEngine(FakeEngine):
         reporting = (
             None
             if control is None
-            else CallControl(on_finished=control.on_finished, cancelled=control.cancelled, poll_s=control.poll_s)
+            else CallControl(
+                on_finished=control.on_finished,
+                on_tokens=control.on_tokens,
+                cancelled=control.cancelled,
+                poll_s=control.poll_s,
+            )
         )
         completions = super().generate(conversations, request, reporting)
         if self.counts is not None:

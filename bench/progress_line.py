@@ -4,10 +4,14 @@ between two moves of its counts (conversations or items done / planned).
     python -m bench.progress_line                        # FAKE engine, 0.5 s a conversation (no model)
     python -m bench.progress_line --conversation-s 2.0
     flock /tmp/juiz-heavy.lock python -m bench.progress_line --score   # a real `juiz score` (JUIZ_ENGINE's engine)
+    flock /tmp/juiz-heavy.lock python -m bench.progress_line --demo --code /path/to/checkout --name before
 
 The FAKE run grades in this process with `juiz score`'s own `ProgressLine`; `--score` runs `juiz score` on the seeds
 as a person would and timestamps each line of its stderr (not a terminal: a new line when the counts move, at most one
-a second, and one every HEARTBEAT_S whatever). Writes bench/results/progress_line[_score].json with the machine.
+a second, and one every HEARTBEAT_S whatever); `--demo` runs `juiz demo` (`make demo`: API, worker, its own private
+Redis unless JUIZ_REDIS_URL answers) and timestamps each progress line of its stdout, from the submission on. `--code`
+runs that checkout's juiz (e.g. main's, for a before/after). Writes bench/results/progress_line[_score|_demo].json with
+the machine.
 """
 
 from __future__ import annotations
@@ -105,19 +109,71 @@ def score_run(model: str | None) -> dict[str, object]:
     return {**engine, "exit_code": code, "startup_lines": startup, **figures}
 
 
+# `juiz demo`'s progress lines: `  running   3/23 conversations ... (ok 0, parse_error 0, failed 0) · ETA ~1m  [12.3s]`.
+DEMO_STATUSES = ("queued", "running", "done", "failed", "cancelled")
+
+
+def demo_figures(line: str) -> str:
+    """A demo progress line without its clock and ETA: what moves when the batch moves."""
+    return line.split("  [")[0].split(" · ETA")[0].strip()
+
+
+def demo_run(code: Path | None) -> dict[str, object]:
+    """`juiz demo`, its stdout timestamped line by line; grading starts at its `submitted` line."""
+    env = {**os.environ, **({"PYTHONPATH": str(code)} if code else {})}
+    command = [sys.executable, "-m", "juiz_cli", "demo"]
+    process = subprocess.Popen(
+        command, stdout=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, bufsize=1, env=env, cwd=code
+    )
+    assert process.stdout is not None
+    lines: list[tuple[float, str]] = []
+    for raw in process.stdout:
+        lines.append((time.monotonic(), raw.rstrip("\n")))
+        print(raw, end="", file=sys.stderr)
+    code_ = process.wait()
+    submitted = next((t for t, line in lines if line.startswith("submitted ")), None)
+    progress = [(t, demo_figures(line)) for t, line in lines if line.strip().split(" ")[0] in DEMO_STATUSES]
+    if submitted is None or not progress:
+        return {"exit_code": code_, "lines": 0, "output": [line for _, line in lines][-30:]}
+    # The figures' changes, from the submission to the last progress line (the batch over).
+    changes = [submitted] + [t for n, (t, f) in enumerate(progress) if n == 0 or f != progress[n - 1][1]]
+    changes.append(progress[-1][0])
+    waits = [round(b - a, 2) for a, b in itertools.pairwise(changes)]
+    return {
+        "engine": os.environ.get("JUIZ_ENGINE", "auto"),
+        "code": str(code) if code else "this checkout",
+        "exit_code": code_,
+        "lines": len(progress),
+        "changes": len(changes) - 2,
+        "longest_without_change_s": max(waits),
+        "waits_between_changes_s": waits,
+        "grading_s": round(progress[-1][0] - submitted, 2),
+        "progress_lines": [f"{t - submitted:7.1f}s {f}" for t, f in progress],
+        "summary": [line for _, line in lines if "graded (" in line or line.startswith(("ready after", "Redis:"))],
+    }
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.progress_line", description=__doc__.split("\n\n")[0])
     parser.add_argument("--conversation-s", type=float, default=0.5, help="the FAKE engine's time per conversation")
     parser.add_argument("--score", action="store_true", help="run a real `juiz score` on the seeds instead")
     parser.add_argument("--model", default=None, help="--score: the judge model (JUIZ_MODEL)")
+    parser.add_argument("--demo", action="store_true", help="run a real `juiz demo` instead")
+    parser.add_argument("--code", type=Path, default=None, help="--demo: the checkout whose juiz runs (default: this)")
+    parser.add_argument("--name", default="", help="--demo: a suffix for the results file (e.g. before, after)")
     args = parser.parse_args(argv)
-    figures = score_run(args.model) if args.score else fake_run(args.conversation_s)
+    if args.demo:
+        figures = demo_run(args.code.resolve() if args.code else None)
+    else:
+        figures = score_run(args.model) if args.score else fake_run(args.conversation_s)
     flags = cpu_flags()
     figures["cpu_flags"] = sorted(f for f in flags if f.startswith(("avx", "amx", "fma", "f16c")))
     for key, value in figures.items():
-        if key != "startup_lines":
+        if key not in ("startup_lines", "progress_lines", "output"):
             print(f"{key}: {value}")
     name = f"progress_line_score_{args.model or 'default'}" if args.score else "progress_line"
+    if args.demo:
+        name = "_".join(part for part in ("progress_line_demo", figures.get("engine"), args.name) if part)
     save(name, figures)
     return 0
 

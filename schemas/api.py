@@ -61,6 +61,17 @@ class BatchView(BaseModel):
     planning_complete: bool = Field(
         default=False, description="Every item's conversations are planned: conversations_planned no longer grows."
     )
+    tokens_written: int | None = Field(
+        default=None,
+        description="Reply tokens the judge wrote so far in the batch's conversations, finished or not: moves within "
+        "one long conversation (a check-based metric's reference) while conversations_done stands still. A "
+        "conversation shared by several items counts for each. Null until a worker reports one.",
+    )
+    tokens_read: int | None = Field(
+        default=None,
+        description="Prompt tokens the judge computed so far (those served from its prefix cache not counted); 0 where "
+        "the engine does not say. Null until a worker reports one.",
+    )
     links: BatchLinks
 
 

@@ -52,6 +52,8 @@ def batch_view(record: BatchRecord, now: float | None = None) -> BatchView:
         conversations_done=progress.done if reported else None,
         conversations_planned=progress.planned if reported else None,
         planning_complete=record.terminal or (progress.items_seen >= total and not progress.open),
+        tokens_written=progress.written if reported else None,
+        tokens_read=progress.read if reported else None,
         id=record.id,
         name=record.name,
         status=record.status,

@@ -1,6 +1,7 @@
-"""A job's engine call, as the API sees it while it runs: each chunk's conversations planned and done, written to the
-batch (juiz.store.progress) from a thread of the worker's own, at most once a `progress_interval_s` and only when they
-moved, so the engine's thread never waits on Redis and a fast engine costs Redis one write a second per worker.
+"""A job's engine call, as the API sees it while it runs: each chunk's conversations planned and done, and the tokens
+its conversations wrote and read, written to the batch (juiz.store.progress) from a thread of the worker's own, at
+most once a `progress_interval_s` and only when they moved, so the engine's thread never waits on Redis and a fast
+engine costs Redis one write a second per worker.
 
     call starts → `start()` (the flusher thread) → the judge updates `progress` per conversation → `finish()` (the
     thread stops; the final figures written) → results stored → `fold()` (the chunks' figures into the batch's sums)
@@ -66,6 +67,8 @@ class CallProgress:
                 items_done=chunk.settled + now.items_done,
                 items_seen=chunk.settled + now.items,
                 open=not now.planning_complete,
+                written=now.tokens_written,
+                read=now.tokens_read,
             )
         return out
 

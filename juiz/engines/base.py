@@ -96,10 +96,19 @@ class CallControl:
     # Called once per conversation index, as that conversation's completion is final (a reply, an error or an abort),
     # from the thread that called `generate`: progress that moves while a long call runs.
     on_finished: Callable[[int], None] | None = None
+    # Called as a conversation's work grows, with the tokens new since its last report: (index, reply tokens written,
+    # prompt tokens read, i.e. computed rather than served from a prefix cache), from the thread that called
+    # `generate`. A long reply reports as it is written (where the engine streams it); any other reports once, as it
+    # finishes, before `on_finished`: progress that moves within a long conversation.
+    on_tokens: Callable[[int, int, int], None] | None = None
 
     def finished(self, index: int) -> None:
         if self.on_finished is not None:
             self.on_finished(index)
+
+    def tokens(self, index: int, written: int, read: int = 0) -> None:
+        if self.on_tokens is not None and (written or read):
+            self.on_tokens(index, written, read)
 
     def timed_out(self, started: float) -> Completion:
         budget = max(0.0, (self.deadline or started) - started)
@@ -111,6 +120,9 @@ class CallControl:
         if self.on_finished is not None:
             told = self.on_finished
             subset = replace(subset, on_finished=lambda i: told(positions[i]))
+        if self.on_tokens is not None:
+            grew = self.on_tokens
+            subset = replace(subset, on_tokens=lambda i, written, read: grew(positions[i], written, read))
         if self.cancelled is None:
             return subset
         whole = self.cancelled

@@ -18,9 +18,10 @@ class FakeEngine:
 
     `reply` gets the rendered conversation and returns the reply text; the score digit (if any) gets a made-up
     probability distribution so expected-score code paths are exercised. It honours `CallControl` as the real engine
-    does, between conversations: past the deadline the rest time out; indices `cancelled()` returns are aborted; each
-    conversation is reported to `on_finished` as it is done. `conversation_s`: the time each conversation takes,
-    slept (0: none), so a test sees a call's progress move before it returns.
+    does, between conversations: past the deadline the rest time out; indices `cancelled()` returns are aborted; a
+    conversation's tokens go to `on_tokens` one by one and the conversation to `on_finished` as it is done.
+    `conversation_s`: the time each conversation takes, slept (0: none), so a test sees a call's progress move before
+    it returns.
     """
 
     def __init__(
@@ -66,9 +67,20 @@ class FakeEngine:
                 if self.conversation_s:
                     time.sleep(self.conversation_s)
                 completions.append(self._sampled(conversation, request))
+                if control is not None:
+                    self._report_tokens(control, index, conversation, completions[-1])
             if control is not None:
                 control.finished(index)
         return completions
+
+    @staticmethod
+    def _report_tokens(control: CallControl, index: int, conversation: Conversation, completion: Completion) -> None:
+        """The prompt read (its words stand in for tokens), then each reply token as if written one by one: a
+        listener sees a conversation's tokens move before it finishes, as a streaming engine shows them."""
+        control.tokens(index, 0, sum(len(message["content"].split()) for message in conversation))
+        for reply in (completion, *completion.alternatives):
+            for _ in reply.tokens:
+                control.tokens(index, 1)
 
     def _sampled(self, conversation: Conversation, request: GenerationRequest) -> Completion:
         """n replies (GenerationRequest.n): `reply` is asked n times, so a test's reply function can vary them."""

@@ -22,6 +22,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
 
 import httpx
@@ -120,6 +121,9 @@ class LlamaCppEngine(OpenAIEngine):
     """llama.cpp's server in this process, and the OpenAI-compatible client that talks to it."""
 
     backend = BACKEND
+    # A long reply streams (its tokens move the progress as they are written), with the prompt's processing progress.
+    STREAMS_LONG_REPLIES = True
+    STREAM_EXTRAS: Mapping[str, Any] = MappingProxyType({"return_progress": True})
 
     def __init__(self, config: ServerConfig, *, transport: httpx.AsyncBaseTransport | None = None) -> None:
         if not config.gguf.is_file():

@@ -16,6 +16,11 @@ Same prompts, same chat messages, same parser. What differs is only how a call r
   transiently raises `TransientEngineError` (the server is down: the worker retries the chunk later).
 - `CallControl`: at its deadline, or when `cancelled()` names an index, the request's task is cancelled, which
   closes its HTTP connection; vLLM's server aborts a request whose client went away, so no work is left behind.
+- Tokens (`CallControl.on_tokens`): a request reports its reply and the prompt tokens the server computed (its
+  `usage`) as it returns. An engine whose server streams (`STREAMS_LONG_REPLIES`: llama.cpp's own) sends a long reply
+  (max_tokens > 1) as a stream when someone listens, reports each chunk's tokens as it arrives (and the server's
+  prompt-processing progress, `STREAM_EXTRAS`), and assembles the same chat completion the non-streamed request
+  returns. One-token replies (a check-based call's bulk) are never streamed.
 
 `generate` is synchronous (the Protocol's). Every call runs on the engine's one event loop (an `asyncio.Runner` kept
 for the engine's life), so one httpx.AsyncClient serves them all and its kept-alive connections outlast a call (an
@@ -25,12 +30,14 @@ AsyncClient is bound to the loop it first ran on); `close()` lets both go. Calls
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import math
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from functools import partial
+from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
 
@@ -152,6 +159,10 @@ class OpenAIEngine:
     """A judge engine that is a client of an OpenAI-compatible chat-completions server."""
 
     backend = BACKEND
+    # Whether a long reply is streamed when someone listens for its tokens (a hosted API's streams differ in what they
+    # carry: only servers known to stream the same completion do), and what a streamed request adds to its body.
+    STREAMS_LONG_REPLIES = False
+    STREAM_EXTRAS: Mapping[str, Any] = MappingProxyType({})
 
     def __init__(
         self,
@@ -259,9 +270,20 @@ class OpenAIEngine:
     ) -> list[Completion]:
         started = time.monotonic()
         semaphore = asyncio.Semaphore(self._max_concurrency)
+        listening = control is not None and control.on_tokens is not None
+        stream = listening and self.STREAMS_LONG_REPLIES and request.max_tokens > 1 and request.n == 1
         tasks = [
-            asyncio.create_task(self._one(self._http, semaphore, self.body(conversation, request), request.word_groups))
-            for conversation in conversations
+            asyncio.create_task(
+                self._one(
+                    self._http,
+                    semaphore,
+                    self.body(conversation, request),
+                    request.word_groups,
+                    tokens=partial(control.tokens, index) if control is not None and listening else None,
+                    stream=stream,
+                )
+            )
+            for index, conversation in enumerate(conversations)
         ]
         if control is not None and control.on_finished is not None:
             # Each request as it returns (or is aborted): a done callback runs once per task, on this loop's thread.
@@ -346,17 +368,46 @@ class OpenAIEngine:
         semaphore: asyncio.Semaphore,
         body: dict[str, Any],
         word_groups: tuple[tuple[str, ...], ...] = (),
+        tokens: Callable[[int, int], None] | None = None,
+        stream: bool = False,
     ) -> Completion:
+        """One request's completion; `tokens(written, read)` hears its tokens (as they stream, with `stream`)."""
         async with semaphore:
             async for attempt in self._retrying():
                 with attempt:
-                    response = await client.post("/chat/completions", json=body)
-                    if response.status_code >= 400:
-                        raise ServerError(
-                            response.status_code, _reason(response), retry_after_s(response.headers.get("Retry-After"))
-                        )
-                    return self.completion(response.json(), word_groups)
+                    if stream:
+                        answer = await self._streamed(client, body, tokens or _ignore_tokens)
+                    else:
+                        response = await client.post("/chat/completions", json=body)
+                        if response.status_code >= 400:
+                            raise _server_error(response)
+                        answer = response.json()
+                        if tokens is not None:
+                            tokens(*usage_tokens(answer))
+                    return self.completion(answer, word_groups)
         raise AssertionError("unreachable: tenacity re-raises the last error")
+
+    async def _streamed(
+        self, client: httpx.AsyncClient, body: dict[str, Any], tokens: Callable[[int, int], None]
+    ) -> dict[str, Any]:
+        """One request as a stream of chunks (server-sent events), its tokens reported chunk by chunk; returns the
+        chat completion the same request returns unstreamed (`StreamedReply.completion_body`)."""
+        streamed = {**body, **self.STREAM_EXTRAS, "stream": True, "stream_options": {"include_usage": True}}
+        reply = StreamedReply()
+        async with client.stream("POST", "/chat/completions", json=streamed) as response:
+            if response.status_code >= 400:
+                await response.aread()
+                raise _server_error(response)
+            async for line in response.aiter_lines():
+                if not line.startswith("data:"):
+                    continue
+                data = line.removeprefix("data:").strip()
+                if data == "[DONE]":
+                    break
+                tokens(*reply.add(json.loads(data)))
+        answer = reply.completion_body()
+        tokens(*reply.settle(answer))
+        return answer
 
     def completion(self, body: dict[str, Any], word_groups: tuple[tuple[str, ...], ...]) -> Completion:
         """One chat-completions response → Completion (an engine that reads P(yes) by token id overrides this)."""
@@ -403,6 +454,77 @@ class OpenAIEngine:
 
 def _told(on_finished: Callable[[int], None], index: int, _task: asyncio.Task[Completion]) -> None:
     on_finished(index)
+
+
+def _ignore_tokens(written: int, read: int) -> None:
+    """No one listens."""
+
+
+def _server_error(response: httpx.Response) -> ServerError:
+    return ServerError(response.status_code, _reason(response), retry_after_s(response.headers.get("Retry-After")))
+
+
+def usage_tokens(body: dict[str, Any]) -> tuple[int, int]:
+    """(reply tokens written, prompt tokens computed) from a chat completion's `usage`: its completion tokens, and its
+    prompt tokens less those the server's prefix cache served."""
+    usage = body.get("usage") or {}
+    cached = int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
+    return int(usage.get("completion_tokens") or 0), max(0, int(usage.get("prompt_tokens") or 0) - cached)
+
+
+class StreamedReply:
+    """A streamed chat completion's chunks, gathered into the body the same request returns unstreamed (the text, each
+    position's log-probabilities, the finish reason, the usage); `add` says what each chunk added."""
+
+    def __init__(self) -> None:
+        self.text: list[str] = []
+        self.positions: list[dict[str, Any]] = []
+        self.finish_reason: str | None = None
+        self.usage: dict[str, Any] | None = None
+        self.written = 0  # reply tokens reported so far
+        self.read = 0  # prompt tokens reported so far
+
+    def add(self, chunk: dict[str, Any]) -> tuple[int, int]:
+        """One chunk in; (tokens written, prompt tokens read) new in it. A chunk's `error` fails the request."""
+        error = chunk.get("error")
+        if error is not None:
+            code = error.get("code") if isinstance(error, dict) else None
+            message = error.get("message") if isinstance(error, dict) else error
+            raise ServerError(code if isinstance(code, int) else 500, str(message)[:500])
+        if chunk.get("usage"):
+            self.usage = chunk["usage"]
+        written = read = 0
+        # llama.cpp's prompt processing (`return_progress`): prompt tokens processed so far, those from its cache apart.
+        progress = chunk.get("prompt_progress")
+        if isinstance(progress, dict):
+            processed = max(0, int(progress.get("processed") or 0) - int(progress.get("cache") or 0))
+            read = max(0, processed - self.read)
+        for choice in chunk.get("choices") or []:
+            content = (choice.get("delta") or {}).get("content")
+            positions = (choice.get("logprobs") or {}).get("content") or []
+            if content:
+                self.text.append(content)
+            self.positions += positions
+            # A chunk is one token where the server sends no log-probabilities for it.
+            written += len(positions) or int(bool(content))
+            if choice.get("finish_reason"):
+                self.finish_reason = choice["finish_reason"]
+        self.written += written
+        self.read += read
+        return written, read
+
+    def completion_body(self) -> dict[str, Any]:
+        message = {"role": "assistant", "content": "".join(self.text)}
+        logprobs = {"content": self.positions} if self.positions else None
+        choice = {"index": 0, "message": message, "logprobs": logprobs, "finish_reason": self.finish_reason}
+        return {"choices": [choice], "usage": self.usage or {}}
+
+    def settle(self, body: dict[str, Any]) -> tuple[int, int]:
+        """What the usage counts beyond the chunks reported (a chunk of several tokens, a prompt read in one go)."""
+        written, read = usage_tokens(body)
+        more = max(0, written - self.written), max(0, read - self.read)
+        self.written, self.read = self.written + more[0], self.read + more[1]
+        return more
 
 
 def _transient_failure(task: asyncio.Task[Completion]) -> bool:

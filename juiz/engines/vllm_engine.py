@@ -7,6 +7,15 @@ timeout, and interrupting it leaves its requests in the engine, where they come 
 adds its requests under its own ids, collects outputs by id, aborts its own requests when its `CallControl` says so
 (deadline, cancel) and on any exception, and ignores outputs that are not its own. Each output is reported to
 `CallControl.on_finished` as the step that finishes it returns, so progress moves within a call.
+
+Tokens (`CallControl.on_tokens`): a long reply (max_tokens > 1, one reply per request) is asked for as CUMULATIVE
+outputs when someone listens, so each step that writes a token returns the reply so far and the call reports the
+tokens new since the last step; the last such output is built by vLLM exactly as FINAL_ONLY's only one is (same
+RequestOutput, same text, token ids, log-probabilities, finish reason and cached prompt tokens), and it is the one the
+completion is read from. The prompt tokens computed (prompt less those served from the prefix cache) are known from a
+request's first output: a long reply reports them with its first token. One-token replies (the checks: the bulk of a
+check-based call) and n > 1 (vLLM streams each of the n replies apart and ends with the last one alone) stay
+FINAL_ONLY: one output per request, its tokens reported as it finishes.
 """
 
 from __future__ import annotations
@@ -261,7 +270,8 @@ class VLLMEngine:
 
         engine = self._llm.llm_engine
         params = self._sampling(request)
-        params.output_kind = RequestOutputKind.FINAL_ONLY  # as llm.chat: only the finished output matters
+        # As llm.chat, only the finished output matters; unless a long reply's tokens are listened to (see above).
+        params.output_kind = RequestOutputKind.CUMULATIVE if streams(request, control) else RequestOutputKind.FINAL_ONLY
         started = time.monotonic()
         call = uuid.uuid4().hex[:12]
         results: list[Completion | None] = [None] * len(conversations)
@@ -347,6 +357,7 @@ class VLLMEngine:
     ) -> None:
         """vLLM's step loop (`LLM._run_engine`) keeping this call's outputs only, obeying `control` between steps."""
         next_poll = started
+        counted: dict[str, tuple[int, int]] = {}  # request id → (tokens written, prompt tokens read) reported so far
         while running:
             now = time.monotonic()
             if control is not None:
@@ -379,8 +390,15 @@ class VLLMEngine:
                 continue
             for output in engine.step():
                 mine = running.get(output.request_id)
-                if mine is None or not output.finished:
+                if mine is None:
                     continue  # not this call's (a late output of a request aborted before): never ours to return
+                if control is not None and control.on_tokens is not None:
+                    written, read = tokens_so_far(output)
+                    before_written, before_read = counted.get(output.request_id, (0, 0))
+                    counted[output.request_id] = (written, read)
+                    control.tokens(mine, written - before_written, read - before_read)
+                if not output.finished:
+                    continue
                 del running[output.request_id]
                 results[mine] = _completion_from_vllm(output, token_groups)
                 if control is not None:
@@ -442,6 +460,19 @@ def _engine_death_as_ours() -> Iterator[None]:
         yield
     except VLLMEngineDeadError as exc:
         raise EngineDeadError(f"the vLLM engine died: {exc}") from exc
+
+
+def streams(request: GenerationRequest, control: CallControl | None) -> bool:
+    """Whether a call's requests return the reply so far at every step (CUMULATIVE) rather than once (FINAL_ONLY)."""
+    return control is not None and control.on_tokens is not None and request.max_tokens > 1 and request.n == 1
+
+
+def tokens_so_far(out: Any) -> tuple[int, int]:
+    """(reply tokens written, prompt tokens computed) of one request's output: every reply's tokens, and its prompt
+    less the part its prefix cache served. A CUMULATIVE output holds the whole reply so far; a FINAL_ONLY one all."""
+    written = sum(len(gen.token_ids or []) for gen in out.outputs)
+    read = max(0, len(out.prompt_token_ids or []) - int(getattr(out, "num_cached_tokens", 0) or 0))
+    return written, read
 
 
 def _completion_from_vllm(out: Any, token_groups: list[list[int]]) -> Completion:

@@ -1,10 +1,11 @@
 """The progress line a person watches while items are graded: `juiz score`'s (local grading: `ProgressLine`) and
 `juiz demo`'s or `juiz score --server`'s (a batch on the API: `BatchProgressPrinter`).
 
-    grading: 5/31 conversations (planned so far), 0/3 items · 1m05s · ETA ~2m10s
+    grading: 5/31 conversations (planned so far), 0/3 items, 9,420 prompt tokens read, 96 tokens written · 1m05s
 
 Conversations move within an item (a check-based item is ~14 of them, in waves), so the line moves long before the
-first item is done; the clock and the ETA move with it, so a working judge never looks like a hung one.
+first item is done; tokens move within a conversation (a reference: up to 160 tokens, tens of seconds on a CPU), so it
+moves while none finishes; the clock and the ETA move with it, so a working judge never looks like a hung one.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TextIO
 
-from juiz.judging.progress import Progress, ProgressSnapshot, eta_s
+from juiz.judging.progress import Progress, ProgressSnapshot, eta_s, tokens_text
 from schemas import BatchView
 
 # How often the line is looked at (the clock moves), and the longest a log waits for a new line.
@@ -42,13 +43,16 @@ def progress_text(
     items: int,
     elapsed_s: float | None = None,
     eta: float | None = None,
+    tokens_written: int | None = None,
+    tokens_read: int | None = None,
 ) -> str:
-    """The line's text; conversations are left out where nothing reports them (an older server)."""
+    """The line's text; conversations and tokens are left out where nothing reports them (an older server)."""
     parts = []
     if conversations_planned:
         so_far = "" if planning_complete else " (planned so far)"
         parts.append(f"{conversations_done or 0}/{conversations_planned} conversations{so_far}, ")
     parts.append(f"{items_done}/{items} items")
+    parts.append(tokens_text(tokens_written, tokens_read))
     if elapsed_s is not None:
         parts.append(f" · {duration(elapsed_s)}")
     if eta is not None:
@@ -63,6 +67,8 @@ class _Totals:
     done: int = 0
     planned: int = 0
     items_done: int = 0
+    written: int = 0
+    read: int = 0
 
 
 class ProgressLine:
@@ -113,24 +119,29 @@ class ProgressLine:
         self._totals.done += snapshot.conversations_done
         self._totals.planned += snapshot.conversations_planned
         self._totals.items_done += snapshot.items_done
+        self._totals.written += snapshot.tokens_written
+        self._totals.read += snapshot.tokens_read
 
     def text(self) -> tuple[str, str]:
         """(the counts, the whole line)."""
         with self._lock:
             current = self._current.snapshot() if self._current is not None else None
-            totals = _Totals(self._totals.done, self._totals.planned, self._totals.items_done)
+            totals = _Totals(**vars(self._totals))
             seen_before = totals.items_done
         if current is not None:
             totals.done += current.conversations_done
             totals.planned += current.conversations_planned
             totals.items_done += current.items_done
+            totals.written += current.tokens_written
+            totals.read += current.tokens_read
         complete = current is None or (current.planning_complete and seen_before + current.items >= self.items)
         elapsed = self.clock() - self.started
         seen = seen_before + (current.items if current is not None else 0)
         over = complete and totals.items_done >= self.items
         eta = None if over else eta_s(totals.done, totals.planned, seen, self.items, elapsed)
-        counts = progress_text(totals.done, totals.planned, complete, totals.items_done, self.items)
-        line = progress_text(totals.done, totals.planned, complete, totals.items_done, self.items, elapsed, eta)
+        figures = (totals.done, totals.planned, complete, totals.items_done, self.items)
+        counts = progress_text(*figures, tokens_written=totals.written, tokens_read=totals.read)
+        line = progress_text(*figures, elapsed, eta, tokens_written=totals.written, tokens_read=totals.read)
         return counts, f"{self.label}: {line}"
 
     def draw(self, force: bool = False) -> None:
@@ -155,9 +166,10 @@ class ProgressLine:
 
 
 class BatchProgressPrinter:
-    """A batch's progress as the API reports it (`juiz demo`, `juiz score --server`): a line per move of its counts or
-    conversations (at most one a second), and one every HEARTBEAT_S while nothing moves, with the clock and the ETA:
-    on a CPU an item is ~14 conversations, minutes of them, so the line moves long before the first item is done."""
+    """A batch's progress as the API reports it (`juiz demo`, `juiz score --server`): a line per move of its counts,
+    conversations or tokens (at most one a second), and one every HEARTBEAT_S while nothing moves, with the clock and
+    the ETA: on a CPU an item is ~14 conversations, minutes of them, so the line moves long before the first item is
+    done, and a long conversation's tokens move it while none finishes."""
 
     def __init__(self, out: TextIO, clock: Callable[[], float] = time.perf_counter) -> None:
         self.out, self.clock = out, clock
@@ -168,7 +180,13 @@ class BatchProgressPrinter:
     def __call__(self, view: BatchView) -> None:
         counts = view.counts
         figures = progress_text(
-            view.conversations_done, view.conversations_planned, view.planning_complete, view.items_done, counts.total
+            view.conversations_done,
+            view.conversations_planned,
+            view.planning_complete,
+            view.items_done,
+            counts.total,
+            tokens_written=view.tokens_written,
+            tokens_read=view.tokens_read,
         )
         figures = f"  {view.status.value:9} {figures} "
         figures += f"(ok {counts.ok}, parse_error {counts.parse_error}, failed {counts.failed})"

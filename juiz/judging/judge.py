@@ -321,7 +321,11 @@ class Judge:
                 cut = _Cut(interject)
                 engine_control = _engine_control(control, [owners[p] for p in send])
                 if progress is not None:
-                    engine_control = replace(engine_control or CallControl(), on_finished=cut.unless_cut(report, send))
+                    engine_control = replace(
+                        engine_control or CallControl(),
+                        on_finished=cut.unless_cut(report, send),
+                        on_tokens=report.tokens_of_call(send),
+                    )
                 engine_control = cut.control(engine_control, len(send))
                 sent = self._generate_isolating_failures([conversations[p] for p in send], request, engine_control)
                 for p, completion in zip(send, sent, strict=True):
@@ -454,6 +458,9 @@ def _shifted(control: CallControl | None, start: int, stop: int) -> CallControl 
     if control.on_finished is not None:
         told = control.on_finished
         control = replace(control, on_finished=lambda i: told(i + start))
+    if control.on_tokens is not None:
+        grew = control.on_tokens
+        control = replace(control, on_tokens=lambda i, written, read: grew(i + start, written, read))
     if control.cancelled is None:
         return control
     call_cancelled = control.cancelled
@@ -478,6 +485,15 @@ class _Report:
     def of_call(self, send: list[int]) -> Callable[[int], None]:
         """`on_finished` for an engine call over the conversations at positions `send`."""
         return lambda index: self.positions([send[index]])
+
+    def tokens_of_call(self, send: list[int]) -> Callable[[int, int, int], None]:
+        """`on_tokens` for an engine call over the conversations at positions `send`: each item it serves hears them."""
+
+        def grew(index: int, written: int, read: int) -> None:
+            if self.progress is not None:
+                self.progress.tokens(self.items.get(send[index], []), written, read)
+
+        return grew
 
     def positions(self, positions: Iterable[int]) -> None:
         if self.progress is None:

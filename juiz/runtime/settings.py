@@ -131,7 +131,7 @@ class Settings(BaseSettings):
     progress_interval_s: float = Field(
         1.0,
         gt=0,
-        description="How often a worker writes its engine call's progress (conversations done / planned) to Redis.",
+        description="How often a worker writes its engine call's progress (conversations, tokens) to Redis.",
     )
     grade_timeout_s: float = Field(60.0, gt=0, description="How long POST /v1/grade waits for its result before 202.")
     result_cache: bool = Field(

@@ -1,9 +1,10 @@
 """A batch's progress within its engine calls: conversations planned and done, items done before their results are
 stored. Fields of the batch's hash (so they expire and are purged with it):
 
-    p:<chunk no>    "planned done items_done items_seen open" of a chunk in a call now (written by its worker, at
-                    most once a `progress_interval_s`, and once more when the call is over)
-    conv_planned, conv_done, conv_items
+    p:<chunk no>    "planned done items_done items_seen open written read" of a chunk in a call now (written by its
+                    worker, at most once a `progress_interval_s`, and once more when the call is over; a value of
+                    an older worker has no tokens: 0)
+    conv_planned, conv_done, conv_items, tok_written, tok_read
                     the sums of the chunks whose results are stored (their p: field folded in, then dropped, so the
                     hash holds a field per chunk in flight, not per chunk of the batch)
 
@@ -21,7 +22,7 @@ from redis import Redis
 from juiz.store.keys import batch_key
 
 CHUNK_PREFIX = "p:"
-FOLDED = ("conv_planned", "conv_done", "conv_items")
+FOLDED = ("conv_planned", "conv_done", "conv_items", "tok_written", "tok_read")
 
 # KEYS: batch, events. ARGV: field, value, field, value, ...
 _WRITE = """
@@ -46,6 +47,8 @@ for _, field in ipairs(ARGV) do
     redis.call('HINCRBY', KEYS[1], 'conv_planned', n[1])
     redis.call('HINCRBY', KEYS[1], 'conv_done', n[2])
     redis.call('HINCRBY', KEYS[1], 'conv_items', n[4])
+    if n[6] then redis.call('HINCRBY', KEYS[1], 'tok_written', n[6]) end
+    if n[7] then redis.call('HINCRBY', KEYS[1], 'tok_read', n[7]) end
     redis.call('HDEL', KEYS[1], field)
     folded = folded + 1
   end
@@ -67,14 +70,18 @@ class ChunkProgress:
     items_done: int  # its items graded (or needing no engine: cached, failed) but not stored yet
     items_seen: int  # its items in the call
     open: bool  # some of its items' conversations are still to be planned
+    written: int = 0  # reply tokens written in its items' conversations so far
+    read: int = 0  # prompt tokens computed for them so far
 
     def encode(self) -> str:
-        return f"{self.planned} {self.done} {self.items_done} {self.items_seen} {int(self.open)}"
+        figures = (self.planned, self.done, self.items_done, self.items_seen, int(self.open), self.written, self.read)
+        return " ".join(map(str, figures))
 
     @classmethod
     def decode(cls, value: str) -> ChunkProgress:
-        planned, done, items_done, seen, still_open = (int(part) for part in value.split())
-        return cls(planned, done, items_done, seen, bool(still_open))
+        planned, done, items_done, seen, still_open, *tokens = (int(part) for part in value.split())
+        written, read = (*tokens, 0, 0)[:2]
+        return cls(planned, done, items_done, seen, bool(still_open), written, read)
 
 
 @dataclass(frozen=True)
@@ -86,6 +93,8 @@ class BatchProgress:
     items_seen: int = 0  # items that reached an engine call (or were settled without one), stored or not
     items_in_flight_done: int = 0  # items graded in calls whose results are not stored yet
     open: bool = False  # a chunk in flight has conversations still to plan
+    written: int = 0  # reply tokens written so far
+    read: int = 0  # prompt tokens computed so far
 
     @property
     def reported(self) -> bool:
@@ -100,6 +109,8 @@ class BatchProgress:
             items_seen=int(data.get("conv_items", 0)) + sum(c.items_seen for c in chunks),
             items_in_flight_done=sum(c.items_done for c in chunks),
             open=any(c.open for c in chunks),
+            written=int(data.get("tok_written", 0)) + sum(c.written for c in chunks),
+            read=int(data.get("tok_read", 0)) + sum(c.read for c in chunks),
         )
 
 

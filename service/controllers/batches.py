@@ -215,9 +215,17 @@ async def _owned_view(reads: AsyncReads, tenant: str, batch_id: str) -> BatchVie
 
 
 def _moved(view: BatchView) -> tuple[object, ...]:
-    """What an event is sent for: the status, the counts and the conversations (not the ETA, which moves with the
-    clock)."""
-    return (view.status, view.counts, view.items_done, view.conversations_done, view.conversations_planned)
+    """What an event is sent for: the status, the counts, the conversations and their tokens (not the ETA, which moves
+    with the clock)."""
+    return (
+        view.status,
+        view.counts,
+        view.items_done,
+        view.conversations_done,
+        view.conversations_planned,
+        view.tokens_written,
+        view.tokens_read,
+    )
 
 
 async def _progress_events(
@@ -327,9 +335,10 @@ class BatchController(Controller):
     )
     async def stream_events(self, state: State, tenant: NamedDependency[str], batch_id: BatchId) -> ServerSentEvent:
         """Server-Sent Events, `event: progress`, each one's data a ProgressEvent (`{"batch": <the batch's view>}`):
-        sent at once, then whenever the batch's status, counts or conversations move: conversations done / planned
-        move within an item (the workers write them about once a second while they grade), items_done and counts as
-        results are stored. The stream ends after the event of a batch that is over (done, failed, cancelled)."""
+        sent at once, then whenever the batch's status, counts, conversations or tokens move: conversations done /
+        planned move within an item and tokens_written / tokens_read within a conversation (the workers write them
+        about once a second while they grade), items_done and counts as results are stored. The stream ends after the
+        event of a batch that is over (done, failed, cancelled)."""
         reads = store_of(state).reads
         first = await _owned_view(reads, tenant, batch_id)  # a missing batch is a 404, not a cut stream
         return ServerSentEvent(_progress_events(reads, tenant, batch_id, first))

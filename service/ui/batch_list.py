@@ -188,6 +188,8 @@ class BatchListController(Controller):
             "conversations_done": view.conversations_done,
             "conversations_planned": view.conversations_planned,
             "planning_complete": view.planning_complete,
+            "tokens_written": view.tokens_written,
+            "tokens_read": view.tokens_read,
             "conversations": conversations_text(view),
             "eta": eta_text(view),
         }

@@ -14,6 +14,7 @@ from litestar.params import FromPath
 
 from juiz.agreement.labels import VERDICT, default_verdict
 from juiz.formats.progress_line import duration
+from juiz.judging.progress import tokens_text
 from juiz.runtime.errors import InputError
 from juiz.store import BatchRecord, Store
 from schemas import AgreementReport, BatchView
@@ -57,11 +58,13 @@ def pace(record: BatchRecord, cached: int = 0) -> float | None:
 
 
 def conversations_text(view: BatchView) -> str:
-    """`12/31 conversations (planned so far)`, "" before a worker reported any (or on a batch graded before)."""
+    """`12/31 conversations (planned so far), 4,710 prompt tokens read, 42 tokens written`, "" before a worker reported
+    any (or on a batch graded before)."""
     if not view.conversations_planned:
         return ""
     so_far = "" if view.planning_complete else " (planned so far)"
-    return f"{view.conversations_done or 0}/{view.conversations_planned} conversations{so_far}"
+    tokens = tokens_text(view.tokens_written, view.tokens_read)
+    return f"{view.conversations_done or 0}/{view.conversations_planned} conversations{so_far}{tokens}"
 
 
 def eta_text(view: BatchView) -> str:

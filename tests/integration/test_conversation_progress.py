@@ -13,7 +13,7 @@ from litestar.testing import TestClient
 from redis import Redis
 
 from bench.fake_worker import fake_reply
-from juiz.engines.base import Conversation
+from juiz.engines.base import CallControl, Conversation
 from juiz.engines.fake import FakeEngine
 from juiz.runtime.settings import Settings
 from juiz.store import ChunkProgress, Store
@@ -76,6 +76,7 @@ def test_the_api_shows_conversations_moving_before_the_first_item_is_done(
     assert held["conversations_planned"] > HELD_AFTER
     assert (held["items_done"], held["counts"]["done"]) == (0, 0)  # no item done yet: the conversations moved
     assert held["status"] == "running" and held["eta_s"] is not None
+    assert held["tokens_written"] >= HELD_AFTER and held["tokens_read"] > 0  # every reply is a token or more
     final = client.get(f"/v1/batches/{batch_id}").json()
     assert final["status"] == "done" and final["items_done"] == 2 and final["planning_complete"]
     assert final["conversations_done"] == final["conversations_planned"] == finished
@@ -91,18 +92,27 @@ def test_progress_fields_sum_the_chunks_in_flight_and_those_stored(
     items = [Triple.model_validate(t) for t in triples(10)]  # chunks of 4: three chunks
     batch, _ = store.create_batch("public", BatchOptions(), items)
     store.mark_running(batch.id)
-    store.write_progress({batch.id: {0: ChunkProgress(56, 56, 4, 4, False), 1: ChunkProgress(30, 7, 1, 4, True)}})
+    in_flight = {0: ChunkProgress(56, 56, 4, 4, False, 900, 20_000), 1: ChunkProgress(30, 7, 1, 4, True, 100, 5_000)}
+    store.write_progress({batch.id: in_flight})
     store.fold_progress({batch.id: [0]})
     store.fold_progress({batch.id: [0]})  # a fold retried after a lost reply adds nothing twice
     view = client.get(f"/v1/batches/{batch.id}").json()
     assert (view["conversations_done"], view["conversations_planned"], view["planning_complete"]) == (63, 86, False)
+    assert (view["tokens_written"], view["tokens_read"]) == (1_000, 25_000)
+    # A chunk's figures as a worker without token counts wrote them: its tokens are 0, the rest as before.
+    redis.hset(Store.batch_key(batch.id), "p:2", "4 2 0 2 0")
+    older = client.get(f"/v1/batches/{batch.id}").json()
+    assert (older["conversations_done"], older["tokens_written"], older["tokens_read"]) == (65, 1_000, 25_000)
+    store.fold_progress({batch.id: [2]})  # and folded: its tokens add nothing
+    folded = client.get(f"/v1/batches/{batch.id}").json()
+    assert (folded["conversations_done"], folded["tokens_written"], folded["tokens_read"]) == (65, 1_000, 25_000)
     assert view["items_done"] == 1  # chunk 0's four are stored (counts.done) in a real run; here only folded
     fields = {k.decode() for k in redis.hkeys(Store.batch_key(batch.id))}
     assert "p:1" in fields and "p:0" not in fields  # one field per chunk in flight, not per chunk of the batch
     store.cancel_batch(batch)
     store.write_progress({batch.id: {1: ChunkProgress(30, 9, 1, 4, True)}})  # refused: the batch is over
     (event,) = events_of(client.get(f"/v1/batches/{batch.id}/events").text)
-    assert event["batch"]["conversations_done"] == 63 and event["batch"]["status"] == "cancelled"
+    assert event["batch"]["conversations_done"] == 65 and event["batch"]["status"] == "cancelled"
     store.purge_batch(store.get_batch(batch.id) or batch)
     store.write_progress({batch.id: {1: ChunkProgress(30, 9, 1, 4, True)}})  # no stray hash for a purged batch
     assert not redis.exists(Store.batch_key(batch.id))
@@ -116,10 +126,62 @@ def test_the_batch_page_shows_conversations_done_and_planned(make_client: Any, r
     batch_id = submit(client, KEYS["alice"], triples(3))
     store = Store(redis, settings)
     store.mark_running(batch_id)
-    store.write_progress({batch_id: {0: ChunkProgress(31, 12, 0, 3, True)}})
+    store.write_progress({batch_id: {0: ChunkProgress(31, 12, 0, 3, True, 42, 4_710)}})
     sign_in(client, "alice")
     polled = client.get(f"/ui/batches/{batch_id}/progress").json()
-    assert polled["conversations"] == "12/31 conversations (planned so far)"
+    shown = "12/31 conversations (planned so far), 4,710 prompt tokens read, 42 tokens written"
+    assert polled["conversations"] == shown
+    assert (polled["tokens_written"], polled["tokens_read"]) == (42, 4_710)
     assert polled["eta"].startswith("ETA ~") and polled["items_done"] == 0
     page = client.get(f"/ui/batches/{batch_id}").text
-    assert '<span data-field="conversations">12/31 conversations (planned so far)</span>' in page
+    assert f'<span data-field="conversations">{shown}</span>' in page
+
+
+class HeldMidConversation(FakeEngine):
+    """The FAKE engine, holding its first conversation after its tokens are reported and before it is finished: a
+    long reference, as the API sees it while it is written."""
+
+    def __init__(self, release: threading.Event) -> None:
+        super().__init__(fake_reply)
+        self.release = release
+        self.held = False
+
+    def _report_tokens(self, control: CallControl, index: int, conversation: Conversation, completion: Any) -> None:
+        super()._report_tokens(control, index, conversation, completion)
+        if not self.held:
+            self.held = True
+            assert self.release.wait(60), "the API never showed the conversation's tokens"
+
+
+def test_the_api_shows_tokens_moving_before_any_conversation_is_done(
+    client: TestClient[Litestar], redis: Redis, redis_url: str, run_worker: Any
+) -> None:
+    settings = make_settings(redis_url, progress_interval_s=0.05)
+    batch_id = client.post("/v1/batches", json={"items": triples(2)}).json()["id"]
+    release = threading.Event()
+    seen: list[dict[str, Any]] = []
+
+    def watch() -> None:
+        cursor = START
+        try:
+            while not release.is_set():
+                reply_: Any = redis.xread({Store.batch_key(batch_id, "events"): cursor}, block=60_000)
+                if not reply_:
+                    return
+                cursor = reply_[0][1][-1][0]
+                view = client.get(f"/v1/batches/{batch_id}").json()
+                seen.append(view)
+                if view["tokens_written"]:
+                    return
+        finally:
+            release.set()
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    assert run_worker(settings, worker_engine=HeldMidConversation(release))
+    watcher.join()
+    held = seen[-1]
+    assert held["conversations_done"] == 0 and held["items_done"] == 0
+    assert held["tokens_written"] > 0 and held["tokens_read"] > 0
+    final = client.get(f"/v1/batches/{batch_id}").json()
+    assert final["status"] == "done" and final["tokens_written"] >= final["conversations_done"] > 0

@@ -91,3 +91,46 @@ def test_a_subset_reports_finished_conversations_by_the_whole_calls_index() -> N
     part = CallControl(on_finished=heard.append).subset([4, 1, 2])
     FakeEngine(lambda c: "Score: 3").generate(conversations(3), REQUEST, part)
     assert heard == [4, 1, 2]
+
+
+def test_a_subset_reports_tokens_by_the_whole_calls_index_before_each_conversation_is_finished() -> None:
+    """on_tokens hears a conversation's prompt read and its reply tokens one by one, all before its on_finished."""
+    heard: list[tuple[str, int, int, int]] = []
+    part = CallControl(
+        on_finished=lambda i: heard.append(("finished", i, 0, 0)),
+        on_tokens=lambda i, written, read: heard.append(("tokens", i, written, read)),
+    ).subset([4, 1])
+    results = FakeEngine(lambda c: "Score: 3").generate(conversations(2), REQUEST, part)
+    per_reply = [len(r.tokens) for r in results]
+    assert per_reply == [2, 2]  # "Score: " and "3"
+    read = 2  # the FAKE engine's stand-in for prompt tokens: the words of "item 0"
+    assert heard == [
+        ("tokens", 4, 0, read),
+        ("tokens", 4, 1, 0),
+        ("tokens", 4, 1, 0),
+        ("finished", 4, 0, 0),
+        ("tokens", 1, 0, read),
+        ("tokens", 1, 1, 0),
+        ("tokens", 1, 1, 0),
+        ("finished", 1, 0, 0),
+    ]
+
+
+def test_vllm_streams_only_a_listened_to_long_single_reply_and_counts_its_tokens_so_far() -> None:
+    """CUMULATIVE outputs (each the reply so far) only where they tell something: a reply longer than one token, one
+    reply per request, someone listening; the tokens of an output are its replies' and its prompt less the cache's."""
+    from types import SimpleNamespace
+
+    from juiz.engines.vllm_engine import streams, tokens_so_far
+
+    listening = CallControl(on_tokens=lambda i, written, read: None)
+    assert streams(GenerationRequest(max_tokens=160, logprobs=0), listening)
+    assert not streams(GenerationRequest(max_tokens=1, logprobs=0), listening)  # a check: FINAL_ONLY
+    assert not streams(GenerationRequest(max_tokens=160, n=3), listening)  # vLLM streams n replies apart
+    assert not streams(GenerationRequest(max_tokens=160), CallControl())  # nobody listens
+    output = SimpleNamespace(
+        outputs=[SimpleNamespace(token_ids=[1, 2, 3]), SimpleNamespace(token_ids=[4])],
+        prompt_token_ids=list(range(100)),
+        num_cached_tokens=64,
+    )
+    assert tokens_so_far(output) == (4, 36)

@@ -11,6 +11,7 @@ import math
 import signal
 import threading
 from collections.abc import Callable, Iterator
+from types import MappingProxyType
 from typing import Any
 
 import httpx
@@ -383,3 +384,65 @@ def test_each_request_is_reported_finished_as_it_returns() -> None:
     slow, fast, hung = engine.generate([conv("slow"), conv("fast"), conv("hang")], COT_REQUEST, control)
     assert heard[0] == 1 and sorted(heard) == [0, 1, 2]
     assert slow.text == fast.text == REPLY and hung.finish_reason == "abort"
+
+
+class StreamingEngine(OpenAIEngine):
+    """An engine whose server streams long replies (as llama.cpp's own does), with its prompt progress."""
+
+    STREAMS_LONG_REPLIES = True
+    STREAM_EXTRAS = MappingProxyType({"return_progress": True})
+
+
+def stream_of(whole: dict[str, Any]) -> bytes:
+    """`whole` (a chat completion) as a server streams it: the prompt's progress (with a cache of 64 tokens), a role
+    chunk, one chunk per token with its log-probabilities, the finish reason, the usage, [DONE]."""
+    choice = whole["choices"][0]
+    chunks: list[dict[str, Any]] = [
+        {"choices": [], "prompt_progress": {"total": 100, "cache": 64, "processed": 80, "time_ms": 5}},
+        {"choices": [], "prompt_progress": {"total": 100, "cache": 64, "processed": 100, "time_ms": 9}},
+        {"choices": [{"index": 0, "delta": {"role": "assistant", "content": None}, "finish_reason": None}]},
+    ]
+    for position in choice["logprobs"]["content"]:
+        delta = {"content": position["token"]}
+        chunks.append({"choices": [{"index": 0, "delta": delta, "logprobs": {"content": [position]}}]})
+    chunks.append({"choices": [{"index": 0, "delta": {}, "finish_reason": choice["finish_reason"]}]})
+    chunks.append({"choices": [], "usage": {**whole["usage"], "completion_tokens": len(chunks) - 4}})
+    events = [f"data: {json.dumps(chunk)}\n\n" for chunk in chunks] + ["data: [DONE]\n\n"]
+    return "".join(events).encode()
+
+
+def test_a_long_reply_streams_its_tokens_and_completes_as_the_unstreamed_request_does() -> None:
+    """A listened-to long reply is streamed: its prompt progress and each token are heard before it is finished, and
+    the completion assembled from the chunks is the one the same request returns unstreamed."""
+    whole = chat_response(REPLY)
+
+    def reply(body: dict[str, Any], attempt: int) -> httpx.Response:
+        if body.get("stream"):
+            return httpx.Response(200, content=stream_of(whole), headers={"content-type": "text/event-stream"})
+        return httpx.Response(200, json={**whole, "usage": {**whole["usage"], "completion_tokens": 2}})
+
+    server = FakeServer(reply)
+    engine = StreamingEngine("http://h/v1", "judge", transport=httpx.MockTransport(server))
+    heard: list[tuple[str, int, int]] = []
+    control = CallControl(
+        on_tokens=lambda i, written, read: heard.append(("tokens", written, read)),
+        on_finished=lambda i: heard.append(("finished", 0, 0)),
+    )
+    (streamed,) = engine.generate([conv("a")], COT_REQUEST, control)
+    (unstreamed,) = engine.generate([conv("a")], COT_REQUEST)  # nobody listens: not streamed
+    assert streamed == unstreamed and streamed.text == REPLY and streamed.cached_prompt_tokens == 64
+    first, second = server.bodies
+    assert first["stream"] is True and first["return_progress"] is True and first["stream_options"]["include_usage"]
+    assert "stream" not in second
+    # The prompt read (16 then 20 of its 36 uncached tokens), then each token as it came, then the end.
+    assert heard == [("tokens", 0, 16), ("tokens", 0, 20), ("tokens", 1, 0), ("tokens", 1, 0), ("finished", 0, 0)]
+
+
+def test_one_token_replies_are_not_streamed_and_report_their_usage_as_they_return() -> None:
+    server = FakeServer()
+    engine = StreamingEngine("http://h/v1", "judge", transport=httpx.MockTransport(server))
+    heard: list[tuple[int, int, int]] = []
+    control = CallControl(on_tokens=lambda i, written, read: heard.append((i, written, read)))
+    engine.generate([conv("a"), conv("b")], dataclasses.replace(FAST_REQUEST, max_tokens=1), control)
+    assert all("stream" not in body for body in server.bodies)
+    assert sorted(heard) == [(0, 10, 36), (1, 10, 36)]  # usage: 10 written; 100 prompt tokens, 64 of them cached

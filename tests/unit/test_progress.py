@@ -71,7 +71,8 @@ def test_score_prompts_are_planned_whole_before_the_first_call() -> None:
     engine, seen = graded_with_progress(COT, triples())
     (at_call,) = engine.at_call
     assert (at_call.conversations_planned, at_call.conversations_done, at_call.planning_complete) == (3, 0, True)
-    assert [s.items_done for s in seen[1:]] == [1, 2, 3]
+    finished = [s for before, s in itertools.pairwise(seen) if s.conversations_done != before.conversations_done]
+    assert [s.items_done for s in finished] == [1, 2, 3]
 
 
 def test_a_batch_split_after_a_rejection_counts_each_conversation_once() -> None:
@@ -90,3 +91,48 @@ def test_a_snapshot_of_some_items_counts_theirs_only() -> None:
         items=2, items_done=1, conversations_planned=3, conversations_done=3, planning_complete=False
     )
     assert progress.snapshot([0, 2]).line() == "3/3 conversations (planned so far), 1/2 items"
+
+
+def test_tokens_move_within_the_references_wave_before_any_conversation_is_done() -> None:
+    """checks-8: nothing finishes while the references are written (minutes on a CPU); their prompt tokens read and
+    reply tokens written move the progress all the same, before the first conversation is done."""
+    items = triples()[:2]
+    engine, seen = graded_with_progress(BatchOptions(), items)
+    before_any_done = [s for s in seen if s.conversations_done == 0]
+    assert any(s.tokens_read > 0 for s in before_any_done)
+    assert any(s.tokens_written > 0 for s in before_any_done)
+    assert "tokens written" in before_any_done[-1].line() and before_any_done[-1].line().startswith("0/")
+    written = [s.tokens_written for s in seen]
+    assert all(a <= b for a, b in itertools.pairwise(written))  # never backwards
+    # Every reply is at least one token; each check's ("Yes") exactly one.
+    assert seen[-1].tokens_written >= sum(engine.calls)
+
+
+def test_a_conversation_shared_by_items_counts_its_tokens_for_each() -> None:
+    twins = [Triple(id=str(i), question="What is the capital of France?", answer="Paris.") for i in range(2)]
+    progress = Progress(len(twins))
+    engine = FakeEngine(reply_by_answer)
+    Judge(engine).grade(twins, COT, progress=progress)
+    assert engine.calls == [1]  # one conversation serves both
+    first, second, both = progress.snapshot([0]), progress.snapshot([1]), progress.snapshot()
+    assert first.tokens_written == second.tokens_written > 0 and first.tokens_read == second.tokens_read > 0
+    assert both.tokens_written == 2 * first.tokens_written
+
+
+def test_a_snapshot_and_its_line_carry_the_tokens() -> None:
+    progress = Progress(3)
+    progress.plan([0, 1, 2])
+    progress.tokens([0], written=0, read=4710)
+    progress.tokens([0, 2], written=12)
+    assert progress.snapshot([0]) == ProgressSnapshot(
+        items=1,
+        items_done=0,
+        conversations_planned=1,
+        conversations_done=0,
+        planning_complete=False,
+        tokens_written=12,
+        tokens_read=4710,
+    )
+    assert progress.snapshot().line() == (
+        "0/3 conversations (planned so far), 0/3 items, 4,710 prompt tokens read, 24 tokens written"
+    )

@@ -43,7 +43,31 @@ def test_the_line_moves_with_each_conversation_before_the_first_item_is_done() -
     assert len(before_first_item) >= 10  # one line per conversation: ~14 an item
     assert written[-1].startswith("grading: ") and ", 2/2 items" in written[-1] and "planned so far" not in written[-1]
     assert len(set(written)) >= sum(engine.calls)  # a new line at every conversation: every 3 s of its clock
-    assert all("ETA ~" in w for w in written[1:-2]) and "ETA" not in written[-1]  # an ETA while grading
+    # An ETA once a conversation is done (lines before it show the first one's tokens), none at the end.
+    graded = [w for w in written if not w.startswith("grading: 0/")]
+    assert all("ETA ~" in w for w in graded[:-2]) and "ETA" not in written[-1]
+
+
+def test_the_line_moves_with_tokens_while_no_conversation_finishes() -> None:
+    """One long conversation (a reference): its tokens are the only thing that moves, and the line moves with them."""
+    clock = Clock()
+    out = io.StringIO()
+    with ProgressLine(1, out, clock=clock) as line:
+        progress = line.call(1)
+        progress.plan([0], close=[0])
+        for _ in range(3):
+            clock.now += 2.0
+            progress.tokens([0], written=10, read=0)
+        clock.now += 2.0
+        progress.finish([0])
+    written = out.getvalue().splitlines()
+    assert [w.split(" · ")[0] for w in written[:4]] == [
+        "grading: 0/1 conversations, 0/1 items",
+        "grading: 0/1 conversations, 0/1 items, 10 tokens written",
+        "grading: 0/1 conversations, 0/1 items, 20 tokens written",
+        "grading: 0/1 conversations, 0/1 items, 30 tokens written",
+    ]
+    assert written[-1].startswith("grading: 1/1 conversations, 1/1 items, 30 tokens written")
 
 
 def test_texts_and_eta() -> None:
@@ -68,7 +92,7 @@ def test_the_demo_prints_when_the_conversations_move_and_at_least_every_few_seco
     out = io.StringIO()
     show = BatchProgressPrinter(out, clock=clock)
 
-    def view(status: str, done: int, planned: int, items_done: int = 0) -> BatchView:
+    def view(status: str, done: int, planned: int, items_done: int = 0, written: int | None = None) -> BatchView:
         return BatchView(
             id="b",
             status=status,  # type: ignore[arg-type]
@@ -79,6 +103,7 @@ def test_the_demo_prints_when_the_conversations_move_and_at_least_every_few_seco
             conversations_done=done,
             conversations_planned=planned,
             planning_complete=status == "done",
+            tokens_written=written,
             eta_s=120.0 if done else None,
             links=batch_links("b"),
         )
@@ -88,9 +113,12 @@ def test_the_demo_prints_when_the_conversations_move_and_at_least_every_few_seco
         show(shown)
     clock.now = 7.0
     show(view("running", 1, 18))  # nothing moved for 5.5 s: a line all the same, the clock and the ETA in it
-    clock.now = 7.2
-    show(view("done", 40, 40, 3))  # the end is printed at once
+    clock.now = 8.5
+    show(view("running", 1, 18, written=42))  # only the tokens moved: a line
+    clock.now = 8.7
+    show(view("done", 40, 40, 3, written=400))  # the end is printed at once
     lines = out.getvalue().splitlines()
-    assert [line.split("  [")[-1] for line in lines] == ["0.0s]", "1.5s]", "7.0s]", "7.2s]"]
+    assert [line.split("  [")[-1] for line in lines] == ["0.0s]", "1.5s]", "7.0s]", "8.5s]", "8.7s]"]
     assert "1/18 conversations (planned so far), 0/3 items" in lines[1] and "ETA ~2m00s" in lines[1]
-    assert "done      40/40 conversations, 3/3 items" in lines[3] and "ETA" not in lines[3]
+    assert "1/18 conversations (planned so far), 0/3 items, 42 tokens written (ok 0" in lines[3]
+    assert "done      40/40 conversations, 3/3 items, 400 tokens written" in lines[4] and "ETA" not in lines[4]
