@@ -119,16 +119,19 @@ class VLLMEngine:
         enforce_eager: bool | None = None,
         seed: int = 0,
         cpu_kv_cache_gib: int = 2,
+        cpu_step_tokens: int = 0,
         **engine_kwargs: Any,
     ) -> None:
-        """`dtype`, `enforce_eager` and `cpu_kv_cache_gib` as the operator set them (Settings: JUIZ_DTYPE,
-        JUIZ_ENFORCE_EAGER, JUIZ_CPU_KV_CACHE_GIB; "auto" and None let the device decide, see `engine_dtype` and
-        below): the caller's settings, never read here."""
+        """`dtype`, `enforce_eager`, `cpu_kv_cache_gib` and `cpu_step_tokens` as the operator set them (Settings:
+        JUIZ_DTYPE, JUIZ_ENFORCE_EAGER, JUIZ_CPU_KV_CACHE_GIB, JUIZ_CPU_STEP_TOKENS; "auto", None and 0 let the device
+        decide, see `engine_dtype` and below): the caller's settings, never read here."""
         check_model_path(model)
         on_gpu = has_cuda()
         if not on_gpu:
             cpu_defaults(cpu_kv_cache_gib)
             engine_kwargs.setdefault("block_size", CPU_BLOCK_SIZE)
+            if cpu_step_tokens:
+                engine_kwargs.setdefault("max_num_batched_tokens", cpu_step_tokens)
         if chosen := engine_dtype(dtype, on_gpu):
             engine_kwargs["dtype"] = chosen
         # The reply grammar's bounded repetitions take seconds to compile (≈6 s on 2 loaded cores); vLLM's default

@@ -99,6 +99,7 @@ def _in_process_engine(settings: Settings, say: Say) -> VLLMEngine:
         dtype=settings.dtype,
         enforce_eager=None if settings.enforce_eager == "auto" else settings.enforce_eager == "1",
         cpu_kv_cache_gib=settings.cpu_kv_cache_gib,
+        cpu_step_tokens=settings.cpu_step_tokens,
     )
     warm = Judge(engine).warm_up()
     say(f"engine ready in {engine.startup_s:.1f}s (+{warm:.1f}s to compile the reply grammar)")
