@@ -67,7 +67,7 @@ def judgements(split: str) -> list[dict[str, Any]]:
         return [json.loads(line) for line in recorded]
 
 
-def synthetic_groups(split: str) -> tuple[list[Group], list[list[Example]]]:
+def synthetic_groups(split: str, stride: int = SYNTHETIC_STRIDE) -> tuple[list[Group], list[list[Example]]]:
     """The split's synthetic examples grouped by the passage they were made from, each group under one context (that
     of its first example, in a shuffled order so the true passage isn't always [1])."""
     recorded = judgements(split)
@@ -75,11 +75,10 @@ def synthetic_groups(split: str) -> tuple[list[Group], list[list[Example]]]:
     by_passage: dict[str, list[Example]] = defaultdict(list)
     for example in build_examples(passages, seed=SEED):
         by_passage[example.passages[0]].append(example)
-    rng = random.Random(SEED)
     groups, examples = [], []
-    for rows in list(by_passage.values())[::SYNTHETIC_STRIDE]:
+    for passage, rows in list(by_passage.items())[::stride]:
         context = list(rows[0].passages)
-        rng.shuffle(context)
+        random.Random(f"{SEED}:{passage}").shuffle(context)  # per passage: the same whatever the stride
         groups.append(Group(tuple(context), tuple(e.claim for e in rows)))
         examples.append(rows)
     return groups, examples
@@ -113,7 +112,10 @@ def read_states(splits: list[str], budget_s: float) -> None:
     the answers); stop after budget_s (a rerun continues)."""
     from juiz.judging.probe import StateReader
 
-    groups = [g for split in splits for g in answer_groups(split)[0] + synthetic_groups(split)[0]]
+    # A stride twice as long picks a subset of the same groups: read first, it gives every split a smaller training
+    # set early; the rest follows.
+    groups = [g for split in splits for g in answer_groups(split)[0] + synthetic_groups(split, 2 * SYNTHETIC_STRIDE)[0]]
+    groups += [g for split in splits for g in synthetic_groups(split)[0] if g not in groups]
     split = ",".join(splits)
     todo = [g for g in groups if not _cached(g).exists()]
     print(f"{split}: {len(groups)} groups, {len(todo)} to read", flush=True)
@@ -170,8 +172,8 @@ class Split:
     recorded: list[dict[str, Any]]
 
 
-def load_split(split: str) -> Split:
-    groups, examples = synthetic_groups(split)
+def load_split(split: str, stride: int = SYNTHETIC_STRIDE) -> Split:
+    groups, examples = synthetic_groups(split, stride)
     states = _load(groups)
     rows = [e for g in examples for e in g]
     agroups, positions = answer_groups(split)
