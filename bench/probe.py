@@ -28,6 +28,7 @@ import sys
 import time
 from collections import defaultdict
 from dataclasses import dataclass
+from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
@@ -264,10 +265,16 @@ def _name(layer_index: int | None, with_p_yes: bool, c: float) -> str:
     return f"{layer}{'+p_yes' if with_p_yes else ''}@C={c}"
 
 
-def evaluate(cuts: list[float], cs: list[float], chosen: str | None, test_cuts: tuple[float, float] | None) -> Path:
+def evaluate(
+    cuts: tuple[list[float], list[float]],
+    cs: list[float],
+    chosen: str | None,
+    test_cuts: tuple[float, float] | None,
+    stride: int,
+) -> Path:
     """Dev: the bare P(Yes) and every probe configuration; test (once, at dev's choices) when test_cuts is given as
     (the bare P(Yes)'s cut, the probe's cut)."""
-    dev = load_split("dev")
+    dev = load_split("dev", stride)
     bare = _support(dev, None, None)
     sweep: dict[str, Any] = {}
     for layer_index, with_p_yes, c in configurations(cs):
@@ -282,22 +289,28 @@ def evaluate(cuts: list[float], cs: list[float], chosen: str | None, test_cuts: 
     best = chosen or max(sweep, key=lambda k: sweep[k]["auc_correct_vs_false"])
     layer_index, with_p_yes, c = next(cfg for cfg in configurations(cs) if _name(*cfg) == best)
     probe = fit(dev, "dev", layer_index, with_p_yes, c)
-    outcome: dict[str, Any] = {"prompt_hash": PROMPT_HASH, "layers_read": list(LAYERS), "model": DEFAULT_MODEL}
+    outcome: dict[str, Any] = {
+        "prompt_hash": PROMPT_HASH,
+        "layers_read": list(LAYERS),
+        "model": DEFAULT_MODEL,
+        "reader": f"transformers {version('transformers')}, bfloat16, CPU",
+        "synthetic_stride": stride,
+    }
     outcome["dev"] = {
         "synthetic_examples": len(dev.train_labels),
-        "p_yes": {"auc_correct_vs_false": _auc(dev, bare), "cells": _cells(dev, bare, cuts, "p_yes")},
+        "p_yes": {"auc_correct_vs_false": _auc(dev, bare), "cells": _cells(dev, bare, cuts[0], "p_yes")},
         "probe_sweep": sweep,
         "probe": {
             "chosen": best,
             "version": probe.version,
             "auc_correct_vs_false": sweep[best]["auc_correct_vs_false"],
-            "cells": _cells(dev, _support(dev, probe, layer_index), cuts, "probe"),
+            "cells": _cells(dev, _support(dev, probe, layer_index), cuts[1], "probe"),
         },
     }
     _print_cells("dev, bare P(Yes)", outcome["dev"]["p_yes"]["cells"])
     _print_cells(f"dev, probe {best}", outcome["dev"]["probe"]["cells"])
     if test_cuts is not None:
-        test = load_split("test")
+        test = load_split("test", stride)
         bare = _support(test, None, None)
         probe = fit(test, "test", layer_index, with_p_yes, c)
         support = _support(test, probe, layer_index)
@@ -350,8 +363,10 @@ def main(argv: list[str] | None = None) -> None:
     states.add_argument("--split", required=True, help="dev, test or dev,test (in that order)")
     states.add_argument("--budget-s", type=float, default=780.0, help="stop after this long (resumable)")
     ev = sub.add_parser("evaluate", help="fit on synthetic claims, apply to the recorded judgements (no engine)")
-    ev.add_argument("--cuts", default="0.3,0.35,0.4,0.45,0.5", help="dev: the cuts swept")
+    ev.add_argument("--p-yes-cuts", default="0.3,0.35,0.4,0.45,0.5", help="dev: the bare P(Yes)'s cuts swept")
+    ev.add_argument("--probe-cuts", default="0.02,0.05,0.08,0.1,0.15,0.2,0.3", help="dev: the probe's cuts swept")
     ev.add_argument("--cs", default="0.001,0.01,0.1", help="dev: the regularisation strengths swept")
+    ev.add_argument("--stride", type=int, default=SYNTHETIC_STRIDE, help="train on every n-th passage's claims")
     ev.add_argument("--chosen", help="the probe configuration (default: dev's best real AUC)")
     ev.add_argument(
         "--test", help="P_YES_CUT,PROBE_CUT chosen on dev: also train on test's contexts and report test (once)"
@@ -365,10 +380,11 @@ def main(argv: list[str] | None = None) -> None:
         p_yes_cut, probe_cut = (float(c) for c in args.test.split(","))
         test_cuts = (p_yes_cut, probe_cut)
     evaluate(
-        [float(c) for c in args.cuts.split(",")],
+        ([float(c) for c in args.p_yes_cuts.split(",")], [float(c) for c in args.probe_cuts.split(",")]),
         [float(c) for c in args.cs.split(",")],
         args.chosen,
         test_cuts,
+        args.stride,
     )
 
 
