@@ -296,6 +296,7 @@ def evaluate(
         "reader": f"transformers {version('transformers')}, bfloat16, CPU",
         "synthetic_stride": stride,
     }
+    probe.save(CACHE / "probe-dev.json")  # the artefact (git-ignored: 1,536 weights and a scaler)
     outcome["dev"] = {
         "synthetic_examples": len(dev.train_labels),
         "p_yes": {"auc_correct_vs_false": _auc(dev, bare), "cells": _cells(dev, bare, cuts[0], "p_yes")},
@@ -314,6 +315,7 @@ def evaluate(
         bare = _support(test, None, None)
         probe = fit(test, "test", layer_index, with_p_yes, c)
         support = _support(test, probe, layer_index)
+        probe.save(CACHE / "probe-test.json")
         outcome["test"] = {
             "synthetic_examples": len(test.train_labels),
             "p_yes": {
