@@ -1,0 +1,394 @@
+"""A linear probe on the judge's hidden states, trained on a split's own synthetic claims, applied as a veto.
+
+Two steps, so that the engine runs stay short (the machine-wide lock) and the evaluation needs no engine:
+
+    flock /tmp/juiz-heavy.lock nice -n 19 .venv/bin/python -m bench.probe states --split dev --budget-s 780
+    .venv/bin/python -m bench.probe evaluate [--test]
+
+`states` reads, with the judge model in transformers, the hidden states (several layers) and P(Yes) of a yes/no
+check conversation for every synthetic claim built from the split's contexts (`juiz synth`, claims about one
+passage grouped under one shared context) and for every sentence of every recorded answer beside its item's context;
+it caches them per group under bench/work/probe/ (git-ignored) and stops at the budget; run again to continue.
+
+`evaluate` fits the probe (juiz.judging.probe) on the split's synthetic claims only — never its labels or answers —
+and applies it to the recorded judgements of the default judge like bench.verifier: an answer's P(supported) is its
+least supported sentence's; the AUC of that between correct and false answers; the default verdict with
+groundedness capped at 1 where it is below the cut. Layers, regularisation and cut are chosen on dev; `--test`
+trains on the test split's contexts and reports test once at dev's choice.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import hashlib
+import json
+import random
+import sys
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from sklearn.metrics import roc_auc_score
+
+from bench.common import RESULTS, WORK, save, table
+from bench.verifier import CORRECT, FALSE, RUNS, _figures, _verdict
+from juiz.engines.models import DEFAULT_MODEL, resolve_model
+from juiz.judging.probe import PROMPT_HASH, Probe, feature_matrix, train
+from juiz.judging.sentences import split_sentences
+from juiz.judging.synthetic import SUPPORTED, Example, Passage, build_examples
+
+LAYERS = (8, 14, 20, 24, 28)  # of Qwen2.5-1.5B's 28; 28 is the last (after the final norm)
+CACHE = WORK / "probe"
+SEED = 0
+# One passage's claims in every SYNTHETIC_STRIDE: reading states runs at ~50 tokens/s on the 2-core machine, and all
+# of a split's ~95 passages (~1,250 claims, ~90k tokens) would take ~30 min per split.
+SYNTHETIC_STRIDE = 3
+
+
+@dataclass(frozen=True)
+class Group:
+    """Claims checked against the same passages (one shared prompt prefix)."""
+
+    passages: tuple[str, ...]
+    claims: tuple[str, ...]
+
+    @property
+    def key(self) -> str:
+        blob = json.dumps([PROMPT_HASH, self.passages, self.claims], ensure_ascii=False).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+
+def judgements(split: str) -> list[dict[str, Any]]:
+    with gzip.open(RESULTS / "judgements" / f"{RUNS[split]}.jsonl.gz", "rt") as recorded:
+        return [json.loads(line) for line in recorded]
+
+
+def synthetic_groups(split: str, stride: int = SYNTHETIC_STRIDE) -> tuple[list[Group], list[list[Example]]]:
+    """The split's synthetic examples grouped by the passage they were made from, each group under one context (that
+    of its first example, in a shuffled order so the true passage isn't always [1])."""
+    recorded = judgements(split)
+    passages = [Passage(s["text"], s.get("source") or j["id"]) for j in recorded for s in j["context"] or []]
+    by_passage: dict[str, list[Example]] = defaultdict(list)
+    for example in build_examples(passages, seed=SEED):
+        by_passage[example.passages[0]].append(example)
+    groups, examples = [], []
+    for passage, rows in list(by_passage.items())[::stride]:
+        context = list(rows[0].passages)
+        random.Random(f"{SEED}:{passage}").shuffle(context)  # per passage: the same whatever the stride
+        groups.append(Group(tuple(context), tuple(e.claim for e in rows)))
+        examples.append(rows)
+    return groups, examples
+
+
+def answer_groups(split: str) -> tuple[list[Group], dict[str, list[tuple[int, int]]]]:
+    """Every recorded answer's sentences beside its item's context; per item id, (group, claim) positions."""
+    by_context: dict[tuple[str, ...], list[str]] = defaultdict(list)
+    where: dict[str, list[tuple[tuple[str, ...], str]]] = {}
+    for j in judgements(split):
+        context = tuple(s["text"] for s in j["context"] or [])
+        if not context:
+            continue
+        sentences = split_sentences(j["answer"], min_words=1) or ([j["answer"]] if j["answer"].strip() else [])
+        where[j["id"]] = [(context, s) for s in sentences]
+        for s in sentences:
+            if s not in by_context[context]:
+                by_context[context].append(s)
+    groups = [Group(c, tuple(claims)) for c, claims in by_context.items()]
+    index = {g.passages: (i, {c: k for k, c in enumerate(g.claims)}) for i, g in enumerate(groups)}
+    positions = {item: [(index[c][0], index[c][1][s]) for c, s in pairs] for item, pairs in where.items()}
+    return groups, positions
+
+
+def _cached(group: Group) -> Path:
+    return CACHE / f"{group.key}.npz"
+
+
+def read_states(splits: list[str], budget_s: float) -> None:
+    """Read what is missing, in order: each split's answers, then its synthetic claims (nothing evaluates without
+    the answers); stop after budget_s (a rerun continues)."""
+    from juiz.judging.probe import StateReader
+
+    # A stride twice as long picks a subset of the same groups: read first, it gives every split a smaller training
+    # set early; the rest follows.
+    groups = [g for split in splits for g in answer_groups(split)[0] + synthetic_groups(split, 2 * SYNTHETIC_STRIDE)[0]]
+    groups += [g for split in splits for g in synthetic_groups(split)[0] if g not in groups]
+    split = ",".join(splits)
+    todo = [g for g in groups if not _cached(g).exists()]
+    print(f"{split}: {len(groups)} groups, {len(todo)} to read", flush=True)
+    if not todo:
+        return
+    CACHE.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    reader = StateReader(resolve_model(DEFAULT_MODEL), LAYERS)
+    loaded_s = time.perf_counter() - started
+    claims = 0
+    for n, group in enumerate(todo, start=1):
+        states = reader.read(group.passages, group.claims)
+        np.savez(_cached(group), hidden=states.hidden.astype(np.float16), p_yes=states.p_yes)
+        claims += len(group.claims)
+        spent = time.perf_counter() - started - loaded_s
+        print(
+            f"{n}/{len(todo)} groups, {claims} claims, {reader.tokens_read} tokens, {spent:.0f} s "
+            f"({reader.tokens_read / spent:.1f} tok/s, {spent / claims:.2f} s/claim)",
+            flush=True,
+        )
+        if time.perf_counter() - started > budget_s:
+            break
+    cost = {
+        "split": split,
+        "load_s": round(loaded_s, 1),
+        "claims": claims,
+        "tokens": reader.tokens_read,
+        "read_s": round(time.perf_counter() - started - loaded_s, 1),
+    }
+    with (CACHE / "cost.jsonl").open("a") as log:
+        log.write(json.dumps(cost) + "\n")
+
+
+def _load(groups: list[Group]) -> list[tuple[np.ndarray, np.ndarray]]:
+    missing = [g for g in groups if not _cached(g).exists()]
+    if missing:
+        sys.exit(f"{len(missing)} groups have no states yet: run `bench.probe states` (under the lock) first")
+    loaded = []
+    for g in groups:
+        with np.load(_cached(g)) as z:
+            loaded.append((z["hidden"].astype(np.float32), z["p_yes"]))
+    return loaded
+
+
+@dataclass
+class Split:
+    train_hidden: np.ndarray
+    train_p_yes: np.ndarray
+    train_labels: np.ndarray
+    train_documents: list[str]
+    train_hows: list[str]
+    answer_hidden: dict[str, np.ndarray]  # item id → sentences × layers × hidden
+    answer_p_yes: dict[str, np.ndarray]
+    recorded: list[dict[str, Any]]
+
+
+def load_split(split: str, stride: int = SYNTHETIC_STRIDE) -> Split:
+    groups, examples = synthetic_groups(split, stride)
+    states = _load(groups)
+    rows = [e for g in examples for e in g]
+    agroups, positions = answer_groups(split)
+    astates = _load(agroups)
+    return Split(
+        train_hidden=np.concatenate([h for h, _ in states]),
+        train_p_yes=np.concatenate([p for _, p in states]),
+        train_labels=np.array([int(e.label == SUPPORTED) for e in rows]),
+        train_documents=[e.document for e in rows],
+        train_hows=[e.how for e in rows],
+        answer_hidden={i: np.stack([astates[g][0][k] for g, k in pos]) for i, pos in positions.items()},
+        answer_p_yes={i: np.array([astates[g][1][k] for g, k in pos]) for i, pos in positions.items()},
+        recorded=judgements(split),
+    )
+
+
+def _support(data: Split, probe: Probe | None, layer_index: int | None) -> dict[str, float]:
+    """Per item: the least supported sentence's P(supported) (the bare P(Yes) when there is no probe)."""
+    support = {}
+    for item, hidden in data.answer_hidden.items():
+        p_yes = data.answer_p_yes[item]
+        if probe is None:
+            support[item] = float(p_yes.min())
+        else:
+            features = feature_matrix(hidden, p_yes, layer_index, probe.with_p_yes)
+            support[item] = float(probe.p_supported(features).min())
+    return support
+
+
+def _auc(data: Split, support: dict[str, float]) -> float:
+    wanted = [(j["category"], support[j["id"]]) for j in data.recorded if j["category"] in CORRECT + FALSE]
+    return round(float(roc_auc_score([c in CORRECT for c, _ in wanted], [s for _, s in wanted])), 3)
+
+
+def _cells(data: Split, support: dict[str, float], cuts: list[float], veto: str) -> dict[str, Any]:
+    graded = [
+        j
+        for j in data.recorded
+        if all(j["metrics"].get(m, {}).get("score") is not None for m in ("answer_relevance", "groundedness"))
+    ]
+    cells: dict[str, Any] = {}
+    for name, cut in {"judge": None, **{f"judge+{veto}@{c}": c for c in cuts}}.items():
+        rows = []
+        for j in graded:
+            relevance = j["metrics"]["answer_relevance"]["score"]
+            groundedness = j["metrics"]["groundedness"]["score"]
+            p = support.get(j["id"])
+            if cut is not None and p is not None and p < cut:
+                groundedness = min(groundedness, 1)
+            rows.append((j["category"], j["manual_label"], _verdict(relevance, groundedness)))
+        cells[name] = _figures(rows)
+    return cells
+
+
+def _synthetic_auc(data: Split, layer_index: int | None, with_p_yes: bool, c: float) -> float:
+    """Held-out documents of the synthetic set (half the documents train, half test): does the head learn at all?"""
+    documents = sorted(set(data.train_documents))
+    held = set(random.Random(SEED).sample(documents, len(documents) // 2))
+    mask = np.array([d in held for d in data.train_documents])
+    x = feature_matrix(data.train_hidden, data.train_p_yes, layer_index, with_p_yes)
+    probe = train(x[~mask], data.train_labels[~mask], model=DEFAULT_MODEL, layer=None, with_p_yes=with_p_yes, c=c)
+    return round(float(roc_auc_score(data.train_labels[mask], probe.p_supported(x[mask]))), 3)
+
+
+def fit(data: Split, split: str, layer_index: int | None, with_p_yes: bool, c: float) -> Probe:
+    x = feature_matrix(data.train_hidden, data.train_p_yes, layer_index, with_p_yes)
+    hows: dict[str, int] = defaultdict(int)
+    for how in data.train_hows:
+        hows[how] += 1
+    return train(
+        x,
+        data.train_labels,
+        model=DEFAULT_MODEL,
+        layer=None if layer_index is None else LAYERS[layer_index],
+        with_p_yes=with_p_yes,
+        c=c,
+        trained_on={"split_contexts": split, "examples": len(x), "by_how": dict(hows), "seed": SEED, "C": c},
+    )
+
+
+def configurations(cs: list[float]) -> list[tuple[int | None, bool, float]]:
+    """(layer index or None, with P(Yes), C): P(Yes) recalibrated alone, then each layer with and without it."""
+    return [(None, True, 1.0)] + [(k, p, c) for k in range(len(LAYERS)) for p in (False, True) for c in cs]
+
+
+def _name(layer_index: int | None, with_p_yes: bool, c: float) -> str:
+    layer = "none" if layer_index is None else f"L{LAYERS[layer_index]}"
+    return f"{layer}{'+p_yes' if with_p_yes else ''}@C={c}"
+
+
+def evaluate(
+    cuts: tuple[list[float], list[float]],
+    cs: list[float],
+    chosen: str | None,
+    test_cuts: tuple[float, float] | None,
+    stride: int,
+) -> Path:
+    """Dev: the bare P(Yes) and every probe configuration; test (once, at dev's choices) when test_cuts is given as
+    (the bare P(Yes)'s cut, the probe's cut)."""
+    dev = load_split("dev", stride)
+    bare = _support(dev, None, None)
+    sweep: dict[str, Any] = {}
+    for layer_index, with_p_yes, c in configurations(cs):
+        probe = fit(dev, "dev", layer_index, with_p_yes, c)
+        sweep[_name(layer_index, with_p_yes, c)] = {
+            "synthetic_heldout_auc": _synthetic_auc(dev, layer_index, with_p_yes, c),
+            "auc_correct_vs_false": _auc(dev, _support(dev, probe, layer_index)),
+        }
+    rows = [[name, v["synthetic_heldout_auc"], v["auc_correct_vs_false"]] for name, v in sweep.items()]
+    print(f"dev: bare P(Yes), real AUC correct vs false {_auc(dev, bare)}")
+    print(table(rows, ["dev probe configuration", "synthetic held-out AUC", "real AUC correct vs false"]))
+    best = chosen or max(sweep, key=lambda k: sweep[k]["auc_correct_vs_false"])
+    layer_index, with_p_yes, c = next(cfg for cfg in configurations(cs) if _name(*cfg) == best)
+    probe = fit(dev, "dev", layer_index, with_p_yes, c)
+    outcome: dict[str, Any] = {
+        "prompt_hash": PROMPT_HASH,
+        "layers_read": list(LAYERS),
+        "model": DEFAULT_MODEL,
+        "reader": f"transformers {version('transformers')}, bfloat16, CPU",
+        "synthetic_stride": stride,
+    }
+    probe.save(CACHE / "probe-dev.json")  # the artefact (git-ignored: 1,536 weights and a scaler)
+    outcome["dev"] = {
+        "synthetic_examples": len(dev.train_labels),
+        "p_yes": {"auc_correct_vs_false": _auc(dev, bare), "cells": _cells(dev, bare, cuts[0], "p_yes")},
+        "probe_sweep": sweep,
+        "probe": {
+            "chosen": best,
+            "version": probe.version,
+            "auc_correct_vs_false": sweep[best]["auc_correct_vs_false"],
+            "cells": _cells(dev, _support(dev, probe, layer_index), cuts[1], "probe"),
+        },
+    }
+    _print_cells("dev, bare P(Yes)", outcome["dev"]["p_yes"]["cells"])
+    _print_cells(f"dev, probe {best}", outcome["dev"]["probe"]["cells"])
+    if test_cuts is not None:
+        test = load_split("test", stride)
+        bare = _support(test, None, None)
+        probe = fit(test, "test", layer_index, with_p_yes, c)
+        support = _support(test, probe, layer_index)
+        probe.save(CACHE / "probe-test.json")
+        outcome["test"] = {
+            "synthetic_examples": len(test.train_labels),
+            "p_yes": {
+                "cut": test_cuts[0],
+                "auc_correct_vs_false": _auc(test, bare),
+                "cells": _cells(test, bare, [test_cuts[0]], "p_yes"),
+            },
+            "probe": {
+                "chosen": best,
+                "cut": test_cuts[1],
+                "version": probe.version,
+                "auc_correct_vs_false": _auc(test, support),
+                "cells": _cells(test, support, [test_cuts[1]], "probe"),
+            },
+        }
+        print(
+            f"test AUC correct vs false: bare P(Yes) {outcome['test']['p_yes']['auc_correct_vs_false']}, probe "
+            f"{outcome['test']['probe']['auc_correct_vs_false']}"
+        )
+        _print_cells("test, bare P(Yes)", outcome["test"]["p_yes"]["cells"])
+        _print_cells(f"test, probe {best}", outcome["test"]["probe"]["cells"])
+    costs = CACHE / "cost.jsonl"
+    outcome["state_reading_runs"] = (
+        [json.loads(line) for line in costs.read_text().splitlines()] if costs.exists() else []
+    )
+    return save("probe" if test_cuts else "probe_dev", outcome)
+
+
+def _print_cells(title: str, cells: dict[str, Any]) -> None:
+    keys = (
+        "n",
+        "accuracy",
+        "spearman",
+        "kappa_quadratic",
+        "false_in_context_as_I",
+        "false_not_in_context_as_I",
+        "correct_as_C",
+    )
+    print(title + ":")
+    print(table([[cell_name, *(cell[k] for k in keys)] for cell_name, cell in cells.items()], ["cell", *keys]))
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    sub = parser.add_subparsers(dest="step", required=True)
+    states = sub.add_parser("states", help="read and cache hidden states (engine: run under the lock)")
+    states.add_argument("--split", required=True, help="dev, test or dev,test (in that order)")
+    states.add_argument("--budget-s", type=float, default=780.0, help="stop after this long (resumable)")
+    ev = sub.add_parser("evaluate", help="fit on synthetic claims, apply to the recorded judgements (no engine)")
+    ev.add_argument("--p-yes-cuts", default="0.3,0.35,0.4,0.45,0.5", help="dev: the bare P(Yes)'s cuts swept")
+    ev.add_argument("--probe-cuts", default="0.02,0.05,0.08,0.1,0.15,0.2,0.3", help="dev: the probe's cuts swept")
+    ev.add_argument("--cs", default="0.001,0.01,0.1", help="dev: the regularisation strengths swept")
+    ev.add_argument("--stride", type=int, default=SYNTHETIC_STRIDE, help="train on every n-th passage's claims")
+    ev.add_argument("--chosen", help="the probe configuration (default: dev's best real AUC)")
+    ev.add_argument(
+        "--test", help="P_YES_CUT,PROBE_CUT chosen on dev: also train on test's contexts and report test (once)"
+    )
+    args = parser.parse_args(argv)
+    if args.step == "states":
+        read_states(args.split.split(","), args.budget_s)
+        return
+    test_cuts = None
+    if args.test:
+        p_yes_cut, probe_cut = (float(c) for c in args.test.split(","))
+        test_cuts = (p_yes_cut, probe_cut)
+    evaluate(
+        ([float(c) for c in args.p_yes_cuts.split(",")], [float(c) for c in args.probe_cuts.split(",")]),
+        [float(c) for c in args.cs.split(",")],
+        args.chosen,
+        test_cuts,
+        args.stride,
+    )
+
+
+if __name__ == "__main__":
+    main()
