@@ -28,6 +28,7 @@ import httpx
 
 from juiz.engines.base import CallControl, Completion, Conversation, GenerationRequest, spellings
 from juiz.engines.openai_server import OpenAIEngine, completion_from_choice
+from juiz.engines.slots import plan_slots, prompt_text
 from juiz.runtime.errors import EngineError, ModelError
 
 log = logging.getLogger(__name__)
@@ -136,6 +137,7 @@ class LlamaCppEngine(OpenAIEngine):
         self.config = config
         self.address = str(self._server.listening_address)
         self._token_groups: dict[tuple[tuple[str, ...], ...], list[list[int]]] = {}
+        self._held = [""] * config.slots  # the prompt each slot last computed, as far as this client planned it
         try:
             super().__init__(
                 self.address + "/v1",
@@ -182,6 +184,22 @@ class LlamaCppEngine(OpenAIEngine):
             if file_type:
                 return quantisation_name(file_type)
         return "unknown"
+
+    # --- which slot computes what, in what order (juiz.engines.slots) --------------------------------------------
+
+    lane_depth = REQUESTS_PER_SLOT
+
+    def lanes(self, conversations: Sequence[Conversation]) -> list[list[int]] | None:
+        """Each slot's conversations, planned so those sharing a prefix follow each other in one slot. A request left
+        to the server would go to whichever slot is free, and an item's checks, split over both slots, computed its
+        prefix in each, or lost it to another item's."""
+        texts = [prompt_text(conversation) for conversation in conversations]
+        plan = plan_slots(texts, self._held)
+        self._held = [texts[lane[-1]] if lane else held for lane, held in zip(plan, self._held, strict=True)]
+        return plan
+
+    def in_lane(self, body: dict[str, Any], lane: int) -> dict[str, Any]:
+        return body | {"id_slot": lane}
 
     # --- a check's P(yes), by token id --------------------------------------------------------------------------
 

@@ -29,7 +29,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from functools import partial
 from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import urlsplit
@@ -259,10 +259,14 @@ class OpenAIEngine:
     ) -> list[Completion]:
         started = time.monotonic()
         semaphore = asyncio.Semaphore(self._max_concurrency)
-        tasks = [
-            asyncio.create_task(self._one(self._http, semaphore, self.body(conversation, request), request.word_groups))
-            for conversation in conversations
-        ]
+        bodies = [self.body(conversation, request) for conversation in conversations]
+        lanes = self.lanes(conversations)
+        if lanes is None:
+            tasks = [
+                asyncio.create_task(self._one(self._http, semaphore, body, request.word_groups)) for body in bodies
+            ]
+        else:
+            tasks = self._in_lanes(lanes, bodies, semaphore, request.word_groups)
         if control is not None and control.on_finished is not None:
             # Each request as it returns (or is aborted): a done callback runs once per task, on this loop's thread.
             told = control.on_finished
@@ -277,6 +281,36 @@ class OpenAIEngine:
             if results[i] is None:
                 results[i] = _outcome(task)
         return [r for r in results if r is not None]
+
+    def lanes(self, conversations: Sequence[Conversation]) -> list[list[int]] | None:
+        """Queues the call's conversations go through, each in its order (indices into `conversations`), at most
+        `lane_depth` of a queue in flight at once; None: one pool, in the order sent. A server that keeps a cache per
+        sequence slot (llama.cpp) plans them so prompts sharing a prefix follow each other in one slot."""
+        return None
+
+    lane_depth = 1
+
+    def in_lane(self, body: dict[str, Any], lane: int) -> dict[str, Any]:
+        """The request for a conversation queued in `lane` (llama.cpp: pinned to that slot)."""
+        return body
+
+    def _in_lanes(
+        self,
+        lanes: list[list[int]],
+        bodies: list[dict[str, Any]],
+        semaphore: asyncio.Semaphore,
+        word_groups: tuple[tuple[str, ...], ...],
+    ) -> list[asyncio.Task[Completion]]:
+        """One task per conversation, each waiting for the one `lane_depth` places ahead of it in its lane."""
+        if sorted(i for lane in lanes for i in lane) != list(range(len(bodies))):
+            raise EngineError("a lane plan must queue every conversation of the call exactly once")
+        tasks: list[asyncio.Task[Completion] | None] = [None] * len(bodies)
+        for number, lane in enumerate(lanes):
+            for place, index in enumerate(lane):
+                ahead = tasks[lane[place - self.lane_depth]] if place >= self.lane_depth else None
+                send = partial(self._one, self._http, semaphore, self.in_lane(bodies[index], number), word_groups)
+                tasks[index] = asyncio.create_task(_after(ahead, send))
+        return [task for task in tasks if task is not None]
 
     async def _watch(
         self,
@@ -399,6 +433,13 @@ class OpenAIEngine:
             return dialect
         owned_by = str(served[self._model].get("owned_by") or "")
         return _OWNED_BY.get(owned_by, "none")  # type: ignore[return-value]
+
+
+async def _after(ahead: asyncio.Task[Completion] | None, send: Callable[[], Awaitable[Completion]]) -> Completion:
+    """`send()` once `ahead` is over (done, failed or cancelled): a lane's requests reach the server in its order."""
+    if ahead is not None:
+        await asyncio.wait([ahead])
+    return await send()
 
 
 def _told(on_finished: Callable[[int], None], index: int, _task: asyncio.Task[Completion]) -> None:
