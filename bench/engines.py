@@ -9,6 +9,7 @@ and its ratio. Each engine runs in a child process of its own, one after the oth
 one's memory is its own.
 
     .venv/bin/python -m bench.engines [--limit N] [--model NAME] [--engines vllm,llamacpp] [--no-seeds]
+        [--keep-results]
 
 Hold the heavy lock: `flock /tmp/juiz-heavy.lock .venv/bin/python -m bench.engines --limit 4`.
 """
@@ -156,6 +157,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default=DEFAULT_MODEL)
     parser.add_argument("--engines", default=",".join(ENGINES), help="comma-separated, from vllm, llamacpp")
     parser.add_argument("--no-seeds", action="store_true", help="skip `juiz score` on the seeds")
+    parser.add_argument(
+        "--keep-results", action="store_true", help="keep every graded result in the file (to compare grades)"
+    )
     parser.add_argument("--one", default=None, help=argparse.SUPPRESS)  # child: one engine
     parser.add_argument("--out", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -192,7 +196,10 @@ def main(argv: list[str] | None = None) -> int:
                 "agreement": side,
                 "seeds_score": seeds,
                 "seeds_auto_over_vllm": ratio,
-                "per_engine": {e: {k: v for k, v in d.items() if k != "results"} for e, d in per_engine.items()},
+                "per_engine": {
+                    e: {k: v for k, v in d.items() if k != "results" or args.keep_results}
+                    for e, d in per_engine.items()
+                },
             },
         )
 
