@@ -7,6 +7,9 @@ and retries. What differs from a remote server:
 
 - the server's slots (parallel sequences, each with its own prompt cache) are sized to the cores, and each holds a
   whole context of `max_model_len` tokens, so the KV cache is `slots × max_model_len` tokens, allocated at start-up;
+- each call's conversations are planned over the slots (juiz.engines.slots) and pinned there with `id_slot`: a slot
+  serves from cache only what its new prompt shares with its last one, so prompts sharing a prefix go one after
+  another to one slot (the server's own choice split them over both, each computing the prefix);
 - a check's P(yes) is read by token id, as the in-process vLLM engine reads it: the ids of every spelling of each word
   that the model's tokenizer writes as one token, looked up among the first position's top `WORD_TOP_LOGPROBS`
   candidates (llama.cpp has no "log-probabilities of these ids"; an id beyond them is below the last one read);

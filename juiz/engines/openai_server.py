@@ -4,7 +4,8 @@ hosted API), behind the same `JudgeEngine` Protocol as the in-process vLLM engin
 Same prompts, same chat messages, same parser. What differs is only how a call reaches the model:
 
 - Every conversation is one `POST {base_url}/chat/completions`; all of a call's requests are in flight together (at
-  most `max_concurrency`, an asyncio semaphore over one httpx.AsyncClient), so the server batches them itself.
+  most `max_concurrency`, an asyncio semaphore over one httpx.AsyncClient), so the server batches them itself. An
+  engine whose server keeps a cache per slot may queue them in `lanes` instead (LlamaCppEngine: one per slot).
 - The reply format is enforced where the server can: vLLM's `structured_outputs` request extension (`regex` /
   `choice`, vLLM 0.32 field names) or llama.cpp's `grammar` (GBNF). Elsewhere (`dialect="none"`: SGLang, hosted
   APIs) the reply is free text read by the same parser, and a reply off the template is a `parse_error`, never a 0.
