@@ -262,12 +262,10 @@ class OpenAIEngine:
         semaphore = asyncio.Semaphore(self._max_concurrency)
         bodies = [self.body(conversation, request) for conversation in conversations]
         lanes = self.lanes(conversations)
-        if lanes is None:
-            tasks = [
-                asyncio.create_task(self._one(self._http, semaphore, body, request.word_groups)) for body in bodies
-            ]
-        else:
-            tasks = self._in_lanes(lanes, bodies, semaphore, request.word_groups)
+        if lanes is not None:
+            bodies = self._in_lanes(lanes, bodies)
+        sends = [partial(self._one, self._http, semaphore, body, request.word_groups) for body in bodies]
+        tasks = _queued(sends, lanes, self.lane_depth)
         if control is not None and control.on_finished is not None:
             # Each request as it returns (or is aborted): a done callback runs once per task, on this loop's thread.
             told = control.on_finished
@@ -295,23 +293,12 @@ class OpenAIEngine:
         """The request for a conversation queued in `lane` (llama.cpp: pinned to that slot)."""
         return body
 
-    def _in_lanes(
-        self,
-        lanes: list[list[int]],
-        bodies: list[dict[str, Any]],
-        semaphore: asyncio.Semaphore,
-        word_groups: tuple[tuple[str, ...], ...],
-    ) -> list[asyncio.Task[Completion]]:
-        """One task per conversation, each waiting for the one `lane_depth` places ahead of it in its lane."""
+    def _in_lanes(self, lanes: list[list[int]], bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Each request as its lane sends it; a plan must queue every conversation exactly once."""
         if sorted(i for lane in lanes for i in lane) != list(range(len(bodies))):
             raise EngineError("a lane plan must queue every conversation of the call exactly once")
-        tasks: list[asyncio.Task[Completion] | None] = [None] * len(bodies)
-        for number, lane in enumerate(lanes):
-            for place, index in enumerate(lane):
-                ahead = tasks[lane[place - self.lane_depth]] if place >= self.lane_depth else None
-                send = partial(self._one, self._http, semaphore, self.in_lane(bodies[index], number), word_groups)
-                tasks[index] = asyncio.create_task(_after(ahead, send))
-        return [task for task in tasks if task is not None]
+        lane_of = {index: number for number, lane in enumerate(lanes) for index in lane}
+        return [self.in_lane(body, lane_of[index]) for index, body in enumerate(bodies)]
 
     async def _watch(
         self,
@@ -434,6 +421,21 @@ class OpenAIEngine:
             return dialect
         owned_by = str(served[self._model].get("owned_by") or "")
         return _OWNED_BY.get(owned_by, "none")  # type: ignore[return-value]
+
+
+def _queued(
+    sends: Sequence[Callable[[], Awaitable[Completion]]], lanes: list[list[int]] | None, depth: int
+) -> list[asyncio.Task[Completion]]:
+    """One task per request, started at once (`lanes` None), or each waiting for the one `depth` places ahead of it
+    in its lane."""
+    if lanes is None:
+        return [asyncio.create_task(_after(None, send)) for send in sends]
+    tasks: list[asyncio.Task[Completion] | None] = [None] * len(sends)
+    for lane in lanes:
+        for place, index in enumerate(lane):
+            ahead = tasks[lane[place - depth]] if place >= depth else None
+            tasks[index] = asyncio.create_task(_after(ahead, sends[index]))
+    return [task for task in tasks if task is not None]
 
 
 async def _after(ahead: asyncio.Task[Completion] | None, send: Callable[[], Awaitable[Completion]]) -> Completion:
