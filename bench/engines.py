@@ -9,7 +9,7 @@ and its ratio. Each engine runs in a child process of its own, one after the oth
 one's memory is its own.
 
     .venv/bin/python -m bench.engines [--limit N] [--model NAME] [--engines vllm,llamacpp] [--no-seeds]
-        [--without-bf16]
+        [--without-bf16] [--keep-results]
 
 `--without-bf16` on a CPU with native bf16 stands in for one without it: vLLM runs float32 (`JUIZ_DTYPE=float32`,
 what it picks there) and the seeds' "default engine" is llama.cpp (what `auto` picks there). It is a stand-in: this
@@ -164,6 +164,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--without-bf16", action="store_true", help="on a bf16 CPU, run as auto and vllm do on a CPU without it"
     )
+    parser.add_argument(
+        "--keep-results", action="store_true", help="keep every graded result in the file (to compare grades)"
+    )
     parser.add_argument("--one", default=None, help=argparse.SUPPRESS)  # child: one engine
     parser.add_argument("--out", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -212,7 +215,10 @@ def main(argv: list[str] | None = None) -> int:
                 "agreement": side,
                 "seeds_score": seeds,
                 "seeds_auto_over_vllm": ratio,
-                "per_engine": {e: {k: v for k, v in d.items() if k != "results"} for e, d in per_engine.items()},
+                "per_engine": {
+                    e: {k: v for k, v in d.items() if k != "results" or args.keep_results}
+                    for e, d in per_engine.items()
+                },
             },
         )
 

@@ -11,7 +11,9 @@ with any conversation sent before it —
 - `wave`: earlier in the same engine call (a cache that keeps nothing between the judge's calls);
 - `run`: earlier in the whole grading, any call (a cache large enough to keep everything the grading computed);
 - `slots`: the last prompt of one of SLOTS slots, the one sharing the longest prefix (else the least recently used),
-  as llama.cpp's server keeps one prompt's cache per slot and picks the most similar slot.
+  as llama.cpp's server keeps one prompt's cache per slot and picks the most similar slot;
+- `planned`: the last prompt of the slot juiz's llama.cpp engine pins the conversation to, each call planned over
+  SLOTS slots by juiz.engines.slots (each slot's conversations one after another, in the plan's order).
 vLLM's automatic prefix caching serves between the first two: vLLM keeps blocks until they are
 evicted (its CPU KV cache holds ~150k tokens of this model at 4 GiB), and caches whole 32-token blocks only on a CPU
 (`*_block32`); requests scheduled in the same step compute a shared prefix each, which neither model counts.
@@ -60,6 +62,8 @@ class Sent:
     cached_wave: int = 0
     cached_run: int = 0
     cached_slots: int = 0
+    cached_planned: int = 0
+    text: str = ""  # juiz.engines.slots.prompt_text of the conversation: what the engine's plan compares
 
 
 @dataclass
@@ -112,6 +116,25 @@ def cache(sent: Sequence[Sent], slots: int = SLOTS) -> None:
         last[slot] = s.tokens
         used.remove(slot)
         used.append(slot)
+    planned(sent, slots)
+
+
+def planned(sent: Sequence[Sent], slots: int = SLOTS) -> None:
+    """`cached_planned`: each engine call planned over the slots as LlamaCppEngine plans it, then each slot's
+    conversations in its order, each served the prefix it shares with the slot's previous prompt."""
+    from juiz.engines.slots import plan_slots
+
+    held_text = [""] * slots
+    held: list[tuple[int, ...]] = [() for _ in range(slots)]
+    waves: dict[int, list[Sent]] = defaultdict(list)
+    for s in sent:
+        waves[s.wave].append(s)
+    for _, rows in sorted(waves.items()):
+        plan = plan_slots([r.text for r in rows], held_text)
+        for lane_no, lane in enumerate(plan):
+            for i in lane:
+                rows[i].cached_planned = min(_common(held[lane_no], rows[i].tokens), len(rows[i].tokens) - 1)
+                held[lane_no], held_text[lane_no] = rows[i].tokens, rows[i].text
 
 
 def _sum(rows: Iterable[Sent], what: str) -> int:
@@ -129,7 +152,7 @@ def summarise(sent: Sequence[Sent], items: int) -> dict[str, Any]:
             "prompt_tokens_per_item": round(prompt / items, 1),
             "decode_tokens_per_item": round(_sum(rows, "decode") / items, 1),
         }
-        for model in ("wave", "run", "slots"):
+        for model in ("wave", "run", "slots", "planned"):
             cached = _sum(rows, f"cached_{model}")
             block = sum(r.__getattribute__(f"cached_{model}") // BLOCK * BLOCK for r in rows)
             out[f"computed_tokens_per_item_{model}"] = round((prompt - cached) / items, 1)
@@ -279,6 +302,8 @@ def _owners(triples: Sequence[Any], options: Any, reference_of: dict[str, str]) 
 def tokenised(sent: Sequence[dict[str, Any]], model: Path) -> list[Sent]:
     from transformers import AutoTokenizer
 
+    from juiz.engines.slots import prompt_text
+
     tokenizer = AutoTokenizer.from_pretrained(str(model))
     out = []
     for s in sent:
@@ -289,7 +314,9 @@ def tokenised(sent: Sequence[dict[str, Any]], model: Path) -> list[Sent]:
         decode = 1
         if s["decode_text"]:
             decode = min(len(tokenizer(s["decode_text"])["input_ids"]) + 1, s["max_tokens"])
-        out.append(Sent(s["wave"], s["item"], s["metric"], s["check"], s["kind"], tuple(ids), decode))
+        sent_row = Sent(s["wave"], s["item"], s["metric"], s["check"], s["kind"], tuple(ids), decode)
+        sent_row.text = prompt_text(s["conversation"])
+        out.append(sent_row)
     return out
 
 
@@ -372,7 +399,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(
             f"{name}: {total['conversations_per_item']} conversations/item, {total['prompt_tokens_per_item']} prompt "
             f"tokens/item, computed {total['computed_tokens_per_item_wave']} (per-wave cache) / "
-            f"{total['computed_tokens_per_item_run']} (whole-run cache), decode {total['decode_tokens_per_item']}, "
+            f"{total['computed_tokens_per_item_run']} (whole-run cache) / {total['computed_tokens_per_item_slots']} "
+            f"(llama.cpp's slots) / {total['computed_tokens_per_item_planned']} (slots as planned), "
+            f"decode {total['decode_tokens_per_item']}, "
             f"{len(report[name]['waves'])} waves"
         )
     report["conversations_changed"] = {}

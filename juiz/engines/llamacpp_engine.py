@@ -7,6 +7,9 @@ and retries. What differs from a remote server:
 
 - the server's slots (parallel sequences, each with its own prompt cache) are sized to the cores, and each holds a
   whole context of `max_model_len` tokens, so the KV cache is `slots × max_model_len` tokens, allocated at start-up;
+- each call's conversations are planned over the slots (juiz.engines.slots) and pinned there with `id_slot`: a slot
+  serves from cache only what its new prompt shares with its last one, so prompts sharing a prefix go one after
+  another to one slot (the server's own choice split them over both, each computing the prefix);
 - a check's P(yes) is read by token id, as the in-process vLLM engine reads it: the ids of every spelling of each word
   that the model's tokenizer writes as one token, looked up among the first position's top `WORD_TOP_LOGPROBS`
   candidates (llama.cpp has no "log-probabilities of these ids"; an id beyond them is below the last one read);
@@ -29,6 +32,7 @@ import httpx
 
 from juiz.engines.base import CallControl, Completion, Conversation, GenerationRequest, spellings
 from juiz.engines.openai_server import OpenAIEngine, completion_from_choice
+from juiz.engines.slots import plan_slots, prompt_text
 from juiz.runtime.errors import EngineError, ModelError
 
 log = logging.getLogger(__name__)
@@ -140,6 +144,7 @@ class LlamaCppEngine(OpenAIEngine):
         self.config = config
         self.address = str(self._server.listening_address)
         self._token_groups: dict[tuple[tuple[str, ...], ...], list[list[int]]] = {}
+        self._held = [""] * config.slots  # the prompt each slot last computed, as far as this client planned it
         try:
             super().__init__(
                 self.address + "/v1",
@@ -186,6 +191,22 @@ class LlamaCppEngine(OpenAIEngine):
             if file_type:
                 return quantisation_name(file_type)
         return "unknown"
+
+    # --- which slot computes what, in what order (juiz.engines.slots) --------------------------------------------
+
+    lane_depth = REQUESTS_PER_SLOT
+
+    def lanes(self, conversations: Sequence[Conversation]) -> list[list[int]] | None:
+        """Each slot's conversations, planned so those sharing a prefix follow each other in one slot. A request left
+        to the server would go to whichever slot is free, and an item's checks, split over both slots, computed its
+        prefix in each, or lost it to another item's."""
+        texts = [prompt_text(conversation) for conversation in conversations]
+        plan = plan_slots(texts, self._held)
+        self._held = [texts[lane[-1]] if lane else held for lane, held in zip(plan, self._held, strict=True)]
+        return plan
+
+    def in_lane(self, body: dict[str, Any], lane: int) -> dict[str, Any]:
+        return body | {"id_slot": lane}
 
     # --- a check's P(yes), by token id --------------------------------------------------------------------------
 

@@ -4,7 +4,8 @@ hosted API), behind the same `JudgeEngine` Protocol as the in-process vLLM engin
 Same prompts, same chat messages, same parser. What differs is only how a call reaches the model:
 
 - Every conversation is one `POST {base_url}/chat/completions`; all of a call's requests are in flight together (at
-  most `max_concurrency`, an asyncio semaphore over one httpx.AsyncClient), so the server batches them itself.
+  most `max_concurrency`, an asyncio semaphore over one httpx.AsyncClient), so the server batches them itself. An
+  engine whose server keeps a cache per slot may queue them in `lanes` instead (LlamaCppEngine: one per slot).
 - The reply format is enforced where the server can: vLLM's `structured_outputs` request extension (`regex` /
   `choice`, vLLM 0.32 field names) or llama.cpp's `grammar` (GBNF). Elsewhere (`dialect="none"`: SGLang, hosted
   APIs) the reply is free text read by the same parser, and a reply off the template is a `parse_error`, never a 0.
@@ -35,7 +36,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from functools import partial
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal
@@ -272,19 +273,23 @@ class OpenAIEngine:
         semaphore = asyncio.Semaphore(self._max_concurrency)
         listening = control is not None and control.on_tokens is not None
         stream = listening and self.STREAMS_LONG_REPLIES and request.max_tokens > 1 and request.n == 1
-        tasks = [
-            asyncio.create_task(
-                self._one(
-                    self._http,
-                    semaphore,
-                    self.body(conversation, request),
-                    request.word_groups,
-                    tokens=partial(control.tokens, index) if control is not None and listening else None,
-                    stream=stream,
-                )
+        bodies = [self.body(conversation, request) for conversation in conversations]
+        lanes = self.lanes(conversations)
+        if lanes is not None:
+            bodies = self._in_lanes(lanes, bodies)
+        sends = [
+            partial(
+                self._one,
+                self._http,
+                semaphore,
+                body,
+                request.word_groups,
+                tokens=partial(control.tokens, index) if control is not None and listening else None,
+                stream=stream,
             )
-            for index, conversation in enumerate(conversations)
+            for index, body in enumerate(bodies)
         ]
+        tasks = _queued(sends, lanes, self.lane_depth)
         if control is not None and control.on_finished is not None:
             # Each request as it returns (or is aborted): a done callback runs once per task, on this loop's thread.
             told = control.on_finished
@@ -299,6 +304,25 @@ class OpenAIEngine:
             if results[i] is None:
                 results[i] = _outcome(task)
         return [r for r in results if r is not None]
+
+    def lanes(self, conversations: Sequence[Conversation]) -> list[list[int]] | None:
+        """Queues the call's conversations go through, each in its order (indices into `conversations`), at most
+        `lane_depth` of a queue in flight at once; None: one pool, in the order sent. A server that keeps a cache per
+        sequence slot (llama.cpp) plans them so prompts sharing a prefix follow each other in one slot."""
+        return None
+
+    lane_depth = 1
+
+    def in_lane(self, body: dict[str, Any], lane: int) -> dict[str, Any]:
+        """The request for a conversation queued in `lane` (llama.cpp: pinned to that slot)."""
+        return body
+
+    def _in_lanes(self, lanes: list[list[int]], bodies: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Each request as its lane sends it; a plan must queue every conversation exactly once."""
+        if sorted(i for lane in lanes for i in lane) != list(range(len(bodies))):
+            raise EngineError("a lane plan must queue every conversation of the call exactly once")
+        lane_of = {index: number for number, lane in enumerate(lanes) for index in lane}
+        return [self.in_lane(body, lane_of[index]) for index, body in enumerate(bodies)]
 
     async def _watch(
         self,
@@ -450,6 +474,28 @@ class OpenAIEngine:
             return dialect
         owned_by = str(served[self._model].get("owned_by") or "")
         return _OWNED_BY.get(owned_by, "none")  # type: ignore[return-value]
+
+
+def _queued(
+    sends: Sequence[Callable[[], Awaitable[Completion]]], lanes: list[list[int]] | None, depth: int
+) -> list[asyncio.Task[Completion]]:
+    """One task per request, started at once (`lanes` None), or each waiting for the one `depth` places ahead of it
+    in its lane."""
+    if lanes is None:
+        return [asyncio.create_task(_after(None, send)) for send in sends]
+    tasks: list[asyncio.Task[Completion] | None] = [None] * len(sends)
+    for lane in lanes:
+        for place, index in enumerate(lane):
+            ahead = tasks[lane[place - depth]] if place >= depth else None
+            tasks[index] = asyncio.create_task(_after(ahead, sends[index]))
+    return [task for task in tasks if task is not None]
+
+
+async def _after(ahead: asyncio.Task[Completion] | None, send: Callable[[], Awaitable[Completion]]) -> Completion:
+    """`send()` once `ahead` is over (done, failed or cancelled): a lane's requests reach the server in its order."""
+    if ahead is not None:
+        await asyncio.wait([ahead])
+    return await send()
 
 
 def _told(on_finished: Callable[[int], None], index: int, _task: asyncio.Task[Completion]) -> None:

@@ -42,3 +42,16 @@ def test_figures_per_item_per_kind_and_per_call() -> None:
     assert total["decode_tokens_per_item"] == 16
     assert report["by_kind"]["per_point"]["cache_hit_rate_wave"] == round(39 / 40, 4)
     assert [w["conversations"] for w in report["waves"]] == [1, 2] and report["waves"][0]["longest_decode"] == 30
+
+
+def test_the_planned_model_serves_each_slot_the_prompt_before_it_in_the_engines_plan() -> None:
+    def with_text(tokens: list[int], text: str) -> Sent:
+        row = sent(0, tokens)
+        row.text = text
+        return row
+
+    # Sent interleaved; the plan puts the two sharing a prefix one after the other in one slot.
+    rows = [with_text([1, 2, 3, 4], "shared X"), with_text([5, 6], "other"), with_text([1, 2, 3, 9], "shared Y")]
+    cache(rows, slots=1)
+    assert [r.cached_slots for r in rows] == [0, 0, 0]
+    assert [r.cached_planned for r in rows] == [0, 0, 3]
