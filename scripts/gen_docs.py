@@ -306,8 +306,15 @@ def judge_quality_table(data: dict[str, Any]) -> str:
 
 PERFORMANCE = (
     "engines_dev_limit6",
+    "engines_dev_without_bf16",
     "context_budget",
     "tokens-dev-checks-8",
+    "tokens-dev-checks-8-slots",
+    "llamacpp_slots_limit2",
+    "progress_line_demo_auto_step1024",
+    "progress_line_demo_auto_step4096",
+    "progress_line_demo_auto_after",
+    "progress_line_demo_llamacpp_after",
     "progress_line",
     "engine_efficiency",
     "small_batches",
@@ -326,6 +333,7 @@ PERFORMANCE = (
     "store_full",
     "intake_memory",
     "verifier",
+    "probe",
 )
 
 

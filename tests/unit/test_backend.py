@@ -91,11 +91,12 @@ def test_both_callers_load_the_configured_model_and_context_length(
     monkeypatch.setenv("JUIZ_MAX_MODEL_LEN", "2048")
     monkeypatch.setenv("JUIZ_DTYPE", "float32")
     monkeypatch.setenv("JUIZ_ENFORCE_EAGER", "0")
+    monkeypatch.setenv("JUIZ_CPU_STEP_TOKENS", "512")
     run(tmp_path, monkeypatch)
     [engine] = built
     assert isinstance(engine, FakeVLLM)
     assert engine.model == "org/judge" and engine.model_id == "org/judge"
-    assert engine.kwargs["max_model_len"] == 2048
+    assert engine.kwargs["max_model_len"] == 2048 and engine.kwargs["cpu_step_tokens"] == 512
     assert engine.kwargs["dtype"] == "float32" and engine.kwargs["enforce_eager"] is False
     assert engine.calls, "warmed up before it is handed over"
 
