@@ -178,9 +178,8 @@ def main(argv: list[str] | None = None) -> int:
     engines = [e for e in args.engines.split(",") if e]
     per_engine: dict[str, Any] = {}
     seeds: list[dict[str, Any]] = []
-    name = (
-        "engines_dev" + (f"_limit{args.limit}" if args.limit else "") + ("_without_bf16" if args.without_bf16 else "")
-    )
+    name = ("engines_dev" if engines else "engines_seeds") + (f"_limit{args.limit}" if args.limit and engines else "")
+    name += "_without_bf16" if args.without_bf16 else ""
     default_engine: str | None = None
     if args.without_bf16:
         os.environ["JUIZ_DTYPE"] = "float32"  # the children (and `juiz score`) inherit it; llama.cpp ignores it

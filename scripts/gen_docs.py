@@ -306,7 +306,7 @@ def judge_quality_table(data: dict[str, Any]) -> str:
 
 PERFORMANCE = (
     "engines_dev_limit6",
-    "engines_dev_without_bf16",
+    "engines_seeds_without_bf16",
     "context_budget",
     "tokens-dev-checks-8",
     "tokens-dev-checks-8-slots",
