@@ -172,7 +172,8 @@ def test_sign_in_upload_watch_label_and_xss(
     # Its page while it runs: conversations done / planned, moving before its items are done.
     driver.get(f"{stack.url}/ui/batches/{big.json()['id']}")
     conversations = driver.find_element(By.CSS_SELECTOR, "[data-field=conversations]")
-    wait.until(lambda _: re.fullmatch(r"\d+/\d+ conversations( \(planned so far\))?", conversations.text))
+    shown = r"\d+/\d+ conversations( \(planned so far\))?(, [\d,]+ prompt tokens? read)?(, [\d,]+ tokens? written)?"
+    wait.until(lambda _: re.fullmatch(shown, conversations.text))
     driver.get(f"{stack.url}/ui/batches")
     row = driver.find_element(By.CSS_SELECTOR, f"a[href='{batch_url.removeprefix(stack.url)}']")
     assert row.find_element(By.XPATH, "./ancestor::tr//span[contains(@class,'status')]").text == "done"
