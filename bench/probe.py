@@ -36,7 +36,7 @@ import numpy as np
 from sklearn.metrics import roc_auc_score
 
 from bench.common import RESULTS, WORK, save, table
-from bench.verifier import CORRECT, FALSE, RUNS, _figures, _verdict
+from bench.verifier import CORRECT, FALSE, RUNS, _figures, _verdict, cells_table
 from juiz.engines.models import DEFAULT_MODEL, resolve_model
 from juiz.judging.probe import PROMPT_HASH, Probe, feature_matrix, train
 from juiz.judging.sentences import split_sentences
@@ -345,17 +345,8 @@ def evaluate(
 
 
 def _print_cells(title: str, cells: dict[str, Any]) -> None:
-    keys = (
-        "n",
-        "accuracy",
-        "spearman",
-        "kappa_quadratic",
-        "false_in_context_as_I",
-        "false_not_in_context_as_I",
-        "correct_as_C",
-    )
     print(title + ":")
-    print(table([[cell_name, *(cell[k] for k in keys)] for cell_name, cell in cells.items()], ["cell", *keys]))
+    print(cells_table(cells))
 
 
 def main(argv: list[str] | None = None) -> None:

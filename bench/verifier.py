@@ -123,17 +123,24 @@ def main(argv: list[str] | None = None) -> Path:
             f"{split}: {outcome['examples']} synthetic examples, verifier AUC correct vs false "
             f"{outcome['auc_correct_vs_false']}"
         )
-        keys = (
-            "n",
-            "accuracy",
-            "spearman",
-            "kappa_quadratic",
-            "false_in_context_as_I",
-            "false_not_in_context_as_I",
-            "correct_as_C",
-        )
-        print(table([[name, *(cell[k] for k in keys)] for name, cell in outcome["cells"].items()], ["cell", *keys]))
+        print(cells_table(outcome["cells"]))
     return save("verifier", {"dev": dev, "test": test})
+
+
+CELL_FIGURES = (
+    "n",
+    "accuracy",
+    "spearman",
+    "kappa_quadratic",
+    "false_in_context_as_I",
+    "false_not_in_context_as_I",
+    "correct_as_C",
+)
+
+
+def cells_table(cells: dict[str, Any]) -> str:
+    """The verdict figures of each cell (the judge alone, with a veto at each cut), one row a cell."""
+    return table([[name, *(cell[k] for k in CELL_FIGURES)] for name, cell in cells.items()], ["cell", *CELL_FIGURES])
 
 
 if __name__ == "__main__":
