@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Callable
 from typing import Any
 
 from litestar import Litestar
@@ -34,6 +35,37 @@ def events_of(body: str) -> list[dict[str, Any]]:
     return out
 
 
+def watch_until(
+    client: TestClient[Litestar],
+    redis: Redis,
+    batch_id: str,
+    release: threading.Event,
+    seen: list[dict[str, Any]],
+    shows: Callable[[dict[str, Any]], bool],
+) -> threading.Thread:
+    """A thread that blocks on the batch's events stream and, at each event, reads the API's view into `seen` until
+    one `shows` what the test waits for; then (or when the stream goes quiet) it sets `release` for the engine."""
+
+    def watch() -> None:
+        cursor = START
+        try:
+            while not release.is_set():
+                reply: Any = redis.xread({Store.batch_key(batch_id, "events"): cursor}, block=60_000)
+                if not reply:
+                    return
+                cursor = reply[0][1][-1][0]
+                view = client.get(f"/v1/batches/{batch_id}").json()
+                seen.append(view)
+                if shows(view):
+                    return
+        finally:
+            release.set()
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    return watcher
+
+
 def test_the_api_shows_conversations_moving_before_the_first_item_is_done(
     client: TestClient[Litestar], redis: Redis, redis_url: str, run_worker: Any
 ) -> None:
@@ -51,24 +83,7 @@ def test_the_api_shows_conversations_moving_before_the_first_item_is_done(
             assert release.wait(60), "the API never showed the call's progress"
         return fake_reply(conversation)
 
-    def watch() -> None:
-        """Block on the batch's events stream; at each event read the API's view, until the held call shows."""
-        cursor = START
-        try:
-            while not release.is_set():
-                reply_: Any = redis.xread({Store.batch_key(batch_id, "events"): cursor}, block=60_000)
-                if not reply_:
-                    return
-                cursor = reply_[0][1][-1][0]
-                view = client.get(f"/v1/batches/{batch_id}").json()
-                seen.append(view)
-                if view["conversations_done"] == HELD_AFTER:
-                    return
-        finally:
-            release.set()
-
-    watcher = threading.Thread(target=watch)
-    watcher.start()
+    watcher = watch_until(client, redis, batch_id, release, seen, lambda view: view["conversations_done"] == HELD_AFTER)
     assert run_worker(settings, worker_engine=FakeEngine(reply))
     watcher.join()
     held = seen[-1]
@@ -161,23 +176,7 @@ def test_the_api_shows_tokens_moving_before_any_conversation_is_done(
     release = threading.Event()
     seen: list[dict[str, Any]] = []
 
-    def watch() -> None:
-        cursor = START
-        try:
-            while not release.is_set():
-                reply_: Any = redis.xread({Store.batch_key(batch_id, "events"): cursor}, block=60_000)
-                if not reply_:
-                    return
-                cursor = reply_[0][1][-1][0]
-                view = client.get(f"/v1/batches/{batch_id}").json()
-                seen.append(view)
-                if view["tokens_written"]:
-                    return
-        finally:
-            release.set()
-
-    watcher = threading.Thread(target=watch)
-    watcher.start()
+    watcher = watch_until(client, redis, batch_id, release, seen, lambda view: bool(view["tokens_written"]))
     assert run_worker(settings, worker_engine=HeldMidConversation(release))
     watcher.join()
     held = seen[-1]
