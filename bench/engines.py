@@ -37,8 +37,9 @@ import psutil
 from bench.common import REPO, WORK, save, setup_logging, table
 from bench.judge_quality import CountingEngine, cost_row, rag_rows
 from bench.labelled import CELLS, labelled_set
+from juiz.engines.cpu import native_bf16
 from juiz.engines.models import DEFAULT_MODEL
-from juiz.judging.backend import build_engine
+from juiz.judging.backend import build_engine, cuda_present
 from juiz.judging.judge import Judge
 from juiz.runtime.settings import Settings
 
@@ -179,7 +180,10 @@ def main(argv: list[str] | None = None) -> int:
     per_engine: dict[str, Any] = {}
     seeds: list[dict[str, Any]] = []
     name = ("engines_dev" if engines else "engines_seeds") + (f"_limit{args.limit}" if args.limit and engines else "")
-    name += "_without_bf16" if args.without_bf16 else ""
+    if args.without_bf16:
+        name += "_without_bf16"  # a stand-in on a CPU that has bf16
+    elif not (cuda_present() or native_bf16()):
+        name += "_no_bf16_cpu"  # the real thing: a machine's figures don't overwrite another kind's
     default_engine: str | None = None
     if args.without_bf16:
         os.environ["JUIZ_DTYPE"] = "float32"  # the children (and `juiz score`) inherit it; llama.cpp ignores it

@@ -337,8 +337,8 @@ def _add_engine(parser: argparse.ArgumentParser) -> None:
         "--engine",
         choices=["auto", "vllm", "llamacpp", "openai"],
         default=None,
-        help="auto (default, env JUIZ_ENGINE): vllm on a GPU, llamacpp on a CPU when the model has a GGUF; vllm or "
-        "llamacpp: in process; openai: an OpenAI-compatible server (needs --base-url)",
+        help="auto (default, env JUIZ_ENGINE): vllm on a GPU or an AVX-512 CPU, llamacpp on other CPUs when the model "
+        "has a GGUF; vllm or llamacpp: in process; openai: an OpenAI-compatible server (needs --base-url)",
     )
     parser.add_argument(
         "--base-url",

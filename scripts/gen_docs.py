@@ -305,6 +305,8 @@ def judge_quality_table(data: dict[str, Any]) -> str:
 
 
 PERFORMANCE = (
+    "engines_dev_limit6_no_bf16_cpu",
+    "engines_seeds_no_bf16_cpu",
     "engines_dev_limit6",
     "engines_seeds_without_bf16",
     "context_budget",

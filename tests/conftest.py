@@ -59,7 +59,7 @@ def tiny_llamacpp_engine():  # type: ignore[no-untyped-def]
 
 @pytest.fixture(scope="session")
 def tiny_judge_engine(request: pytest.FixtureRequest):  # type: ignore[no-untyped-def]
-    """The engine `JUIZ_ENGINE=auto` picks on this machine for the test model (llama.cpp on a CPU with its GGUF)."""
+    """The engine `JUIZ_ENGINE=auto` picks on this machine for the test model (llama.cpp on an AVX2 CPU, else vLLM)."""
     from juiz.engines.models import TEST_MODEL
     from juiz.judging.backend import chosen_engine
     from juiz.runtime.settings import Settings

@@ -23,3 +23,13 @@ def cpu_flags() -> frozenset[str]:
 def native_bf16() -> bool:
     """Whether this CPU computes in bfloat16 natively (AVX512-BF16 or AMX)."""
     return bool(NATIVE_BF16_FLAGS & cpu_flags())
+
+
+# x86's 512-bit vector instructions. vLLM's CPU kernels (oneDNN) use them in float32 as in bf16; on such a CPU without
+# native bf16, vLLM float32 graded faster than llama.cpp's Q4 kernels (bench.engines); on an AVX2-only CPU, slower.
+AVX512_FLAG = "avx512f"
+
+
+def avx512() -> bool:
+    """Whether this CPU has AVX-512 (its foundation instructions)."""
+    return AVX512_FLAG in cpu_flags()

@@ -5,12 +5,12 @@
 `JUIZ_ENFORCE_EAGER`; "auto" leaves the dtype and eager mode to juiz.engines.vllm_engine, by device), `llamacpp` runs
 the model's GGUF with llama.cpp in this process (`JUIZ_LLAMACPP_*`), `openai` is a client of an OpenAI-compatible
 server (`JUIZ_ENGINE_BASE_URL`, `JUIZ_ENGINE_MODEL`, ...). `auto` (the default) is decided once, before anything
-starts (`chosen_engine`): vLLM where a CUDA GPU is present or the CPU computes in bf16 natively (AVX512-BF16/AMX:
-there vLLM's bf16 kernels graded the dev split several times faster than llama.cpp's Q4, bench.engines), llama.cpp on
-other CPUs when the model has a GGUF (its quantised weights: a quarter of the memory and bytes per token of vLLM's
-float32 there), else vLLM. There is no
-fallback after that: a back end that fails to start fails, and a fake engine is only ever built by name (tests, the
-fake worker). A bad choice is the settings' InputError, raised before anything starts.
+starts (`chosen_engine`): vLLM where a CUDA GPU is present or the CPU has AVX-512 (bf16 where it computes bf16
+natively, float32 where not: on both, vLLM's kernels graded faster than llama.cpp's Q4 ones, bench.engines), llama.cpp
+on other CPUs (AVX2) when the model has a GGUF (its quantised weights: a quarter of the memory and bytes per token of
+vLLM's float32, and a faster prompt there), else vLLM. There is no fallback after that: a back end that fails to
+start fails, and a fake engine is only ever built by name (tests, the fake worker). A bad choice is the settings'
+InputError, raised before anything starts.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal
 
-from juiz.engines.cpu import native_bf16
+from juiz.engines.cpu import avx512
 from juiz.engines.models import find_gguf, resolve_gguf, resolve_model
 from juiz.judging.judge import Judge
 from juiz.runtime.errors import InputError
@@ -56,13 +56,13 @@ def chosen_engine(
     *,
     gpu: Callable[[], bool] = cuda_present,
     llamacpp: Callable[[], bool] = llamacpp_installed,
-    bf16: Callable[[], bool] = native_bf16,
+    wide_vectors: Callable[[], bool] = avx512,
 ) -> Backend:
-    """The back end `settings.engine` names; for `auto`: vllm on a GPU or a CPU with native bf16, llamacpp on another
-    CPU when the model has a GGUF (and llama.cpp is installed), else vllm."""
+    """The back end `settings.engine` names; for `auto`: vllm on a GPU or an AVX-512 CPU, llamacpp on another CPU when
+    the model has a GGUF (and llama.cpp is installed), else vllm."""
     if settings.engine != "auto":
         return settings.engine
-    if gpu() or bf16():
+    if gpu() or wide_vectors():
         return "vllm"
     if find_gguf(settings.model) is not None and llamacpp():
         return "llamacpp"

@@ -158,8 +158,8 @@ class Settings(BaseSettings):
     engine: Literal["auto", "vllm", "llamacpp", "openai"] = Field(
         "auto",
         description="Judge back end: vllm (in process), llamacpp (llama.cpp in process, on the model's GGUF), openai "
-        "(an OpenAI-compatible server); auto: vllm where a CUDA GPU is present, else llamacpp when the model has a "
-        "GGUF, else vllm.",
+        "(an OpenAI-compatible server); auto: vllm where a CUDA GPU is present or the CPU has AVX-512, else "
+        "llamacpp when the model has a GGUF, else vllm.",
     )
     llamacpp_slots: int = Field(
         0,

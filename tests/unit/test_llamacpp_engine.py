@@ -93,7 +93,7 @@ def test_a_gguf_file_or_a_folder_holding_one_is_found_and_a_hub_id_has_none(tmp_
 
 
 @pytest.mark.parametrize(
-    ("gpu", "bf16", "has_gguf", "installed", "picked"),
+    ("gpu", "avx512", "has_gguf", "installed", "picked"),
     [
         (True, False, True, True, "vllm"),
         (False, True, True, True, "vllm"),
@@ -103,14 +103,14 @@ def test_a_gguf_file_or_a_folder_holding_one_is_found_and_a_hub_id_has_none(tmp_
     ],
     ids=[
         "GPU: vllm",
-        "CPU with native bf16: vllm",
-        "CPU without bf16, with a GGUF: llamacpp",
+        "AVX-512 CPU (bf16 or float32): vllm",
+        "AVX2 CPU, with a GGUF: llamacpp",
         "CPU, no GGUF: vllm",
         "llama.cpp not installed: vllm",
     ],
 )
-def test_auto_takes_vllm_on_a_gpu_or_bf16_cpu_and_llama_cpp_on_other_cpus_when_the_model_has_a_gguf(
-    gpu: bool, bf16: bool, has_gguf: bool, installed: bool, picked: str, tmp_path: Path
+def test_auto_takes_vllm_on_a_gpu_or_avx512_cpu_and_llama_cpp_on_other_cpus_when_the_model_has_a_gguf(
+    gpu: bool, avx512: bool, has_gguf: bool, installed: bool, picked: str, tmp_path: Path
 ) -> None:
     model = tmp_path / "judge"
     model.mkdir()
@@ -118,7 +118,7 @@ def test_auto_takes_vllm_on_a_gpu_or_bf16_cpu_and_llama_cpp_on_other_cpus_when_t
         (model / "model.gguf").write_bytes(b"GGUF")
     settings = Settings.from_env({}, model=str(model))
     assert settings.engine == "auto"  # the default
-    assert chosen_engine(settings, gpu=lambda: gpu, llamacpp=lambda: installed, bf16=lambda: bf16) == picked
+    assert chosen_engine(settings, gpu=lambda: gpu, llamacpp=lambda: installed, wide_vectors=lambda: avx512) == picked
 
 
 @pytest.mark.parametrize("named", ["vllm", "llamacpp"])
