@@ -95,10 +95,7 @@ def plan_slots(texts: Sequence[str], held: Sequence[str]) -> list[list[int]]:
     taken: list[list[_Run]] = [[] for _ in range(slots)]
     # Costliest first (ties: the sorted order), each to the slot that would finish it first.
     for run in sorted(runs, key=lambda r: -r.cost):
-        finish = [
-            load[s] + run.cost - max([_reuse(held[s], run, taken[s]), *(shared_prefix(r.first, run.first) for r in taken[s])])
-            for s in range(slots)
-        ]
+        finish = [load[s] + run.cost - _served(held[s], run, taken[s]) for s in range(slots)]
         best = min(range(slots), key=lambda s: (finish[s], load[s], s))
         taken[best].append(run)
         load[best] = finish[best]
@@ -119,3 +116,9 @@ def _reuse(held: str, run: _Run, taken: list[_Run]) -> int:
     if any(shared_prefix(held, other.first) >= shared for other in taken):
         return 0
     return shared
+
+
+def _served(held: str, run: _Run, taken: list[_Run]) -> int:
+    """What of the run's first prompt a slot serves from cache: from its held prompt (`_reuse`), or from a run it was
+    given already in this call (at least their common system message)."""
+    return max([_reuse(held, run, taken), *(shared_prefix(other.first, run.first) for other in taken)])
