@@ -70,6 +70,10 @@ CELLS = {
     "checks-8": Cell("checks-8", "fast", {"answer_relevance": "checks-8", "groundedness": "checks-4"}),
     # checks-9: checks-8's conversations, groundedness checks-5: the least supported sentence decides (rule-8).
     "checks-9": Cell("checks-9", "fast", {"answer_relevance": "checks-8", "groundedness": "checks-5"}),
+    # checks-10: checks-8's checks in one layout shared by both metrics and every check kind (one system message with
+    # the worked examples, then the question and context, then what a conversation asks about): an item's prefix is
+    # computed once, not once per kind.
+    "checks-10": Cell("checks-10", "fast", {"answer_relevance": "checks-10", "groundedness": "checks-6"}),
 }
 # What `make bench` grades: the default judge, the chain-of-thought baseline beside it, and context relevance (fast-v2);
 # the earlier answer-relevance-only cells (cot-v1, fast-v1) and the other check versions are opt-in.

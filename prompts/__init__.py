@@ -34,6 +34,8 @@ DEFAULT_VERSIONS = {
     "completeness": "checks-1",
 }
 LANGUAGES = ("en", "pt")
+# Where a check's layout places its question and how to answer (PromptTemplate.render_check), if it does.
+ASK = "{ask}"
 
 
 class PromptNotFound(LookupError):
@@ -58,7 +60,8 @@ class CheckSpec:
     `role`: a veto can sink the answer alone, core checks make the score, scale checks multiply it
     (juiz.judging.check_rule), info checks are recorded (and may feed a calibration) but do not move the score. `user`
     replaces the item's layout for this check (e.g. the reference before the answer, to ask a comparison in both
-    orders), and `system` the prompt's system message. `examples` are worked cases shown before the item as earlier
+    orders; `{ask}` in it places the question, else the question follows it), and `system` the prompt's system
+    message. `examples` are worked cases shown before the item as earlier
     turns (the layout's fields and the reply): a small judge's yes/no probabilities on a narrow question are far
     better placed when it has seen both answers given once; they share one prefix across every item, so the engine
     computes them once. `min_words`: the shortest sentence a per-sentence check asks about
@@ -161,13 +164,18 @@ class PromptTemplate:
 
         Every check of an item starts with the same system message and item text, so the engine's prefix cache
         computes the item once for all of its checks. A check with its own system message or worked examples shows
-        those first instead."""
+        those first instead. The question and how to answer follow the layout, or stand where it writes `{ask}`: put
+        before the one sentence or point a conversation asks about, they are shared by all of an item's
+        conversations of that check, and only the sentence or point is each one's own."""
         layout = check.user or self.user
         tags = set(re.findall(r"</(\w+)>", layout + check.question))
 
         def content(values: dict[str, str]) -> str:
             neutral = {name: _neutralise(text, tags) for name, text in values.items()}
-            return layout.format_map(neutral) + "\n\n" + check.question.format_map(neutral) + "\n" + self.reply_check
+            ask = check.question.format_map(neutral) + "\n" + self.reply_check
+            if ASK in layout:  # the layout places the question itself, e.g. before the one sentence it asks about
+                return layout.format_map({**neutral, "ask": ask})
+            return layout.format_map(neutral) + "\n\n" + ask
 
         shown: list[dict[str, str]] = []
         for example in check.examples:

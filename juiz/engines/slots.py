@@ -7,10 +7,13 @@ computes depend on what runs after what in each slot. The plan:
 1. sorts the conversations by their text: prompts that share a prefix become neighbours, in the order of a walk of the
    prefix tree, so one slot going down the list computes each shared prefix once;
 2. cuts the sorted list into runs wherever neighbours share less than `SHARED_FRACTION` of the shorter one's text (an
-   item's checks, one check's worked examples shown for every item): a run belongs in one slot;
+   item's checks, one check's worked examples shown for every item): a run belongs in one slot. Neighbours with the
+   same system message are measured on what follows it: a system message shared by every prompt (a prompt whose
+   worked examples sit in it) would otherwise join every item into one run, and one slot;
 3. gives each run, the costliest first, to the slot that finishes it soonest (what the slot has computed so far, plus
-   the run's text less what it shares with the prompt the slot holds from the call before), so the slots are balanced
-   by the tokens they will compute, not by the number of requests;
+   the run's text less what it shares with the prompt the slot holds from the call before, or with a run it was
+   given already, e.g. their common system message), so the slots are balanced by the tokens they will compute, not
+   by the number of requests;
 4. orders each slot's runs: the one sharing most with the slot's held prompt first, then the others as sorted.
 
 Lengths are characters of the rendered messages, a stand-in for tokens (the plan needs no tokenizer); the server's
@@ -57,6 +60,12 @@ class _Run:
     cost: int  # characters the run computes when it starts in an empty slot
 
 
+def _opening(text: str) -> int:
+    """Characters of the prompt text's first message (its system message), role marker included."""
+    end = text.find("\x00", 1)
+    return end if end > 0 else 0
+
+
 def _runs(texts: Sequence[str]) -> list[_Run]:
     order = sorted(range(len(texts)), key=lambda i: (texts[i], i))
     runs: list[_Run] = []
@@ -64,7 +73,9 @@ def _runs(texts: Sequence[str]) -> list[_Run]:
     for i in order:
         text = texts[i]
         shared = 0 if previous is None else shared_prefix(previous, text)
-        if previous is None or shared < SHARED_FRACTION * min(len(previous), len(text)):
+        # The same first message: measured on what follows it.
+        base = _opening(text) if previous is not None and shared >= _opening(text) == _opening(previous) else 0
+        if previous is None or shared - base < SHARED_FRACTION * (min(len(previous), len(text)) - base):
             runs.append(_Run(len(runs), [i], text, len(text)))
         else:
             runs[-1].positions.append(i)
@@ -84,7 +95,7 @@ def plan_slots(texts: Sequence[str], held: Sequence[str]) -> list[list[int]]:
     taken: list[list[_Run]] = [[] for _ in range(slots)]
     # Costliest first (ties: the sorted order), each to the slot that would finish it first.
     for run in sorted(runs, key=lambda r: -r.cost):
-        finish = [load[s] + run.cost - _reuse(held[s], run, taken[s]) for s in range(slots)]
+        finish = [load[s] + run.cost - _served(held[s], run, taken[s]) for s in range(slots)]
         best = min(range(slots), key=lambda s: (finish[s], load[s], s))
         taken[best].append(run)
         load[best] = finish[best]
@@ -105,3 +116,9 @@ def _reuse(held: str, run: _Run, taken: list[_Run]) -> int:
     if any(shared_prefix(held, other.first) >= shared for other in taken):
         return 0
     return shared
+
+
+def _served(held: str, run: _Run, taken: list[_Run]) -> int:
+    """What of the run's first prompt a slot serves from cache: from its held prompt (`_reuse`), or from a run it was
+    given already in this call (at least their common system message)."""
+    return max([_reuse(held, run, taken), *(shared_prefix(other.first, run.first) for other in taken)])

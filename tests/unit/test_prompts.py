@@ -81,7 +81,10 @@ def test_check_prompts_share_the_item_prefix_and_ask_one_word(prompt_id: str) ->
         assert system["content"] == (check.system or template.system)
         if check.user is None:  # every check of an item starts with the same text: one prefill for all of them
             assert user["content"].startswith(prefix)
-        assert user["content"].endswith(template.reply_check)
+        if prompts.ASK in (check.user or ""):  # the layout places the question before what it asks about
+            assert template.reply_check in user["content"]
+        else:
+            assert user["content"].endswith(template.reply_check)
         assert ("Yes or No" in user["content"]) or ("Sim ou Não" in user["content"])
         if check.ask == "per_sentence":
             assert "S s s." in user["content"]
@@ -181,3 +184,79 @@ def test_a_prompt_schema_error_reaches_the_caller_as_a_prompt_error(monkeypatch:
     monkeypatch.setattr(prompts, "load", broken)
     with pytest.raises(PromptError, match="unknown key"):
         select_prompt(BatchOptions(), "What?")
+
+
+ONE_PREFIX = {"answer_relevance": ("checks-10", "checks-8"), "groundedness": ("checks-6", "checks-4")}
+ITEM = {
+    "question": "Why is the sky blue?",
+    "context": "[1] Air scatters short wavelengths more.\n\n[2] Blue light has a short wavelength.",
+    "answer": "Air scatters blue light more than red. So the sky looks blue.",
+}
+
+
+def _conversations(lang: str) -> list[tuple[str, list[dict[str, str]]]]:
+    """Every conversation one item of the one-prefix layout sends, both metrics, the reference included."""
+    out = []
+    for metric, (version, _) in ONE_PREFIX.items():
+        template = prompts.load(metric, version, lang)
+        if template.reference:
+            out.append(("reference", template.render_reference(question=ITEM["question"], context=ITEM["context"])))
+        for check in template.checks:
+            fields = dict(ITEM, sentence="Air scatters blue light more than red.", point="Air scatters blue light.")
+            fields["passage"] = "[1] Air scatters short wavelengths more."
+            out.append((check.name, template.render_check(check, **fields)))
+    return out
+
+
+@pytest.mark.parametrize("lang", prompts.LANGUAGES)
+def test_the_one_prefix_layout_keeps_its_predecessors_checks_and_rules(lang: str) -> None:
+    for metric, (version, before) in ONE_PREFIX.items():
+        new, old = prompts.load(metric, version, lang), prompts.load(metric, before, lang)
+        spec = [(c.name, c.ask, c.role, c.yes_means, c.baseline, c.weighted_by, c.question) for c in new.checks]
+        assert spec == [(c.name, c.ask, c.role, c.yes_means, c.baseline, c.weighted_by, c.question) for c in old.checks]
+        assert new.rule == old.rule and new.reference == old.reference
+        assert all(c.system is None and not c.examples for c in new.checks)  # no check opens with its own text
+        # every worked example the predecessor showed per check is in the one system message
+        for check in old.checks:
+            for example in check.examples:
+                assert all(value.strip() in new.system for _, value in example.fields)
+
+
+@pytest.mark.parametrize("lang", prompts.LANGUAGES)
+def test_every_conversation_of_an_item_starts_with_the_same_system_message_question_and_context(lang: str) -> None:
+    conversations = _conversations(lang)
+    names = {name for name, _ in conversations}
+    ar, gr = (prompts.load(m, v, lang) for m, (v, _) in ONE_PREFIX.items())
+    assert names == {"reference"} | {c.name for c in ar.checks} | {c.name for c in gr.checks}
+    assert ar.system == gr.system and ar.user == gr.user
+    head = ar.user_reference.format_map(ITEM)
+    item = ar.user.format_map(ITEM)
+    assert item.startswith(head)
+    for name, conversation in conversations:
+        assert [m["role"] for m in conversation] == ["system", "user"]
+        assert conversation[0]["content"] == ar.system  # byte-identical: one cached prefix for every conversation
+        assert conversation[1]["content"].startswith(head), name
+    # the answer's checks share the answer too: the item is computed once for all of them
+    with_answer = {n for n, c in conversations if c[1]["content"].startswith(item)}
+    assert with_answer == {
+        "answers_question",
+        "attempts_answer",
+        "specific",
+        "only_answer",
+        "covers",
+        "supported",
+        "correct",
+    }
+
+
+@pytest.mark.parametrize("lang", prompts.LANGUAGES)
+def test_a_check_asked_per_sentence_or_point_shows_it_last_after_its_question(lang: str) -> None:
+    ar = prompts.load("answer_relevance", "checks-10", lang)
+    covers = next(c for c in ar.checks if c.name == "covers")
+    first, second = (
+        ar.render_check(covers, **ITEM, point=p)[1]["content"] for p in ("Air scatters blue.", "Red is scattered less.")
+    )
+    shared = first[: next(i for i, (a, b) in enumerate(zip(first, second, strict=False)) if a != b)]
+    assert covers.question in shared and ar.reply_check in shared  # asked once per item, not once per point
+    own = first[len(shared) :]
+    assert "Air scatters blue." in own and len(own) < len("Air scatters blue.") + 20  # the point and its closing tag

@@ -61,6 +61,21 @@ def test_each_items_checks_go_to_one_slot_and_the_two_items_to_different_slots()
     assert computed(plan, texts) == 2 * len(check("A", 0)) + 10 * own_words
 
 
+def test_a_long_system_message_shared_by_every_prompt_does_not_join_the_items_into_one_slot() -> None:
+    # Worked examples in the system message: longer than any item, the same for every prompt.
+    def conversation(name: str, k: int) -> str:
+        return prompt_text(
+            [
+                {"role": "system", "content": "Worked example. " * 200},
+                {"role": "user", "content": f"Item {name}. " * 40 + f"Check {k}?"},
+            ]
+        )
+
+    texts = [conversation(n, k) for n in "AB" for k in range(4)]
+    plan = plan_slots(texts, ["", ""])
+    assert sorted(plan) == [[0, 1, 2, 3], [4, 5, 6, 7]]
+
+
 def test_slots_are_balanced_by_what_they_compute_not_by_requests() -> None:
     # One long item with many checks, and three short ones with one check each.
     long_item = [item("L") * 3 + f"Check {k}?" for k in range(8)]
