@@ -5,7 +5,8 @@ how long a streamed request waits between two reports of its prompt's progress, 
     flock /tmp/juiz-heavy.lock python -m bench.llamacpp_step --steps 2048,1024,512 --prompts 3
 
 The prompts are the first conversations `juiz score` sends for the seeds (their check-based default: the references'
-prompts, 1,300-1,500 tokens), each sent alone to slot 0 with `cache_prompt` off, so every run computes them whole.
+prompts, 1,300-1,500 tokens), each asked as a one-token check through the engine, one at a time, streamed as the worker
+streams it, with a nonce ahead of it so every run computes it whole.
 The steps run in an A B B A order (one engine start each), so a drift in the machine's load falls on both. Writes
 bench/results/llamacpp_step.json with the machine.
 """
@@ -14,17 +15,14 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import statistics
 import time
 from typing import Any
 
-import httpx
-
 from bench.common import save
 from bench.fake_worker import fake_reply
 from bench.progress_line import SEEDS
-from juiz.engines.base import Conversation
+from juiz.engines.base import CallControl, Conversation
 from juiz.engines.cpu import cpu_flags
 from juiz.engines.fake import FakeEngine
 from juiz.engines.llamacpp_engine import LlamaCppEngine, server_config
@@ -48,36 +46,36 @@ def seed_prompts(n: int) -> list[Conversation]:
     return sent[:n]
 
 
-def one_prompt(client: httpx.Client, body: dict[str, Any]) -> dict[str, Any]:
-    """One streamed request: its prompt's tokens, seconds to its reply, and the waits between progress reports."""
-    started = time.monotonic()
-    marks = [started]
-    prompt = 0
-    streamed = {**body, "stream": True, "return_progress": True, "stream_options": {"include_usage": True}}
-    with client.stream("POST", "/chat/completions", json=streamed) as response:
-        response.raise_for_status()
-        for line in response.iter_lines():
-            data = line.removeprefix("data:").strip()
-            if not line.startswith("data:") or data == "[DONE]":
-                continue
-            chunk = json.loads(data)
-            if chunk.get("prompt_progress"):
-                marks.append(time.monotonic())
-            prompt = int((chunk.get("usage") or {}).get("prompt_tokens") or prompt)
+def one_prompt(engine: LlamaCppEngine, conversation: Conversation) -> dict[str, Any]:
+    """One check through the engine as the worker sends it (streamed, someone listening): its prompt tokens computed,
+    seconds to its reply, and the longest wait between two reports of its prompt's progress."""
+    marks = [time.monotonic()]
+
+    def heard(index: int, written: int, read: int) -> None:
+        if read:
+            marks.append(time.monotonic())
+
+    (completion,) = engine.generate([conversation], CHECK_REQUEST, CallControl(on_tokens=heard))
     marks.append(time.monotonic())
+    if completion.error is not None:
+        raise RuntimeError(completion.error)
     waits = [b - a for a, b in itertools.pairwise(marks)]
-    return {"prompt_tokens": prompt, "seconds": round(marks[-1] - started, 2), "longest_wait_s": round(max(waits), 2)}
+    return {
+        "prompt_tokens": completion.prompt_tokens - completion.cached_prompt_tokens,
+        "seconds": round(marks[-1] - marks[0], 2),
+        "longest_wait_s": round(max(waits), 2),
+    }
 
 
 def run_step(model: str, step: int, prompts: list[Conversation]) -> dict[str, Any]:
+    """A server with this step; each prompt made new (a nonce ahead of it), so none is served from a cache."""
     engine = LlamaCppEngine(server_config(resolve_gguf(model), model, max_model_len=8192, batch_tokens=step))
     try:
-        bodies = [
-            engine.in_lane(engine.body(c, CHECK_REQUEST), 0) | {"cache_prompt": False, "top_logprobs": 1}
-            for c in prompts
-        ]
-        with httpx.Client(base_url=engine.address + "/v1", timeout=1800.0) as client:
-            runs = [one_prompt(client, body) for body in bodies]
+        runs = []
+        for conversation in prompts:
+            nonce = f"Run {time.time_ns()}. "
+            fresh = [{**conversation[0], "content": nonce + conversation[0]["content"]}, *conversation[1:]]
+            runs.append(one_prompt(engine, fresh))
     finally:
         engine.close()
     return {"step": step, "runs": runs}

@@ -50,8 +50,9 @@ REQUESTS_PER_SLOT = 2
 # long prompt took minutes. A call's deadline (CallControl) still bounds it; this only catches a server that hangs.
 LOCAL_REQUEST_TIMEOUT_S = 3600.0
 # Prompt tokens the server computes in one step (llama.cpp's `n_batch`; its default is 2,048): a streamed prompt's
-# progress comes once a step. It computes 512 at once either way (its `n_ubatch`), so smaller steps cost ~nothing, and
-# 512 tokens are ~9 s of the 1.5B judge's prompt on 2 cores (docs/research/2026-11-28-llamacpp-prompt-progress.md).
+# progress comes once a step. It computes 512 at once either way (its `n_ubatch`); 512 tokens took 9-17 s of the 1.5B
+# judge's prompt on a 2-core Xeon, and whether the smaller step costs speed is measured in
+# docs/research/2026-11-28-llamacpp-prompt-progress.md.
 BATCH_TOKENS = 512
 # llama.cpp's names of its quantisation types (`general.file_type`) → the names its GGUF files go by.
 _QUANT_NAMES = {" - Small": "_S", " - Medium": "_M", " - Large": "_L"}

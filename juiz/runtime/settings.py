@@ -179,7 +179,7 @@ class Settings(BaseSettings):
         ge=0,
         description="llamacpp back end: the most prompt tokens the server computes in one step (llama.cpp's n_batch; "
         "it computes 512 at once either way); 0: llama.cpp's default (2,048). A prompt's progress comes once a step: "
-        "512 tokens are ~9 s of the 1.5B judge's prompt on 2 cores.",
+        "512 tokens took 9-17 s of the 1.5B judge's prompt on a 2-core Xeon without bf16.",
     )
     cpu_kv_cache_gib: int = Field(
         2,
