@@ -98,8 +98,9 @@ class CallControl:
     on_finished: Callable[[int], None] | None = None
     # Called as a conversation's work grows, with the tokens new since its last report: (index, reply tokens written,
     # prompt tokens read, i.e. computed rather than served from a prefix cache), from the thread that called
-    # `generate`. A long reply reports as it is written (where the engine streams it); any other reports once, as it
-    # finishes, before `on_finished`: progress that moves within a long conversation.
+    # `generate`. A long reply reports as it is written (where the engine streams it), a prompt as it is read (where
+    # the engine reports that: llama.cpp, once a step); the rest reports once, as it finishes, before `on_finished`:
+    # progress that moves within a long conversation.
     on_tokens: Callable[[int, int, int], None] | None = None
 
     def finished(self, index: int) -> None:

@@ -10,6 +10,9 @@ and retries. What differs from a remote server:
 - each call's conversations are planned over the slots (juiz.engines.slots) and pinned there with `id_slot`: a slot
   serves from cache only what its new prompt shares with its last one, so prompts sharing a prefix go one after
   another to one slot (the server's own choice split them over both, each computing the prefix);
+- every request someone listens to is streamed with llama.cpp's prompt progress, a one-token check too (its prompt
+  is all of its time), and the server computes at most `batch_tokens` prompt tokens a step (its `n_batch`), so a long
+  prompt reports its progress every few seconds rather than once;
 - a check's P(yes) is read by token id, as the in-process vLLM engine reads it: the ids of every spelling of each word
   that the model's tokenizer writes as one token, looked up among the first position's top `WORD_TOP_LOGPROBS`
   candidates (llama.cpp has no "log-probabilities of these ids"; an id beyond them is below the last one read);
@@ -46,6 +49,11 @@ REQUESTS_PER_SLOT = 2
 # A request to our own server waits for the one ahead of it in its slot: on a busy 2-core machine a 1.5B judge's
 # long prompt took minutes. A call's deadline (CallControl) still bounds it; this only catches a server that hangs.
 LOCAL_REQUEST_TIMEOUT_S = 3600.0
+# Prompt tokens the server computes in one step (llama.cpp's `n_batch`; its default is 2,048): a streamed prompt's
+# progress comes once a step. It computes 512 at once either way (its `n_ubatch`); 512 tokens took 9-17 s of the 1.5B
+# judge's prompt on a 2-core Xeon, and whether the smaller step costs speed is measured in
+# docs/research/2026-11-28-llamacpp-prompt-progress.md.
+BATCH_TOKENS = 512
 # llama.cpp's names of its quantisation types (`general.file_type`) → the names its GGUF files go by.
 _QUANT_NAMES = {" - Small": "_S", " - Medium": "_M", " - Large": "_L"}
 
@@ -60,6 +68,7 @@ class ServerConfig:
     slot_context: int  # tokens of KV cache per slot: a prompt and its reply must fit
     threads: int
     cache_ram_mib: int  # host memory for prompts a slot swapped out (llama.cpp's prompt cache in RAM)
+    batch_tokens: int = BATCH_TOKENS  # prompt tokens computed in one step, over all slots (n_batch)
 
     @property
     def kv_tokens(self) -> int:
@@ -74,9 +83,11 @@ def server_config(
     slots: int = 0,
     threads: int = 0,
     cache_ram_mib: int = 0,
+    batch_tokens: int = BATCH_TOKENS,
     cores: int | None = None,
 ) -> ServerConfig:
-    """The server for this machine: `slots` and `threads` 0 mean one per core."""
+    """The server for this machine: `slots` and `threads` 0 mean one per core; `batch_tokens` 0 means llama.cpp's
+    own step (2,048)."""
     cores = cores or os.cpu_count() or 1
     return ServerConfig(
         gguf=gguf,
@@ -85,6 +96,7 @@ def server_config(
         slot_context=max_model_len,
         threads=threads or cores,
         cache_ram_mib=cache_ram_mib,
+        batch_tokens=batch_tokens,
     )
 
 
@@ -110,6 +122,9 @@ def common_params(config: ServerConfig) -> Any:
     params.kv_unified = False  # each slot's context is its own: one long item can't starve the others
     params.cache_prompt = True
     params.cache_ram_mib = config.cache_ram_mib
+    if config.batch_tokens:
+        params.n_batch = config.batch_tokens
+        params.n_ubatch = min(params.n_ubatch, config.batch_tokens)  # llama.cpp's own rule, said outright
     params.cpuparams.n_threads = config.threads
     params.cpuparams_batch.n_threads = config.threads
     params.n_threads_http = config.slots * REQUESTS_PER_SLOT + 2
@@ -125,8 +140,7 @@ class LlamaCppEngine(OpenAIEngine):
     """llama.cpp's server in this process, and the OpenAI-compatible client that talks to it."""
 
     backend = BACKEND
-    # A long reply streams (its tokens move the progress as they are written), with the prompt's processing progress.
-    STREAMS_LONG_REPLIES = True
+    # A streamed request hears its prompt's processing (`prompt_progress`, processed and cached tokens) once a step.
     STREAM_EXTRAS: Mapping[str, Any] = MappingProxyType({"return_progress": True})
 
     def __init__(self, config: ServerConfig, *, transport: httpx.AsyncBaseTransport | None = None) -> None:
@@ -168,6 +182,12 @@ class LlamaCppEngine(OpenAIEngine):
             config.threads,
             self.startup_s,
         )
+
+    def streams(self, request: GenerationRequest) -> bool:
+        """Every single reply: a long one's tokens move the progress as they are written, and any prompt's
+        processing as it goes (a one-token check's whole time). The server streams the completion it returns
+        unstreamed, top log-probabilities with their token ids included (tests/engine/test_llamacpp_engine.py)."""
+        return request.n == 1
 
     @property
     def origin(self) -> Mapping[str, str]:

@@ -18,10 +18,11 @@ Same prompts, same chat messages, same parser. What differs is only how a call r
 - `CallControl`: at its deadline, or when `cancelled()` names an index, the request's task is cancelled, which
   closes its HTTP connection; vLLM's server aborts a request whose client went away, so no work is left behind.
 - Tokens (`CallControl.on_tokens`): a request reports its reply and the prompt tokens the server computed (its
-  `usage`) as it returns. An engine whose server streams (`STREAMS_LONG_REPLIES`: llama.cpp's own) sends a long reply
-  (max_tokens > 1) as a stream when someone listens, reports each chunk's tokens as it arrives (and the server's
+  `usage`) as it returns. An engine whose server streams the completion it returns unstreamed (`streams`: llama.cpp's
+  own) sends a request as a stream when someone listens, reports each chunk's tokens as it arrives (and the server's
   prompt-processing progress, `STREAM_EXTRAS`), and assembles the same chat completion the non-streamed request
-  returns. One-token replies (a check-based call's bulk) are never streamed.
+  returns. A one-token reply (a check-based call's bulk) streams too where the stream reports the prompt's progress:
+  its prompt is all of its time.
 
 `generate` is synchronous (the Protocol's). Every call runs on the engine's one event loop (an `asyncio.Runner` kept
 for the engine's life), so one httpx.AsyncClient serves them all and its kept-alive connections outlast a call (an
@@ -160,9 +161,7 @@ class OpenAIEngine:
     """A judge engine that is a client of an OpenAI-compatible chat-completions server."""
 
     backend = BACKEND
-    # Whether a long reply is streamed when someone listens for its tokens (a hosted API's streams differ in what they
-    # carry: only servers known to stream the same completion do), and what a streamed request adds to its body.
-    STREAMS_LONG_REPLIES = False
+    # What a streamed request adds to its body (see `streams`).
     STREAM_EXTRAS: Mapping[str, Any] = MappingProxyType({})
 
     def __init__(
@@ -272,7 +271,7 @@ class OpenAIEngine:
         started = time.monotonic()
         semaphore = asyncio.Semaphore(self._max_concurrency)
         listening = control is not None and control.on_tokens is not None
-        stream = listening and self.STREAMS_LONG_REPLIES and request.max_tokens > 1 and request.n == 1
+        stream = listening and self.streams(request)
         bodies = [self.body(conversation, request) for conversation in conversations]
         lanes = self.lanes(conversations)
         if lanes is not None:
@@ -304,6 +303,12 @@ class OpenAIEngine:
             if results[i] is None:
                 results[i] = _outcome(task)
         return [r for r in results if r is not None]
+
+    def streams(self, request: GenerationRequest) -> bool:
+        """Whether `request` goes as a stream when someone listens for its tokens: never here, as a hosted API's
+        streams differ in what they carry; an engine whose server streams the very completion it returns unstreamed
+        says which requests gain from it."""
+        return False
 
     def lanes(self, conversations: Sequence[Conversation]) -> list[list[int]] | None:
         """Queues the call's conversations go through, each in its order (indices into `conversations`), at most

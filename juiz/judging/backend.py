@@ -119,6 +119,7 @@ def _llamacpp_engine(settings: Settings, say: Say) -> LlamaCppEngine:
             slots=settings.llamacpp_slots,
             threads=settings.llamacpp_threads,
             cache_ram_mib=settings.llamacpp_cache_ram_mib,
+            batch_tokens=settings.llamacpp_batch_tokens,
         )
     )
     warm = Judge(engine).warm_up()

@@ -1,14 +1,18 @@
-"""Real llama.cpp generation on SmolLM2-135M's GGUF: the reply grammar, P(yes) by token id, prompt caching, and what
-results record about the engine."""
+"""Real llama.cpp generation on SmolLM2-135M's GGUF: the reply grammar, P(yes) by token id, prompt caching, a check
+streamed for its prompt's progress, and what results record about the engine."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+import httpx
 import pytest
 
-from juiz.engines.base import GenerationRequest
+from juiz.engines.base import CallControl, GenerationRequest
+from juiz.engines.llamacpp_engine import BATCH_TOKENS
 from juiz.engines.models import TEST_MODEL
+from juiz.engines.openai_server import StreamedReply
 from juiz.judging.checks import CHECK_REQUEST
 from juiz.judging.judge import Judge
 from schemas import BatchOptions, Triple
@@ -59,3 +63,70 @@ def test_results_record_llama_cpp_and_the_quantisation(tiny_llamacpp_engine: Any
     assert provenance.model == TEST_MODEL
     assert provenance.engine == "llamacpp" and provenance.engine_quantisation == "Q4_1"
     assert provenance.engine_host is None and provenance.engine_dtype is None
+
+
+def long_check(topic: str) -> list[dict[str, str]]:
+    """A check of ~750 prompt tokens: two of the server's steps of BATCH_TOKENS."""
+    system = f"You grade answers about {topic}. " + "Be strict and brief, and say why. " * 80
+    return [{"role": "system", "content": system}, {"role": "user", "content": "Is 7 even? Reply Yes or No."}]
+
+
+def streamed_body(client: httpx.Client, body: dict[str, Any]) -> tuple[dict[str, Any], list[int]]:
+    """The chat completion put together from the request's stream, and the prompt progress it reported."""
+    reply, processed = StreamedReply(), []
+    streamed = {**body, "stream": True, "return_progress": True, "stream_options": {"include_usage": True}}
+    with client.stream("POST", "/chat/completions", json=streamed) as response:
+        for line in response.iter_lines():
+            data = line.removeprefix("data:").strip()
+            if not line.startswith("data:") or data == "[DONE]":
+                continue
+            chunk = json.loads(data)
+            if "prompt_progress" in chunk:
+                processed.append(chunk["prompt_progress"]["processed"])
+            reply.add(chunk)
+    return reply.completion_body(), processed
+
+
+def test_a_streamed_check_puts_together_the_unstreamed_body_field_by_field(tiny_llamacpp_engine: Any) -> None:
+    """The server's stream of a one-token check, as StreamedReply assembles it, against the same request unstreamed:
+    the reply, the finish reason, the usage, and every top candidate's token id, bytes and log-probability. Both
+    compute the whole prompt (`cache_prompt` off): one served from the cache reads log-probabilities a few hundredths
+    apart on this model, streamed or not."""
+    engine = tiny_llamacpp_engine
+    engine.token_groups(CHECK_REQUEST.word_groups)
+    body = engine.in_lane(engine.body(long_check("rivers"), CHECK_REQUEST), 0) | {"cache_prompt": False}
+    with httpx.Client(base_url=engine.address + "/v1", timeout=300.0) as client:
+        streamed, processed = streamed_body(client, body)
+        unstreamed = client.post("/chat/completions", json=body).json()
+    (got,), (want,) = streamed["choices"], unstreamed["choices"]
+    assert (got["message"], got["finish_reason"]) == (want["message"], want["finish_reason"])
+    assert got["logprobs"] == want["logprobs"]
+    assert len(want["logprobs"]["content"][0]["top_logprobs"]) == 100
+    assert all("id" in candidate for candidate in got["logprobs"]["content"][0]["top_logprobs"])
+    assert streamed["usage"] == unstreamed["usage"]
+    # The prompt's progress came once a step of BATCH_TOKENS, up to the whole prompt.
+    prompt = unstreamed["usage"]["prompt_tokens"]
+    assert processed[-1] == prompt and [n for n in processed if 0 < n < prompt] == list(
+        range(BATCH_TOKENS, prompt, BATCH_TOKENS)
+    )
+    assert engine.completion(streamed, CHECK_REQUEST.word_groups) == engine.completion(
+        unstreamed, CHECK_REQUEST.word_groups
+    )
+
+
+def test_a_check_listened_to_reports_its_prompt_as_it_is_read_and_reads_the_same_p_yes(
+    tiny_llamacpp_engine: Any,
+) -> None:
+    """Through `generate`: a check someone listens to hears its prompt read step by step; on the same cached prompt the
+    streamed check's completion (P(yes) included) equals the unstreamed one's."""
+    reads: list[int] = []
+    control = CallControl(on_tokens=lambda index, written, read: reads.append(read))
+    conversation = long_check("lakes")
+    (first,) = tiny_llamacpp_engine.generate([conversation], CHECK_REQUEST, control)
+    assert first.error is None and first.word_probs is not None
+    assert len([n for n in reads if n]) >= 2  # the prompt in two steps at least, before its one token
+    assert sum(reads) == first.prompt_tokens - first.cached_prompt_tokens > BATCH_TOKENS
+    (unstreamed,) = tiny_llamacpp_engine.generate([conversation], CHECK_REQUEST)
+    (streamed,) = tiny_llamacpp_engine.generate([conversation], CHECK_REQUEST, control)
+    assert unstreamed.cached_prompt_tokens == streamed.cached_prompt_tokens > BATCH_TOKENS
+    assert streamed == unstreamed

@@ -3,13 +3,18 @@ a check's P(yes) is read by token id, the GGUF it runs, and what `JUIZ_ENGINE=au
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
+from typing import cast
 
 import pytest
 
 from juiz.engines import models
+from juiz.engines.base import GenerationRequest
 from juiz.engines.llamacpp_engine import (
+    BATCH_TOKENS,
+    LlamaCppEngine,
     common_params,
     first_position_by_id,
     group_probs_from_ids,
@@ -17,6 +22,8 @@ from juiz.engines.llamacpp_engine import (
     server_config,
 )
 from juiz.judging.backend import chosen_engine
+from juiz.judging.checks import CHECK_REQUEST
+from juiz.judging.plan import COT_REQUEST
 from juiz.runtime.errors import ModelError
 from juiz.runtime.settings import Settings
 
@@ -38,6 +45,30 @@ def test_the_server_listens_on_loopback_on_a_port_the_kernel_picks_with_prompt_c
     assert params.cache_prompt is True and params.cache_ram_mib == 64
     assert params.cpuparams.n_threads == 2 and params.cpuparams_batch.n_threads == 2
     assert params.n_threads_http >= 2 * 2  # every request in flight is taken in and queued by the server
+    # A step of 512 prompt tokens (llama.cpp's own is 2,048): a streamed prompt reports its progress once a step.
+    assert (params.n_batch, params.n_ubatch) == (BATCH_TOKENS, 512)
+
+
+def test_the_step_is_the_settings_and_0_leaves_llama_cpps_own() -> None:
+    pytest.importorskip("xllamacpp")
+    import xllamacpp
+
+    small = common_params(server_config(Path("m.gguf"), "judge", max_model_len=1024, batch_tokens=256, cores=2))
+    assert (small.n_batch, small.n_ubatch) == (256, 256)  # a step computes no more than it holds
+    own = common_params(server_config(Path("m.gguf"), "judge", max_model_len=1024, batch_tokens=0, cores=2))
+    defaults = xllamacpp.CommonParams()
+    assert (own.n_batch, own.n_ubatch) == (defaults.n_batch, defaults.n_ubatch)
+    assert Settings.from_env({"JUIZ_LLAMACPP_BATCH_TOKENS": "1024"}).llamacpp_batch_tokens == 1024
+
+
+@pytest.mark.parametrize(
+    ("request_", "streamed"),
+    [(CHECK_REQUEST, True), (COT_REQUEST, True), (dataclasses.replace(COT_REQUEST, n=3, temperature=1.0), False)],
+    ids=["a one-token check", "a long reply", "several samples"],
+)
+def test_every_single_reply_streams_for_its_prompt_progress(request_: GenerationRequest, streamed: bool) -> None:
+    """Called unbound: `streams` reads nothing of a started server."""
+    assert LlamaCppEngine.streams(cast(LlamaCppEngine, None), request_) is streamed
 
 
 @pytest.mark.parametrize(

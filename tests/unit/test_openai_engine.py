@@ -18,10 +18,13 @@ import httpx
 import pytest
 
 from juiz.engines.base import CallControl, GenerationRequest
+from juiz.engines.llamacpp_engine import first_position_by_id
 from juiz.engines.openai_server import (
     OpenAIEngine,
+    StreamedReply,
     completion_from_choice,
 )
+from juiz.judging.checks import CHECK_REQUEST
 from juiz.judging.judge import Judge
 from juiz.judging.parsing import COT_REPLY_GBNF, COT_REPLY_REGEX
 from juiz.judging.plan import COT_REQUEST, FAST_REQUEST
@@ -387,15 +390,23 @@ def test_each_request_is_reported_finished_as_it_returns() -> None:
 
 
 class StreamingEngine(OpenAIEngine):
-    """An engine whose server streams long replies (as llama.cpp's own does), with its prompt progress."""
+    """An engine whose server streams every single reply (as llama.cpp's own does), with its prompt progress."""
 
-    STREAMS_LONG_REPLIES = True
     STREAM_EXTRAS = MappingProxyType({"return_progress": True})
+
+    def streams(self, request: GenerationRequest) -> bool:
+        return request.n == 1
 
 
 def stream_of(whole: dict[str, Any]) -> bytes:
-    """`whole` (a chat completion) as a server streams it: the prompt's progress (with a cache of 64 tokens), a role
-    chunk, one chunk per token with its log-probabilities, the finish reason, the usage, [DONE]."""
+    """`whole` (a chat completion) as a server streams it, ending with [DONE]."""
+    events = [f"data: {json.dumps(chunk)}\n\n" for chunk in chunks_of(whole)] + ["data: [DONE]\n\n"]
+    return "".join(events).encode()
+
+
+def chunks_of(whole: dict[str, Any]) -> list[dict[str, Any]]:
+    """`whole`'s chunks: the prompt's progress (with a cache of 64 tokens), a role chunk, one chunk per token with its
+    log-probabilities, the finish reason, the usage."""
     choice = whole["choices"][0]
     chunks: list[dict[str, Any]] = [
         {"choices": [], "prompt_progress": {"total": 100, "cache": 64, "processed": 80, "time_ms": 5}},
@@ -407,8 +418,7 @@ def stream_of(whole: dict[str, Any]) -> bytes:
         chunks.append({"choices": [{"index": 0, "delta": delta, "logprobs": {"content": [position]}}]})
     chunks.append({"choices": [{"index": 0, "delta": {}, "finish_reason": choice["finish_reason"]}]})
     chunks.append({"choices": [], "usage": {**whole["usage"], "completion_tokens": len(chunks) - 4}})
-    events = [f"data: {json.dumps(chunk)}\n\n" for chunk in chunks] + ["data: [DONE]\n\n"]
-    return "".join(events).encode()
+    return chunks
 
 
 def test_a_long_reply_streams_its_tokens_and_completes_as_the_unstreamed_request_does() -> None:
@@ -438,11 +448,55 @@ def test_a_long_reply_streams_its_tokens_and_completes_as_the_unstreamed_request
     assert heard == [("tokens", 0, 16), ("tokens", 0, 20), ("tokens", 1, 0), ("tokens", 1, 0), ("finished", 0, 0)]
 
 
-def test_one_token_replies_are_not_streamed_and_report_their_usage_as_they_return() -> None:
+def test_a_server_not_known_to_stream_gets_no_stream_and_replies_report_their_usage_as_they_return() -> None:
     server = FakeServer()
-    engine = StreamingEngine("http://h/v1", "judge", transport=httpx.MockTransport(server))
+    engine = server.engine()
     heard: list[tuple[int, int, int]] = []
     control = CallControl(on_tokens=lambda i, written, read: heard.append((i, written, read)))
     engine.generate([conv("a"), conv("b")], dataclasses.replace(FAST_REQUEST, max_tokens=1), control)
+    engine.generate([conv("c")], COT_REQUEST, control)
     assert all("stream" not in body for body in server.bodies)
-    assert sorted(heard) == [(0, 10, 36), (1, 10, 36)]  # usage: 10 written; 100 prompt tokens, 64 of them cached
+    # usage: 10 written; 100 prompt tokens, 64 of them cached
+    assert sorted(heard) == [(0, 10, 36), (0, 10, 36), (1, 10, 36)]
+
+
+def check_response(candidates: list[tuple[int, str, float]]) -> dict[str, Any]:
+    """A one-token check's chat completion as llama.cpp's server writes it: each candidate with its token id."""
+    top = [{"id": i, "token": text, "logprob": lp, "bytes": list(text.encode())} for i, text, lp in candidates]
+    position = {**top[0], "top_logprobs": top}
+    choice = {"index": 0, "message": {"role": "assistant", "content": top[0]["token"]}, "finish_reason": "length"}
+    return {
+        "choices": [{**choice, "logprobs": {"content": [position]}}],
+        "usage": {"prompt_tokens": 100, "completion_tokens": 1, "prompt_tokens_details": {"cached_tokens": 64}},
+    }
+
+
+def test_a_one_token_check_streams_its_prompt_progress_and_reads_the_same_p_yes_by_token_id() -> None:
+    """A check's time is all prompt: listened to, it is streamed for the prompt's progress, and the completion put
+    together from the chunks carries each candidate's token id and log-probability as the unstreamed body does."""
+    whole = check_response([(9454, "Yes", math.log(0.7)), (2753, "No", math.log(0.2)), (9891, " yes", -4.0)])
+    reply = StreamedReply()
+    for chunk in chunks_of(whole):
+        reply.add(chunk)
+    assembled = reply.completion_body()
+    assert (
+        first_position_by_id(assembled)
+        == first_position_by_id(whole)
+        == {9454: math.log(0.7), 2753: math.log(0.2), 9891: -4.0}
+    )
+    assert assembled["choices"][0]["logprobs"] == whole["choices"][0]["logprobs"]
+
+    def server_reply(body: dict[str, Any], attempt: int) -> httpx.Response:
+        if body.get("stream"):
+            return httpx.Response(200, content=stream_of(whole), headers={"content-type": "text/event-stream"})
+        return httpx.Response(200, json=whole)
+
+    server = FakeServer(server_reply)
+    engine = StreamingEngine("http://h/v1", "judge", transport=httpx.MockTransport(server))
+    heard: list[tuple[int, int]] = []
+    control = CallControl(on_tokens=lambda i, written, read: heard.append((written, read)))
+    (streamed,) = engine.generate([conv("a")], CHECK_REQUEST, control)
+    (unstreamed,) = engine.generate([conv("a")], CHECK_REQUEST)
+    assert server.bodies[0]["stream"] is True and "stream" not in server.bodies[1]
+    assert streamed == unstreamed and streamed.word_probs == pytest.approx((0.7 + math.exp(-4.0), 0.2))
+    assert heard == [(0, 16), (0, 20), (1, 0)]  # the prompt as it is read, then its one token
