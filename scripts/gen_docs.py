@@ -317,6 +317,7 @@ PERFORMANCE = (
     "progress_line_demo_auto_step4096",
     "progress_line_demo_auto_after",
     "progress_line_demo_llamacpp_after",
+    "progress_line_demo_auto_no_bf16_cpu",
     "progress_line_demo_auto_nobf16_after",
     "llamacpp_step",
     "progress_line",
