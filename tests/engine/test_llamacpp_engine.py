@@ -50,9 +50,10 @@ def test_a_shared_prefix_is_computed_once_and_reported_as_cached(tiny_llamacpp_e
     ]
     completions = tiny_llamacpp_engine.generate(conversations, CHECK_REQUEST)
     assert all(c.error is None and c.prompt_tokens > 200 for c in completions)
-    # The engine pins conversations sharing a prefix to one slot (juiz.engines.slots): the prefix is computed once,
-    # and every later conversation reuses it.
-    assert sum(c.cached_prompt_tokens > 200 for c in completions) == len(conversations) - 1
+    # The engine pins conversations to slots (juiz.engines.slots): a prefix that is only a shared system message may
+    # be spread over the slots, each computing it once; every later conversation in a slot reuses it.
+    slots = tiny_llamacpp_engine.config.slots
+    assert sum(c.cached_prompt_tokens > 200 for c in completions) >= len(conversations) - slots
 
 
 def test_results_record_llama_cpp_and_the_quantisation(tiny_llamacpp_engine: Any) -> None:
