@@ -18,7 +18,7 @@ import time
 from typing import Any
 
 from bench.common import save, setup_logging
-from bench.judge_quality import CountingEngine, cost_row, rag_rows
+from bench.judge_quality import CountingEngine, cost_row, graded, rag_rows
 from bench.labelled import CELLS, labelled_set
 from juiz.engines.models import DEFAULT_MODEL
 from juiz.judging.backend import build_engine
@@ -66,11 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for cell_name in names:
             cell = CELLS[cell_name]
-            counting.take()
-            graded = time.perf_counter()
-            results = judge.grade(triples, cell.options())
-            seconds = time.perf_counter() - graded
-            counts = counting.take()
+            results, seconds, counts = graded(counting, judge, cell, triples)
             cost = cost_row(counts, seconds, len(triples))
             computed = counts.get("prompt_tokens", 0) - counts.get("cached_prompt_tokens", 0)
             cost["computed_prompt_tokens_per_item"] = round(computed / max(1, len(triples)), 1)

@@ -35,7 +35,7 @@ from typing import Any
 import psutil
 
 from bench.common import REPO, WORK, save, setup_logging, table
-from bench.judge_quality import CountingEngine, cost_row, rag_rows
+from bench.judge_quality import CountingEngine, cost_row, graded, rag_rows
 from bench.labelled import CELLS, labelled_set
 from juiz.engines.cpu import native_bf16
 from juiz.engines.models import DEFAULT_MODEL
@@ -92,11 +92,7 @@ def grade_one(engine_name: str, model: str, limit: int | None, out: Path) -> Non
     judge = Judge(counting)
     cell = CELLS[CELL]
     triples = labelled_set("dev", limit)
-    counting.take()
-    graded = time.perf_counter()
-    results = judge.grade(triples, cell.options())
-    seconds = time.perf_counter() - graded
-    counts = counting.take()
+    results, seconds, counts = graded(counting, judge, cell, triples)
     cost = cost_row(counts, seconds, len(triples))
     rows = rag_rows(cell, triples, results, seconds)
     engine.close()

@@ -281,6 +281,17 @@ def cost_row(counts: dict[str, Any], seconds: float, items: int) -> dict[str, An
     }
 
 
+def graded(
+    counting: CountingEngine, judge: Judge, cell: Cell, triples: Sequence[Triple]
+) -> tuple[list[Judgement], float, dict[str, Any]]:
+    """One cell graded on the triples through `counting`: the results, the seconds and what the engine counted."""
+    counting.take()
+    started = time.perf_counter()
+    results = judge.grade(triples, cell.options())
+    seconds = time.perf_counter() - started
+    return results, seconds, counting.take()
+
+
 def rag_rows(cell: Cell, triples: Sequence[Triple], results: Sequence[Judgement], seconds: float) -> list[dict]:
     mapping = LabelMapping()
     rows = []
