@@ -96,8 +96,10 @@ def test_a_streamed_check_puts_together_the_unstreamed_body_field_by_field(tiny_
     engine = tiny_llamacpp_engine
     engine.token_groups(CHECK_REQUEST.word_groups)
     body = engine.in_lane(engine.body(long_check("rivers"), CHECK_REQUEST), 0) | {"cache_prompt": False}
+    # A client each: the server may close a connection kept alive after a stream.
     with httpx.Client(base_url=engine.address + "/v1", timeout=300.0) as client:
         streamed, processed = streamed_body(client, body)
+    with httpx.Client(base_url=engine.address + "/v1", timeout=300.0) as client:
         unstreamed = client.post("/chat/completions", json=body).json()
     (got,), (want,) = streamed["choices"], unstreamed["choices"]
     assert (got["message"], got["finish_reason"]) == (want["message"], want["finish_reason"])
