@@ -156,6 +156,9 @@ class VLLMEngine:
                 enable_prefix_caching=True,
                 enforce_eager=enforce_eager,
                 seed=seed,
+                # Each engine step then reports the prompt tokens it computed, even a step that finished nothing.
+                disable_log_stats=False,
+                enable_logging_iteration_details=True,
                 **engine_kwargs,
             )
         except (OSError, ValueError) as exc:
@@ -165,6 +168,9 @@ class VLLMEngine:
             self._reaper.reap()  # whatever vLLM left of a failed start
             raise
         self._reaper.engine_started()
+        self._steps = StepTokens()
+        # vLLM's own loggers (a log line every 5 s, Prometheus) are not wanted here.
+        self._llm.llm_engine.logger_manager = self._steps  # type: ignore[assignment]
         # A seeded sampled request gets a torch.Generator of its own; when vLLM drops a token it sampled for a
         # partly prefilled request (chunked prefill) it rewinds that generator's offset, which only CUDA generators
         # have: on CPU the engine dies ("CPU Generator does not use offset"). There, sampled replies draw from the
@@ -360,7 +366,9 @@ class VLLMEngine:
     ) -> None:
         """vLLM's step loop (`LLM._run_engine`) keeping this call's outputs only, obeying `control` between steps."""
         next_poll = started
-        counted: dict[str, tuple[int, int]] = {}  # request id → (tokens written, prompt tokens read) reported so far
+        counted: dict[str, tuple[int, int]] = {}  # request id → (tokens written, prompt tokens read) its outputs said
+        reads = PromptReads(list(running))
+        self._steps.take()  # what steps computed before this call is not its work
         while running:
             now = time.monotonic()
             if control is not None:
@@ -391,15 +399,20 @@ class VLLMEngine:
                 return
             if not self._output_ready(self._wait_s(control, next_poll, now)):
                 continue
-            for output in engine.step():
+            outputs = engine.step()
+            told = reads.step(self._steps.take(), outputs, running)
+            if told is not None and control is not None:
+                control.tokens(running[told[0]], 0, told[1])
+            for output in outputs:
                 mine = running.get(output.request_id)
                 if mine is None:
                     continue  # not this call's (a late output of a request aborted before): never ours to return
-                if control is not None and control.on_tokens is not None:
-                    written, read = tokens_so_far(output)
-                    before_written, before_read = counted.get(output.request_id, (0, 0))
-                    counted[output.request_id] = (written, read)
-                    control.tokens(mine, written - before_written, read - before_read)
+                written, read = tokens_so_far(output)
+                before_written, before_read = counted.get(output.request_id, (0, 0))
+                counted[output.request_id] = (written, read)
+                untold = reads.said(output.request_id, read - before_read)
+                if control is not None:
+                    control.tokens(mine, written - before_written, untold)
                 if not output.finished:
                     continue
                 del running[output.request_id]
@@ -446,6 +459,59 @@ class VLLMEngine:
             engine.abort_request(request_ids)
         except Exception as exc:  # a dead engine has nothing left to abort
             log.warning("could not abort %d request(s): %s", len(request_ids), exc)
+
+
+class StepTokens:
+    """Stands in for vLLM's stat-logger manager (`LLMEngine.logger_manager`, which `step()` hands each step's
+    scheduler stats): keeps only the prompt tokens each step computed (its iteration details), so that a long prefill
+    is heard step by step, before any request of it has an output."""
+
+    def __init__(self) -> None:
+        self._prompt_tokens = 0
+
+    def record(
+        self, scheduler_stats: Any, iteration_stats: Any, mm_cache_stats: Any = None, engine_idx: int = 0
+    ) -> None:
+        details = getattr(scheduler_stats, "iteration_details", None)
+        if details is not None and not details.is_dummy:
+            self._prompt_tokens += int(details.num_ctx_tokens)
+
+    def take(self) -> int:
+        """Prompt tokens computed since the last take."""
+        taken, self._prompt_tokens = self._prompt_tokens, 0
+        return taken
+
+    def log(self) -> None:
+        """vLLM asks its loggers to log now and then: nothing to log."""
+
+
+class PromptReads:
+    """One call's prompt tokens read, told as early as the engine knows them and never twice. A step's prompt tokens are
+    not counted per request; but a step in which no request of the call has its first output computed a part of one
+    prompt only: the oldest request still without an output (vLLM finishes a running prefill before it starts the
+    next, and a prefill that ends in a step has an output in it). Those tokens are told as that request's; its output
+    then adds what the steps did not tell. Steps with first outputs are left to the outputs, which count exactly."""
+
+    def __init__(self, request_ids: list[str]) -> None:
+        self._waiting = dict.fromkeys(request_ids)  # in the order added, until their first output
+        self._told: dict[str, int] = {}  # request id → prompt tokens told from steps, not yet matched by its output
+
+    def step(self, prompt_tokens: int, outputs: Sequence[Any], running: Mapping[str, int]) -> tuple[str, int] | None:
+        """(request id, prompt tokens) to tell of a step that computed `prompt_tokens` and returned `outputs`."""
+        if not prompt_tokens or any(output.request_id in self._waiting for output in outputs):
+            return None
+        computing = next((request_id for request_id in self._waiting if request_id in running), None)
+        if computing is None:
+            return None
+        self._told[computing] = self._told.get(computing, 0) + prompt_tokens
+        return computing, prompt_tokens
+
+    def said(self, request_id: str, prompt_tokens: int) -> int:
+        """A request's output says it computed `prompt_tokens` more: the part the steps did not tell."""
+        self._waiting.pop(request_id, None)
+        told = min(prompt_tokens, self._told.get(request_id, 0))
+        self._told[request_id] = self._told.get(request_id, 0) - told
+        return prompt_tokens - told
 
 
 # How often a call waiting on the engine checks that the engine core is still alive.

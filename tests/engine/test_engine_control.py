@@ -7,8 +7,12 @@ third poll comes after the engine has stepped at least twice; the test acts from
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Collection
+from pathlib import Path
 
 import pytest
 from rq.timeouts import JobTimeoutException
@@ -18,6 +22,8 @@ from juiz.engines.vllm_engine import VLLMEngine
 from juiz.judging.judge import Judge
 from juiz.runtime.errors import EngineDeadError
 from schemas import BatchOptions, JudgementStatus, Triple
+
+REPO = Path(__file__).resolve().parents[2]
 
 pytestmark = pytest.mark.engine
 
@@ -158,3 +164,21 @@ def test_each_request_is_reported_finished_once_as_it_finishes(tiny_engine: VLLM
     assert heard[0][0] == 2 and heard[0][1] > 0  # the cancelled one first, the other two still running
     assert [r.error for r in results] == [None, None, "cancelled"]
     assert tiny_engine.in_flight == 0
+
+
+def test_a_prefill_longer_than_a_step_is_heard_step_by_step_and_counted_once() -> None:
+    """Three one-token replies to ~600-token prompts, 128 prompt tokens a step (tests.engine.step_reads): each prompt
+    is heard step by step before its request has an output, and each request's prompt tokens are counted once: what
+    it computed (its prompt less what its cache served), no more, in its own name."""
+    run = subprocess.run(
+        [sys.executable, "-m", "tests.engine.step_reads"], cwd=REPO, capture_output=True, text=True, timeout=600
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    seen = json.loads(run.stdout.strip().splitlines()[-1])
+    for index, reply in enumerate(seen["replies"]):
+        heard = seen["heard"][str(index)]
+        assert reply["error"] is None and reply["prompt"] > 512
+        assert sum(read for _, read in heard) == reply["prompt"] - reply["cached"]
+        assert sum(written for written, _ in heard) == 1
+        steps = [read for written, read in heard if written == 0]
+        assert len(steps) >= 3 and set(steps) == {128}  # heard a step at a time, before its output
