@@ -141,7 +141,7 @@ def demo_run(code: Path | None) -> dict[str, object]:
     waits = [round(b - a, 2) for a, b in itertools.pairwise(changes)]
     return {
         "engine": os.environ.get("JUIZ_ENGINE", "auto"),
-        "cpu_step_tokens": int(os.environ.get("JUIZ_CPU_STEP_TOKENS", "0")),  # 0: vLLM's default
+        "cpu_step_tokens": os.environ.get("JUIZ_CPU_STEP_TOKENS", "by dtype"),  # 0: vLLM's default
         "code": str(code) if code else "this checkout",
         "exit_code": code_,
         "lines": len(progress),

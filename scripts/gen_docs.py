@@ -316,6 +316,8 @@ PERFORMANCE = (
     "progress_line_demo_auto_bf16_cpu_before_step_reads",
     "progress_line_demo_auto_bf16_cpu_step_reads",
     "progress_line_demo_auto_bf16_cpu_step_reads_2",
+    "progress_line_demo_auto_float32_on_bf16_cpu_step1024",
+    "progress_line_demo_auto_float32_on_bf16_cpu_step512",
     "progress_line_demo_auto_step1024",
     "progress_line_demo_auto_step4096",
     "progress_line_demo_auto_after",

@@ -82,6 +82,19 @@ def engine_dtype(configured: str, on_gpu: bool) -> str | None:
     return cpu_dtype(configured)
 
 
+# The most prompt tokens one engine step computes on a CPU, by dtype. A step is the longest the engine says nothing,
+# so a progress line moves once a step: ~7-8 s of prefill on 2 cores at these sizes, at the same speed as vLLM's 4,096
+# (bench/results/progress_line_demo_auto_*bf16_cpu*).
+CPU_STEP_TOKENS = {"bfloat16": 1024, "float16": 1024, "float32": 512}
+
+
+def cpu_step(configured: int | None, dtype: str | None) -> int:
+    """Prompt tokens per engine step on a CPU: as configured (0: vLLM's own default, 4,096), else by the dtype."""
+    if configured is not None:
+        return configured
+    return CPU_STEP_TOKENS.get(dtype or "", CPU_STEP_TOKENS["float32"])
+
+
 def has_cuda() -> bool:
     try:
         import torch
@@ -119,20 +132,21 @@ class VLLMEngine:
         enforce_eager: bool | None = None,
         seed: int = 0,
         cpu_kv_cache_gib: int = 2,
-        cpu_step_tokens: int = 0,
+        cpu_step_tokens: int | None = None,
         **engine_kwargs: Any,
     ) -> None:
         """`dtype`, `enforce_eager`, `cpu_kv_cache_gib` and `cpu_step_tokens` as the operator set them (Settings:
-        JUIZ_DTYPE, JUIZ_ENFORCE_EAGER, JUIZ_CPU_KV_CACHE_GIB, JUIZ_CPU_STEP_TOKENS; "auto", None and 0 let the device
-        decide, see `engine_dtype` and below): the caller's settings, never read here."""
+        JUIZ_DTYPE, JUIZ_ENFORCE_EAGER, JUIZ_CPU_KV_CACHE_GIB, JUIZ_CPU_STEP_TOKENS; "auto" and None let the device
+        decide, see `engine_dtype` and `cpu_step`): the caller's settings, never read here."""
         check_model_path(model)
         on_gpu = has_cuda()
+        chosen = engine_dtype(dtype, on_gpu)
         if not on_gpu:
             cpu_defaults(cpu_kv_cache_gib)
             engine_kwargs.setdefault("block_size", CPU_BLOCK_SIZE)
-            if cpu_step_tokens:
-                engine_kwargs.setdefault("max_num_batched_tokens", cpu_step_tokens)
-        if chosen := engine_dtype(dtype, on_gpu):
+            if step := cpu_step(cpu_step_tokens, chosen):
+                engine_kwargs.setdefault("max_num_batched_tokens", step)
+        if chosen:
             engine_kwargs["dtype"] = chosen
         # The reply grammar's bounded repetitions take seconds to compile (≈6 s on 2 loaded cores); vLLM's default
         # 5 s limit then drops the requests. The pattern is ours, not user input, so a generous limit is safe.

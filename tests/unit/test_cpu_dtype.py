@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from juiz.engines.vllm_engine import cpu_dtype, engine_dtype
+from juiz.engines.vllm_engine import cpu_dtype, cpu_step, engine_dtype
 from juiz.runtime.errors import InputError
 from juiz.runtime.settings import Settings
 
@@ -44,3 +44,21 @@ def test_the_setting_names_the_wrong_value(monkeypatch: pytest.MonkeyPatch) -> N
 def test_a_gpu_runs_the_models_own_dtype_unless_the_operator_says() -> None:
     assert engine_dtype("auto", on_gpu=True) is None
     assert engine_dtype("float16", on_gpu=True) == "float16"
+
+
+@pytest.mark.parametrize(
+    ("configured", "dtype", "expected"),
+    [(None, "bfloat16", 1024), (None, "float32", 512), (None, None, 512), (0, "float32", 0), (2048, "bfloat16", 2048)],
+)
+def test_a_cpu_step_is_sized_to_the_dtype_unless_the_operator_says(
+    configured: int | None, dtype: str | None, expected: int
+) -> None:
+    """float32 computes about half as many prompt tokens a second as bf16: half the step keeps it as short."""
+    assert cpu_step(configured, dtype) == expected
+
+
+def test_the_step_setting_is_unset_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("JUIZ_CPU_STEP_TOKENS", raising=False)
+    assert Settings.from_env().cpu_step_tokens is None
+    monkeypatch.setenv("JUIZ_CPU_STEP_TOKENS", "0")
+    assert Settings.from_env().cpu_step_tokens == 0
