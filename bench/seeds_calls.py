@@ -1,0 +1,135 @@
+"""Where the demo's seconds go: the seeds graded as `juiz demo` grades them, per judge design, engine call by engine
+call: `python -m bench.seeds_calls --prompt answer_relevance@checks-8 --prompt answer_relevance@checks-10`.
+
+    flock /tmp/juiz-heavy.lock .venv/bin/python -m bench.seeds_calls
+
+One engine (the one `JUIZ_ENGINE` picks), started once; the designs one after the other on the same three seeds, the
+prefix cache emptied before each (vLLM), so none is served what another computed. For each engine call: its
+conversations, prompt tokens, the prompt tokens the engine computed (its own counts: prompt less what its prefix
+cache served) and seconds; and per call the computed tokens by the opening words of each conversation's system
+message (which kind of conversation computes what).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import time
+from collections import defaultdict
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from bench.common import reset_prefix_cache, save, setup_logging
+from juiz.engines.base import CallControl, Completion, Conversation, GenerationRequest, JudgeEngine
+from juiz.engines.models import DEFAULT_MODEL
+from juiz.engines.vllm_engine import VLLMEngine
+from juiz.formats.readers import read_triples
+from juiz.judging.backend import build_engine
+from juiz.judging.judge import Judge
+from juiz.runtime.settings import Settings
+from schemas import BatchOptions
+
+log = logging.getLogger("bench.seeds_calls")
+SEEDS = Path(__file__).resolve().parent.parent / "examples" / "seeds"
+DESIGNS = ("answer_relevance@checks-8", "answer_relevance@checks-10")
+
+
+class CallRecorder:
+    """The engine, recording each call: its size, seconds and the prompt tokens computed per kind of conversation."""
+
+    def __init__(self, engine: JudgeEngine) -> None:
+        self.engine = engine
+        self.calls: list[dict[str, Any]] = []
+
+    @property
+    def model_id(self) -> str:
+        return self.engine.model_id
+
+    @property
+    def origin(self) -> Mapping[str, str]:
+        return self.engine.origin
+
+    def generate(
+        self, conversations: Sequence[Conversation], request: GenerationRequest, control: CallControl | None = None
+    ) -> list[Completion]:
+        started = time.perf_counter()
+        completions = self.engine.generate(conversations, request, control)
+        by_kind: dict[str, int] = defaultdict(int)
+        for conversation, completion in zip(conversations, completions, strict=True):
+            opening = conversation[0]["content"][:50] if conversation[0]["role"] == "system" else "(no system message)"
+            by_kind[opening] += completion.prompt_tokens - completion.cached_prompt_tokens
+        self.calls.append(
+            {
+                "conversations": len(conversations),
+                "max_tokens": request.max_tokens,
+                "s": round(time.perf_counter() - started, 1),
+                "prompt_tokens": sum(c.prompt_tokens for c in completions),
+                "computed_prompt_tokens": sum(c.prompt_tokens - c.cached_prompt_tokens for c in completions),
+                "reply_tokens": sum(len(c.tokens) for c in completions),
+                "computed_by_kind": dict(by_kind),
+            }
+        )
+        return completions
+
+    def take(self) -> list[dict[str, Any]]:
+        calls, self.calls = self.calls, []
+        return calls
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--prompt", action="append", default=[], help=f"a design (default: {', '.join(DESIGNS)})")
+    parser.add_argument("--model", default=DEFAULT_MODEL)
+    parser.add_argument("--name", default="seeds_calls", help="results file name")
+    args = parser.parse_args(argv)
+    setup_logging()
+    designs = args.prompt or list(DESIGNS)
+    triples = [t for path in sorted(SEEDS.glob("00*.txt")) for t in read_triples(path)]
+    started = time.perf_counter()
+    engine = build_engine(Settings.from_env(None, model=args.model), say=log.info)
+    startup = time.perf_counter() - started
+    recorder = CallRecorder(engine)
+    judge = Judge(recorder)
+    sides: dict[str, Any] = {}
+    try:
+        for design in designs:
+            if isinstance(engine, VLLMEngine):
+                reset_prefix_cache(engine)
+            options = BatchOptions.model_validate({"metrics": [design.split("@")[0]], "prompt": design})
+            recorder.take()
+            began = time.perf_counter()
+            results = judge.grade(triples, options)
+            seconds = time.perf_counter() - began
+            calls = recorder.take()
+            sides[design] = {
+                "grading_s": round(seconds, 1),
+                "computed_prompt_tokens": sum(c["computed_prompt_tokens"] for c in calls),
+                "prompt_tokens": sum(c["prompt_tokens"] for c in calls),
+                "labels": [r.automated_label for r in results],
+                "calls": calls,
+            }
+            log.info("%s: %.1fs, %s", design, seconds, {k: v for k, v in sides[design].items() if k != "calls"})
+    finally:
+        engine.close()
+    first = designs[0]
+    ratios = {
+        f"{design} / {first}": {
+            "grading_s": round(sides[design]["grading_s"] / sides[first]["grading_s"], 3),
+            "computed_prompt_tokens": round(
+                sides[design]["computed_prompt_tokens"] / max(1, sides[first]["computed_prompt_tokens"]), 3
+            ),
+        }
+        for design in designs[1:]
+    }
+    path = save(
+        args.name,
+        {"engine": dict(engine.origin), "items": len(triples), "startup_s": round(startup, 1), "designs": sides}
+        | {"ratios": ratios},
+    )
+    print(f"ratios: {ratios}\nwritten: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

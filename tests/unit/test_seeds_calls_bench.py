@@ -1,0 +1,37 @@
+"""bench.seeds_calls records each engine call: its size, the prompt tokens computed, and which kind computed them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import ClassVar
+
+from bench.seeds_calls import CallRecorder
+from juiz.engines.base import CallControl, Completion, Conversation, GenerationRequest
+
+
+class CountedEngine:
+    """A stand-in engine whose replies say each prompt's length and a cached part of 10 tokens."""
+
+    model_id = "counted"
+    origin: ClassVar[dict[str, str]] = {}
+
+    def generate(
+        self, conversations: Sequence[Conversation], request: GenerationRequest, control: CallControl | None = None
+    ) -> list[Completion]:
+        return [
+            Completion(text="Yes", tokens=["Yes"], prompt_tokens=len(c[-1]["content"]), cached_prompt_tokens=10)
+            for c in conversations
+        ]
+
+
+def test_each_call_is_recorded_with_the_tokens_each_kind_computed() -> None:
+    recorder = CallRecorder(CountedEngine())
+    request = GenerationRequest(max_tokens=1)
+    checks = [[{"role": "system", "content": "You check one thing."}, {"role": "user", "content": "x" * 40}]] * 2
+    recorder.generate(checks, request)
+    recorder.generate([[{"role": "user", "content": "y" * 30}]], GenerationRequest(max_tokens=160))
+    first, second = recorder.take()
+    assert first["conversations"] == 2 and first["prompt_tokens"] == 80 and first["computed_prompt_tokens"] == 60
+    assert first["computed_by_kind"] == {"You check one thing.": 60}
+    assert second["max_tokens"] == 160 and second["computed_by_kind"] == {"(no system message)": 20}
+    assert recorder.take() == []
