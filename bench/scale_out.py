@@ -86,7 +86,11 @@ class Fleet:
     def __init__(self, settings: Settings, workdir: Path, call_s: float, item_s: float) -> None:
         self.env = {
             **os.environ,
-            **{ENV_PREFIX + k.upper(): str(v) for k, v in settings.model_dump(mode="json").items() if k != "api_keys"},
+            **{
+                ENV_PREFIX + k.upper(): str(v)
+                for k, v in settings.model_dump(mode="json").items()
+                if k != "api_keys" and v is not None  # unset stays unset
+            },
             "JUIZ_FAKE_CALL_S": str(call_s),
             "JUIZ_FAKE_ITEM_S": str(item_s),
             "JUIZ_FAKE_EVENTS": "1",

@@ -31,7 +31,9 @@ def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = WAIT
 
 
 def settings_env(settings: Settings) -> dict[str, str]:
-    env = {ENV_PREFIX + name.upper(): str(value) for name, value in settings.model_dump(mode="json").items()}
+    # An unset setting (None) stays out of the environment, as it was.
+    dumped = settings.model_dump(mode="json").items()
+    env = {ENV_PREFIX + name.upper(): str(value) for name, value in dumped if value is not None}
     env[ENV_PREFIX + "API_KEYS"] = settings.api_keys.get_secret_value()
     return env
 

@@ -62,3 +62,11 @@ def test_the_step_setting_is_unset_by_default(monkeypatch: pytest.MonkeyPatch) -
     assert Settings.from_env().cpu_step_tokens is None
     monkeypatch.setenv("JUIZ_CPU_STEP_TOKENS", "0")
     assert Settings.from_env().cpu_step_tokens == 0
+
+
+def test_settings_passed_on_as_environment_variables_come_back_the_same() -> None:
+    """How the tests and bench.scale_out hand settings to worker processes: an unset setting stays unset."""
+    from tests.integration.fake_workers import settings_env
+
+    settings = Settings.from_env({})
+    assert Settings.from_env(settings_env(settings)) == settings
