@@ -105,9 +105,11 @@ def load_engine(model: str) -> VLLMEngine:
     return engine
 
 
-def reset_prefix_cache(engine: VLLMEngine) -> bool:
-    """Empty vLLM's prefix cache, so a measurement does not reuse the previous one's prompts."""
-    return bool(engine._llm.reset_prefix_cache())
+def reset_prefix_cache(engine: object) -> bool:
+    """Empty the engine's prefix cache where it can (vLLM in process), so a measurement does not reuse the previous
+    one's prompts; False where it can't (a server's)."""
+    reset = getattr(engine, "reset_prefix_cache", None)
+    return bool(reset()) if reset is not None else False
 
 
 def close_engine(engine: VLLMEngine) -> None:

@@ -18,8 +18,8 @@ import statistics
 import time
 from typing import Any
 
-from bench.common import save, setup_logging, table
-from bench.judge_quality import CountingEngine, reset_prefix_cache
+from bench.common import reset_prefix_cache, save, setup_logging, table
+from bench.judge_quality import CountingEngine
 from juiz.engines.models import DEFAULT_MODEL
 from juiz.formats.readers import read_triples
 from juiz.judging.backend import build_engine

@@ -29,7 +29,7 @@ from typing import Any
 from scipy.stats import spearmanr
 from sklearn.metrics import roc_auc_score
 
-from bench.common import GOLDEN, WORK, close_engine, load_engine, save, setup_logging, table
+from bench.common import GOLDEN, WORK, close_engine, load_engine, reset_prefix_cache, save, setup_logging, table
 from bench.labelled import CELLS, DATA, DEFAULT_CELLS, Cell, labelled_set, save_judgements
 from juiz.agreement.labels import DEFAULT_VERDICT, metric_of, with_default_verdict
 from juiz.agreement.statistics import Signal, compute_agreement, metric_signal, verdict_signal
@@ -202,8 +202,9 @@ def verdict_continuous(j: Judgement) -> float | None:
 
 class CountingEngine:
     """The engine, counting what each cell costs: conversations, prompt tokens (and how many came from the prefix
-    cache), reply tokens; and where the cost goes: each engine call's size and seconds, and the prompt tokens the
-    cache did not serve by kind of conversation (its sampling and the opening words of its system message)."""
+    cache), reply tokens; and where the cost goes: each engine call's size, seconds and tokens, and the prompt tokens
+    the cache did not serve by kind of conversation (its sampling and the opening words of its system message), per
+    call and in all."""
 
     def __init__(self, engine: JudgeEngine) -> None:
         self.engine = engine
@@ -224,20 +225,28 @@ class CountingEngine:
     ) -> list[Completion]:
         started = time.perf_counter()
         completions = self.engine.generate(conversations, request, control)
-        self.calls.append(
-            {
-                "conversations": len(conversations),
-                "max_tokens": request.max_tokens,
-                "s": round(time.perf_counter() - started, 1),
-            }
-        )
+        seconds = time.perf_counter() - started
+        call_by_kind: dict[str, int] = defaultdict(int)
         self.counts["calls"] += 1
         for conversation, c in zip(conversations, completions, strict=True):
+            computed = c.prompt_tokens - c.cached_prompt_tokens
             self.counts["conversations"] += 1
             self.counts["prompt_tokens"] += c.prompt_tokens
             self.counts["cached_prompt_tokens"] += c.cached_prompt_tokens
             self.counts["reply_tokens"] += len(c.tokens)
-            self.uncached_by_kind[_kind(conversation, request)] += c.prompt_tokens - c.cached_prompt_tokens
+            self.uncached_by_kind[_kind(conversation, request)] += computed
+            call_by_kind[_kind(conversation, request)] += computed
+        self.calls.append(
+            {
+                "conversations": len(conversations),
+                "max_tokens": request.max_tokens,
+                "s": round(seconds, 1),
+                "prompt_tokens": sum(c.prompt_tokens for c in completions),
+                "computed_prompt_tokens": sum(call_by_kind.values()),
+                "reply_tokens": sum(len(c.tokens) for c in completions),
+                "computed_by_kind": dict(call_by_kind),
+            }
+        )
         return completions
 
     def take(self) -> dict[str, Any]:
@@ -251,12 +260,6 @@ def _kind(conversation: Conversation, request: GenerationRequest) -> str:
     system = next((m["content"] for m in conversation if m["role"] == "system"), "")
     reply = "one token" if request.max_tokens == 1 else f"up to {request.max_tokens} tokens"
     return f"{reply}: {' '.join(system.split()[:6])}"
-
-
-def reset_prefix_cache(engine: object) -> bool:
-    """Empty the engine's prefix cache where it can (vLLM in process); False where it can't (a server's)."""
-    reset = getattr(engine, "reset_prefix_cache", None)
-    return bool(reset()) if reset is not None else False
 
 
 def grade_cell(judge: Judge, cell: Cell, triples: Sequence[Triple]) -> tuple[list[Judgement], float]:

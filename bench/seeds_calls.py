@@ -15,15 +15,12 @@ from __future__ import annotations
 import argparse
 import logging
 import time
-from collections import defaultdict
-from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from bench.common import reset_prefix_cache, save, setup_logging
-from juiz.engines.base import CallControl, Completion, Conversation, GenerationRequest, JudgeEngine
+from bench.judge_quality import CountingEngine
 from juiz.engines.models import DEFAULT_MODEL
-from juiz.engines.vllm_engine import VLLMEngine
 from juiz.formats.readers import read_triples
 from juiz.judging.backend import build_engine
 from juiz.judging.judge import Judge
@@ -33,48 +30,6 @@ from schemas import BatchOptions
 log = logging.getLogger("bench.seeds_calls")
 SEEDS = Path(__file__).resolve().parent.parent / "examples" / "seeds"
 DESIGNS = ("answer_relevance@checks-8", "answer_relevance@checks-10")
-
-
-class CallRecorder:
-    """The engine, recording each call: its size, seconds and the prompt tokens computed per kind of conversation."""
-
-    def __init__(self, engine: JudgeEngine) -> None:
-        self.engine = engine
-        self.calls: list[dict[str, Any]] = []
-
-    @property
-    def model_id(self) -> str:
-        return self.engine.model_id
-
-    @property
-    def origin(self) -> Mapping[str, str]:
-        return self.engine.origin
-
-    def generate(
-        self, conversations: Sequence[Conversation], request: GenerationRequest, control: CallControl | None = None
-    ) -> list[Completion]:
-        started = time.perf_counter()
-        completions = self.engine.generate(conversations, request, control)
-        by_kind: dict[str, int] = defaultdict(int)
-        for conversation, completion in zip(conversations, completions, strict=True):
-            opening = conversation[0]["content"][:50] if conversation[0]["role"] == "system" else "(no system message)"
-            by_kind[opening] += completion.prompt_tokens - completion.cached_prompt_tokens
-        self.calls.append(
-            {
-                "conversations": len(conversations),
-                "max_tokens": request.max_tokens,
-                "s": round(time.perf_counter() - started, 1),
-                "prompt_tokens": sum(c.prompt_tokens for c in completions),
-                "computed_prompt_tokens": sum(c.prompt_tokens - c.cached_prompt_tokens for c in completions),
-                "reply_tokens": sum(len(c.tokens) for c in completions),
-                "computed_by_kind": dict(by_kind),
-            }
-        )
-        return completions
-
-    def take(self) -> list[dict[str, Any]]:
-        calls, self.calls = self.calls, []
-        return calls
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -89,19 +44,18 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     engine = build_engine(Settings.from_env(None, model=args.model), say=log.info)
     startup = time.perf_counter() - started
-    recorder = CallRecorder(engine)
-    judge = Judge(recorder)
+    counting = CountingEngine(engine)
+    judge = Judge(counting)
     sides: dict[str, Any] = {}
     try:
         for design in designs:
-            if isinstance(engine, VLLMEngine):
-                reset_prefix_cache(engine)
+            reset_prefix_cache(engine)
             options = BatchOptions.model_validate({"metrics": [design.split("@")[0]], "prompt": design})
-            recorder.take()
+            counting.take()
             began = time.perf_counter()
             results = judge.grade(triples, options)
             seconds = time.perf_counter() - began
-            calls = recorder.take()
+            calls = counting.take()["calls_s"]
             sides[design] = {
                 "grading_s": round(seconds, 1),
                 "computed_prompt_tokens": sum(c["computed_prompt_tokens"] for c in calls),

@@ -1,11 +1,12 @@
-"""bench.seeds_calls records each engine call: its size, the prompt tokens computed, and which kind computed them."""
+"""The benches' counting engine records each engine call: its size, the prompt tokens computed, and which kind of
+conversation computed them."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import ClassVar
 
-from bench.seeds_calls import CallRecorder
+from bench.judge_quality import CountingEngine
 from juiz.engines.base import CallControl, Completion, Conversation, GenerationRequest
 
 
@@ -25,13 +26,15 @@ class CountedEngine:
 
 
 def test_each_call_is_recorded_with_the_tokens_each_kind_computed() -> None:
-    recorder = CallRecorder(CountedEngine())
+    recorder = CountingEngine(CountedEngine())
     request = GenerationRequest(max_tokens=1)
     checks = [[{"role": "system", "content": "You check one thing."}, {"role": "user", "content": "x" * 40}]] * 2
     recorder.generate(checks, request)
     recorder.generate([[{"role": "user", "content": "y" * 30}]], GenerationRequest(max_tokens=160))
-    first, second = recorder.take()
+    counts = recorder.take()
+    first, second = counts["calls_s"]
     assert first["conversations"] == 2 and first["prompt_tokens"] == 80 and first["computed_prompt_tokens"] == 60
-    assert first["computed_by_kind"] == {"You check one thing.": 60}
-    assert second["max_tokens"] == 160 and second["computed_by_kind"] == {"(no system message)": 20}
-    assert recorder.take() == []
+    assert first["computed_by_kind"] == {"one token: You check one thing.": 60}
+    assert second["max_tokens"] == 160 and second["computed_by_kind"] == {"up to 160 tokens: ": 20}
+    assert counts["uncached_by_kind"] == first["computed_by_kind"] | second["computed_by_kind"]
+    assert recorder.take()["calls_s"] == []
