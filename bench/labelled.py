@@ -74,6 +74,12 @@ CELLS = {
     # the worked examples, then the question and context, then what a conversation asks about): an item's prefix is
     # computed once, not once per kind.
     "checks-10": Cell("checks-10", "fast", {"answer_relevance": "checks-10", "groundedness": "checks-6"}),
+    # checks-11: checks-8's checks; the judge's reference written under the checks' own system message and layout, so
+    # the reference and the item's checks share the question and context as one prefix.
+    "checks-11": Cell("checks-11", "fast", {"answer_relevance": "checks-11", "groundedness": "checks-4"}),
+    # checks-12: checks-11 with that one system message written for both jobs (what checks-8's item checks were told of
+    # the ANSWER, without asking for Yes or No).
+    "checks-12": Cell("checks-12", "fast", {"answer_relevance": "checks-12", "groundedness": "checks-4"}),
 }
 # What `make bench` grades: the default judge, the chain-of-thought baseline beside it, and context relevance (fast-v2);
 # the earlier answer-relevance-only cells (cot-v1, fast-v1) and the other check versions are opt-in.
