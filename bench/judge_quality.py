@@ -233,7 +233,7 @@ class CountingEngine:
             self.counts["conversations"] += 1
             self.counts["prompt_tokens"] += c.prompt_tokens
             self.counts["cached_prompt_tokens"] += c.cached_prompt_tokens
-            self.counts["reply_tokens"] += len(c.tokens)
+            self.counts["reply_tokens"] += c.reply_tokens or len(c.tokens)
             self.uncached_by_kind[_kind(conversation, request)] += computed
             call_by_kind[_kind(conversation, request)] += computed
         self.calls.append(
@@ -243,7 +243,7 @@ class CountingEngine:
                 "s": round(seconds, 1),
                 "prompt_tokens": sum(c.prompt_tokens for c in completions),
                 "computed_prompt_tokens": sum(call_by_kind.values()),
-                "reply_tokens": sum(len(c.tokens) for c in completions),
+                "reply_tokens": sum(c.reply_tokens or len(c.tokens) for c in completions),
                 "computed_by_kind": dict(call_by_kind),
             }
         )

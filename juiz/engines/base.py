@@ -77,6 +77,8 @@ class Completion:
     finish_reason: str | None = None
     prompt_tokens: int = 0
     cached_prompt_tokens: int = 0
+    # The reply's length in tokens as the engine counted it (`tokens` is empty when no log-probabilities were asked).
+    reply_tokens: int = 0
     error: str | None = None  # set when this one conversation could not be generated
     alternatives: list[Completion] = field(default_factory=list)  # replies 2..n when GenerationRequest.n > 1
     # With GenerationRequest.word_groups: each group's probability at the first reply token; None when not read.

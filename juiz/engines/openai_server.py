@@ -154,6 +154,7 @@ def completion_from_choice(body: dict[str, Any], word_groups: tuple[tuple[str, .
         finish_reason=choice.get("finish_reason"),
         prompt_tokens=int(usage.get("prompt_tokens") or 0),
         cached_prompt_tokens=int(details.get("cached_tokens") or 0),
+        reply_tokens=int(usage.get("completion_tokens") or len(tokens)),
     )
 
 

@@ -603,5 +603,6 @@ def _reply_from_vllm(out: Any, gen: Any, token_groups: list[list[int]]) -> Compl
         finish_reason=gen.finish_reason,
         prompt_tokens=len(out.prompt_token_ids or []),
         cached_prompt_tokens=int(getattr(out, "num_cached_tokens", 0) or 0),
+        reply_tokens=len(gen.token_ids or []),
         word_probs=word_probs,
     )

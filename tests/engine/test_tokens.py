@@ -81,6 +81,7 @@ def test_a_long_reply_heard_token_by_token_is_the_reply_the_unstreamed_request_g
         # llama.cpp's usage counts the end-of-turn token it wrote on a reply that stopped, which the reply doesn't show.
         stop_token = 1 if not vllm and completion.finish_reason == "stop" else 0
         assert written[index] == len(completion.tokens) + stop_token
+        assert completion.reply_tokens == written[index]  # the engine's own count of the reply
         assert read[index] == completion.prompt_tokens - completion.cached_prompt_tokens
         # Heard as it was written: several reports, all before its end.
         assert events[index][-1] == "finished" and events[index].count("tokens") >= 2

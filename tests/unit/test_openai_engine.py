@@ -157,12 +157,13 @@ def test_llama_cpp_gets_a_gbnf_grammar_and_other_servers_nothing() -> None:
     assert "grammar" not in other.bodies[0] and "structured_outputs" not in other.bodies[0]
 
 
-def test_completion_reads_text_logprobs_and_cached_tokens() -> None:
+def test_completion_reads_text_logprobs_cached_and_reply_tokens() -> None:
     completion = completion_from_choice(chat_response(REPLY))
     assert completion.text == REPLY and completion.finish_reason == "stop"
     assert completion.tokens[-1] == "2"
     assert completion.top_logprobs[-1] == {"2": math.log(0.5), "3": math.log(0.5)}  # -9999 (impossible) dropped
     assert (completion.prompt_tokens, completion.cached_prompt_tokens) == (100, 64)
+    assert completion.reply_tokens == 10  # the server's count, not the log-probabilities' length
 
 
 def test_judge_on_the_server_back_end_scores_and_records_where() -> None:
