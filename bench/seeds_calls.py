@@ -1,10 +1,11 @@
 """Where the demo's seconds go: the seeds graded as `juiz demo` grades them, per judge design, engine call by engine
-call: `python -m bench.seeds_calls --prompt answer_relevance@checks-8 --prompt answer_relevance@checks-10`.
+call: `python -m bench.seeds_calls --prompt answer_relevance@checks-8 --prompt answer_relevance@checks-11`.
 
     flock /tmp/juiz-heavy.lock .venv/bin/python -m bench.seeds_calls
 
-One engine (the one `JUIZ_ENGINE` picks), started once; the designs one after the other on the same three seeds, the
-prefix cache emptied before each (vLLM), so none is served what another computed. For each engine call: its
+One engine (the one `JUIZ_ENGINE` picks); the designs one after the other on the same three seeds, each from an empty
+prefix cache (vLLM's emptied; llama.cpp started again, its slots' caches can't be emptied), so none is served what
+another computed. For each engine call: its
 conversations, prompt tokens, the prompt tokens the engine computed (its own counts: prompt less what its prefix
 cache served) and seconds; and per call the computed tokens by the opening words of each conversation's system
 message (which kind of conversation computes what).
@@ -29,7 +30,7 @@ from schemas import BatchOptions
 
 log = logging.getLogger("bench.seeds_calls")
 SEEDS = Path(__file__).resolve().parent.parent / "examples" / "seeds"
-DESIGNS = ("answer_relevance@checks-8", "answer_relevance@checks-10")
+DESIGNS = ("answer_relevance@checks-8", "answer_relevance@checks-11")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -41,25 +42,27 @@ def main(argv: list[str] | None = None) -> int:
     setup_logging()
     designs = args.prompt or list(DESIGNS)
     triples = [t for path in sorted(SEEDS.glob("00*.txt")) for t in read_triples(path)]
+    settings = Settings.from_env(None, model=args.model)
     started = time.perf_counter()
-    engine = build_engine(Settings.from_env(None, model=args.model), say=log.info)
+    engine = build_engine(settings, say=log.info)
     startup = time.perf_counter() - started
-    counting = CountingEngine(engine)
-    judge = Judge(counting)
     sides: dict[str, Any] = {}
     try:
-        for design in designs:
-            reset_prefix_cache(engine)
+        for n, design in enumerate(designs):
+            if n and not reset_prefix_cache(engine):  # a cache that can't be emptied (llama.cpp's slots): a new engine
+                engine.close()
+                engine = build_engine(settings, say=log.info)
+            counting = CountingEngine(engine)
             options = BatchOptions.model_validate({"metrics": [design.split("@")[0]], "prompt": design})
-            counting.take()
             began = time.perf_counter()
-            results = judge.grade(triples, options)
+            results = Judge(counting).grade(triples, options)
             seconds = time.perf_counter() - began
             calls = counting.take()["calls_s"]
             sides[design] = {
                 "grading_s": round(seconds, 1),
                 "computed_prompt_tokens": sum(c["computed_prompt_tokens"] for c in calls),
                 "prompt_tokens": sum(c["prompt_tokens"] for c in calls),
+                "reply_tokens": sum(c["reply_tokens"] for c in calls),
                 "labels": [r.automated_label for r in results],
                 "calls": calls,
             }
