@@ -19,7 +19,7 @@ def test_every_version_exists_in_both_languages() -> None:
         for lang in prompts.LANGUAGES:
             assert f"answer_relevance@{version}.{lang}" in ids
     assert prompts.DEFAULT_VERSIONS == {
-        "answer_relevance": "checks-8",
+        "answer_relevance": "checks-12",
         "groundedness": "checks-4",
         "context_relevance": "juiz-1",  # no check-based prompt for it
         "completeness": "checks-1",  # graded only when requested
@@ -134,9 +134,9 @@ def test_language_detection(text: str, lang: str) -> None:
 
 
 def test_prompt_selection_auto_language_and_explicit_id() -> None:
-    assert select_prompt(BatchOptions(), "Qual é a capital de Portugal?").id == "answer_relevance@checks-8.pt"
-    assert select_prompt(BatchOptions(), "What is the capital of Portugal?").id == "answer_relevance@checks-8.en"
-    assert select_prompt(BatchOptions(lang="pt"), "What?").id == "answer_relevance@checks-8.pt"
+    assert select_prompt(BatchOptions(), "Qual é a capital de Portugal?").id == "answer_relevance@checks-12.pt"
+    assert select_prompt(BatchOptions(), "What is the capital of Portugal?").id == "answer_relevance@checks-12.en"
+    assert select_prompt(BatchOptions(lang="pt"), "What?").id == "answer_relevance@checks-12.pt"
     chosen = select_prompt(BatchOptions(prompt="answer_relevance@trulens-1"), "Qual é?")
     assert chosen.id == "answer_relevance@trulens-1.pt"
     pinned = select_prompt(BatchOptions(prompt="answer_relevance@trulens-1.en"), "Qual é?")
@@ -260,3 +260,24 @@ def test_a_check_asked_per_sentence_or_point_shows_it_last_after_its_question(la
     assert covers.question in shared and ar.reply_check in shared  # asked once per item, not once per point
     own = first[len(shared) :]
     assert "Air scatters blue." in own and len(own) < len("Air scatters blue.") + 20  # the point and its closing tag
+
+
+@pytest.mark.parametrize("version", ["checks-11", "checks-12"])
+@pytest.mark.parametrize("lang", prompts.LANGUAGES)
+def test_the_reference_and_the_items_own_checks_share_the_question_and_context(version: str, lang: str) -> None:
+    """checks-11 and checks-12 are checks-8 with one system message for the reference and the item's own checks: both
+    conversations start with the same system message, question and context, so they are computed once per question."""
+    new, old = prompts.load("answer_relevance", version, lang), prompts.load("answer_relevance", "checks-8", lang)
+    assert not new.system_reference and new.rule == old.rule and new.reference == old.reference
+    assert [(c.name, c.question, c.system, c.examples) for c in new.checks] == [
+        (c.name, c.question, c.system, c.examples) for c in old.checks
+    ]
+    fields = {k: v for k, v in ITEM.items() if k != "answer"}
+    reference = new.render_reference(**fields)
+    head = new.user_reference.format_map(fields)
+    for check in (c for c in new.checks if c.shares_item_prefix):
+        conversation = new.render_check(check, **ITEM)
+        assert conversation[0] == reference[0]  # the same system message
+        assert conversation[1]["content"].startswith(head) and reference[1]["content"].startswith(head)
+    if version == "checks-11":  # the reference's conversation is checks-8's word for word
+        assert reference == old.render_reference(**fields)
