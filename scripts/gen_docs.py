@@ -304,6 +304,14 @@ def judge_quality_table(data: dict[str, Any]) -> str:
     return "\n".join(rows)
 
 
+# Agreement tables, in this order: the default judge's own test grading, `make bench`'s cells on test, and the dev
+# run that chose the default (cost per item side by side).
+QUALITY = (
+    ("judge_quality_test_checks-12", "The default judge on the labelled test split"),
+    ("judge_quality_test", "Judge quality on the labelled test split (`make bench`'s cells)"),
+    ("judge_quality_dev_checks-8_checks-11_checks-12", "Dev split, side by side: checks-8, checks-11, checks-12"),
+)
+
 PERFORMANCE = (
     "engines_dev_limit6_no_bf16_cpu",
     "engines_seeds_no_bf16_cpu",
@@ -313,6 +321,12 @@ PERFORMANCE = (
     "tokens-dev-checks-8",
     "tokens-dev-checks-8-slots",
     "llamacpp_slots_limit2",
+    "seeds_calls_vllm_bf16_zen5",
+    "seeds_calls_llamacpp_zen5",
+    "progress_line_demo_auto_bf16_zen5_before_checks12",
+    "progress_line_demo_auto_bf16_zen5_checks12",
+    "progress_line_demo_auto_float32_on_bf16_zen5_before_checks12",
+    "progress_line_demo_auto_float32_on_bf16_zen5_after_checks12",
     "progress_line_demo_auto_bf16_cpu_before_step_reads",
     "progress_line_demo_auto_bf16_cpu_step_reads",
     "progress_line_demo_auto_bf16_cpu_step_reads_2",
@@ -356,10 +370,12 @@ def results_page(results: Path = ROOT / "bench" / "results") -> str:
         "to be what they are: the [research log](research/index.md). The development judge is a 1.5B model on a CPU: "
         "these figures show what juiz does with it, not what a real judge reaches.\n",
     ]
-    quality = results / "judge_quality_test.json"
-    if quality.exists():
+    for name, title in QUALITY:
+        quality = results / f"{name}.json"
+        if not quality.exists():
+            continue
         data = json.loads(quality.read_text())
-        out.append("## Judge quality on the labelled test split\n")
+        out.append(f"## {title}\n")
         out.append(
             f"`{quality.name}` · {data.get('finished_at', '?')[:10]} · {_machine(data.get('machine', {}))} · "
             f"judge `{data.get('model', '?')}` · {data.get('items', '?')} items\n"
