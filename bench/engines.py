@@ -1,9 +1,10 @@
 """The two CPU engines side by side in one run: vLLM (float32 where bf16 is emulated) and llama.cpp (the GGUF as it
 ships), on the same items with the same judge.
 
-Part 1, the dev split with the default judge (checks-8): per engine, seconds per item, prompt tokens per second (all
-prompt tokens of the cell, cached ones included, over its wall time), the prefix cache's hit rate, peak RSS (the
-engine's whole process tree) and every agreement figure bench.judge_quality reports for the cell. Part 2, `juiz
+Part 1, the dev split with the default judge (bench.labelled's first default cell): per engine, seconds per item,
+prompt tokens per second (all prompt tokens of the cell, cached ones included, over its wall time), the prefix cache's
+hit rate, peak RSS (the engine's whole process tree) and every agreement figure bench.judge_quality reports for the
+cell. Part 2, `juiz
 score` on the three seeds with the default engine (`auto`) and with `JUIZ_ENGINE=vllm`: wall time, start-up included,
 and its ratio. Each engine runs in a child process of its own, one after the other (never two at once), so each
 one's memory is its own.
@@ -36,7 +37,7 @@ import psutil
 
 from bench.common import REPO, WORK, save, setup_logging, table
 from bench.judge_quality import CountingEngine, cost_row, graded, rag_rows
-from bench.labelled import CELLS, labelled_set
+from bench.labelled import CELLS, DEFAULT_CELLS, labelled_set
 from juiz.engines.cpu import native_bf16
 from juiz.engines.models import DEFAULT_MODEL
 from juiz.judging.backend import build_engine, cuda_present
@@ -45,7 +46,7 @@ from juiz.runtime.settings import Settings
 
 log = logging.getLogger("bench.engines")
 
-CELL = "checks-8"  # the default judge
+CELL = DEFAULT_CELLS[0]  # the default judge
 ENGINES = ("vllm", "llamacpp")
 # A row's keys that say what it is or what it cost (bench.judge_quality.cost_row); every other key is a figure.
 NOT_FIGURES = {"cell", "metric", "prompt", "mode", "signal", "seconds_cell", "items", "per_segment"}
@@ -81,7 +82,7 @@ class PeakRss:
 
 
 def grade_one(engine_name: str, model: str, limit: int | None, out: Path) -> None:
-    """Child: start `engine_name`, grade the dev split's subset with checks-8, write the figures to `out`."""
+    """Child: start `engine_name`, grade the dev split's subset with the default judge, write the figures to `out`."""
     setup_logging()
     rss = PeakRss()
     os.environ.setdefault("VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS", "3600")  # as bench.judge_quality: a loaded CPU waits
