@@ -10,10 +10,11 @@ computes depend on what runs after what in each slot. The plan:
    item's checks, one check's worked examples shown for every item): a run belongs in one slot. Neighbours with the
    same system message are measured on what follows it: a system message shared by every prompt (a prompt whose
    worked examples sit in it) would otherwise join every item into one run, and one slot;
-3. gives each run, the costliest first, to the slot that finishes it soonest (what the slot has computed so far, plus
-   the run's text less what it shares with the prompt the slot holds from the call before, or with a run it was
-   given already, e.g. their common system message), so the slots are balanced by the tokens they will compute, not
-   by the number of requests;
+3. gives each run, the costliest first, to the slot that holds most of its prefix from the call before (an item's
+   checks to the slot that wrote the item's reference: the slots share the cores, so a prefix computed again costs
+   them all); a run no slot holds goes to the slot that finishes it soonest (what the slot has computed so far, plus
+   the run's text less what it shares with the prompt the slot holds, or with a run it was given already, e.g. their
+   common system message), so the slots are balanced by the tokens they will compute, not by the number of requests;
 4. orders each slot's runs: the one sharing most with the slot's held prompt first, then the others as sorted.
 
 Lengths are characters of the rendered messages, a stand-in for tokens (the plan needs no tokenizer); the server's
@@ -93,10 +94,15 @@ def plan_slots(texts: Sequence[str], held: Sequence[str]) -> list[list[int]]:
     runs = _runs(texts)
     load = [0] * slots
     taken: list[list[_Run]] = [[] for _ in range(slots)]
-    # Costliest first (ties: the sorted order), each to the slot that would finish it first.
+    # Costliest first (ties: the sorted order), each to the slot that would finish it first; but a run whose prefix a
+    # slot holds from the call before (most of it: an item's context under the reference the judge wrote) goes there,
+    # even if another slot would finish it sooner: the slots share the machine's cores, so what a slot recomputes
+    # costs every slot, and only that slot can serve it.
     for run in sorted(runs, key=lambda r: -r.cost):
         finish = [load[s] + run.cost - _served(held[s], run, taken[s]) for s in range(slots)]
-        best = min(range(slots), key=lambda s: (finish[s], load[s], s))
+        reuse = [_reuse(held[s], run, taken[s]) for s in range(slots)]
+        holders = [s for s in range(slots) if reuse[s] >= SHARED_FRACTION * run.cost and reuse[s] == max(reuse)]
+        best = min(holders or range(slots), key=lambda s: (finish[s], load[s], s))
         taken[best].append(run)
         load[best] = finish[best]
     plan: list[list[int]] = []

@@ -96,6 +96,19 @@ def test_a_slot_that_holds_an_items_prompt_from_the_call_before_gets_that_items_
     assert {texts[i][: len(item("A"))] for i in plan[1]} == {item("A")}
 
 
+def test_an_items_checks_go_to_the_slot_holding_its_reference_even_when_another_slot_is_less_loaded() -> None:
+    # Three references written on two slots: the first slot wrote A's then C's, and holds C's; the second holds B's.
+    reference = {n: item(n) + "Write a reference." for n in "ABC"}
+    texts = [check(n, k) for n in "ABC" for k in range(4)]
+    held = [reference["C"], reference["B"]]
+    plan = plan_slots(texts, held)
+    slot_of = {texts[i][: len(item("A"))]: s for s, lane in enumerate(plan) for i in lane}
+    assert slot_of[item("C")] == 0 and slot_of[item("B")] == 1
+    # B's and C's prefixes served from their references: less is computed than one item's prefix and every check's own
+    # words.
+    assert computed(plan, texts, held) < len(item("A")) + len(texts) * len("Check 0?")
+
+
 def test_one_slot_takes_everything_in_prefix_order_and_no_slot_is_an_error() -> None:
     texts = [check("B", 1), check("A", 1), check("B", 0), check("A", 0)]
     assert plan_slots(texts, [""]) == [[3, 1, 2, 0]]
