@@ -21,6 +21,7 @@ FINAL_ONLY: one output per request, its tokens reported as it finishes.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import math
 import os
@@ -95,6 +96,17 @@ def cpu_step(configured: int | None, dtype: str | None) -> int:
     return CPU_STEP_TOKENS.get(dtype or "", CPU_STEP_TOKENS["float32"])
 
 
+def model_dtype(model: str) -> str | None:
+    """The dtype a local model's config names (what vLLM runs when no dtype is asked for), or None when unknown."""
+    config = Path(model).expanduser() / "config.json"
+    try:
+        data = json.loads(config.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    named = data.get("torch_dtype") or data.get("dtype")
+    return named if isinstance(named, str) else None
+
+
 def has_cuda() -> bool:
     try:
         import torch
@@ -144,7 +156,7 @@ class VLLMEngine:
         if not on_gpu:
             cpu_defaults(cpu_kv_cache_gib)
             engine_kwargs.setdefault("block_size", CPU_BLOCK_SIZE)
-            if step := cpu_step(cpu_step_tokens, chosen):
+            if step := cpu_step(cpu_step_tokens, chosen or model_dtype(model)):
                 engine_kwargs.setdefault("max_num_batched_tokens", step)
         if chosen:
             engine_kwargs["dtype"] = chosen

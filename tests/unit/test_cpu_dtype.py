@@ -3,9 +3,12 @@
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 
-from juiz.engines.vllm_engine import cpu_dtype, cpu_step, engine_dtype
+from juiz.engines.vllm_engine import cpu_dtype, cpu_step, engine_dtype, model_dtype
 from juiz.runtime.errors import InputError
 from juiz.runtime.settings import Settings
 
@@ -55,6 +58,14 @@ def test_a_cpu_step_is_sized_to_the_dtype_unless_the_operator_says(
 ) -> None:
     """float32 computes about half as many prompt tokens a second as bf16: half the step keeps it as short."""
     assert cpu_step(configured, dtype) == expected
+
+
+def test_with_no_dtype_asked_for_the_step_follows_the_models_own(tmp_path: Path) -> None:
+    """On a CPU with native bf16 juiz asks vLLM for no dtype, and vLLM runs the model's own: its step is that one's."""
+    (tmp_path / "config.json").write_text(json.dumps({"torch_dtype": "bfloat16"}), encoding="utf-8")
+    assert model_dtype(str(tmp_path)) == "bfloat16"
+    assert cpu_step(None, model_dtype(str(tmp_path))) == 1024
+    assert model_dtype(str(tmp_path / "missing")) is None and model_dtype("Qwen/Qwen2.5-1.5B") is None
 
 
 def test_the_step_setting_is_unset_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
