@@ -229,13 +229,13 @@ class CountingEngine:
         call_by_kind: dict[str, int] = defaultdict(int)
         self.counts["calls"] += 1
         for conversation, c in zip(conversations, completions, strict=True):
-            computed = c.prompt_tokens - c.cached_prompt_tokens
+            computed, kind = c.prompt_tokens - c.cached_prompt_tokens, _kind(conversation, request)
             self.counts["conversations"] += 1
             self.counts["prompt_tokens"] += c.prompt_tokens
             self.counts["cached_prompt_tokens"] += c.cached_prompt_tokens
             self.counts["reply_tokens"] += c.reply_tokens or len(c.tokens)
-            self.uncached_by_kind[_kind(conversation, request)] += computed
-            call_by_kind[_kind(conversation, request)] += computed
+            self.uncached_by_kind[kind] += computed
+            call_by_kind[kind] += computed
         self.calls.append(
             {
                 "conversations": len(conversations),

@@ -5,10 +5,9 @@ call: `python -m bench.seeds_calls --prompt answer_relevance@checks-8 --prompt a
 
 One engine (the one `JUIZ_ENGINE` picks); the designs one after the other on the same three seeds, each from an empty
 prefix cache (vLLM's emptied; llama.cpp started again, its slots' caches can't be emptied), so none is served what
-another computed. For each engine call: its
-conversations, prompt tokens, the prompt tokens the engine computed (its own counts: prompt less what its prefix
-cache served) and seconds; and per call the computed tokens by the opening words of each conversation's system
-message (which kind of conversation computes what).
+another computed. For each engine call: its conversations, prompt tokens, the prompt tokens the engine computed (its
+own counts: prompt less what its prefix cache served), reply tokens and seconds; and per call the computed tokens by
+the opening words of each conversation's system message (which kind of conversation computes what).
 """
 
 from __future__ import annotations
