@@ -25,6 +25,7 @@ import argparse
 import json
 import logging
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -38,7 +39,7 @@ import psutil
 from bench.common import REPO, WORK, save, setup_logging, table
 from bench.judge_quality import CountingEngine, cost_row, graded, rag_rows
 from bench.labelled import CELLS, DEFAULT_CELLS, labelled_set
-from juiz.engines.cpu import native_bf16
+from juiz.engines.cpu import avx512, native_bf16
 from juiz.engines.models import DEFAULT_MODEL
 from juiz.judging.backend import build_engine, cuda_present
 from juiz.judging.judge import Judge
@@ -113,10 +114,21 @@ def grade_one(engine_name: str, model: str, limit: int | None, out: Path) -> Non
     out.write_text(json.dumps(document, ensure_ascii=False) + "\n", encoding="utf-8")
 
 
-def _child(args: list[str], env: dict[str, str] | None = None) -> tuple[int, float]:
+def _child(args: list[str], env: dict[str, str] | None = None, keep_stderr: bool = False) -> tuple[int, float, str]:
+    """The child's exit code, wall seconds and, with `keep_stderr`, what it wrote to stderr (passed on to ours when it
+    ends, not as it comes)."""
     started = time.perf_counter()
-    code = subprocess.run(args, env=env, cwd=REPO, check=False).returncode
-    return code, round(time.perf_counter() - started, 1)
+    stderr = subprocess.PIPE if keep_stderr else None
+    done = subprocess.run(args, env=env, cwd=REPO, check=False, stderr=stderr, text=True)
+    if keep_stderr:
+        sys.stderr.write(done.stderr)
+    return done.returncode, round(time.perf_counter() - started, 1), done.stderr or ""
+
+
+def _seconds_after(pattern: str, text: str) -> float | None:
+    """The seconds a line of `juiz score` gives after `pattern` (e.g. "graded in 424.9s"), or None."""
+    found = re.search(pattern + r" ([\d.]+)s", text)
+    return float(found.group(1)) if found else None
 
 
 def seeds_score(engine: str | None, model: str, work: Path) -> dict[str, Any]:
@@ -132,14 +144,25 @@ def seeds_score(engine: str | None, model: str, work: Path) -> dict[str, Any]:
     env["JUIZ_MODEL"] = model
     out = work / f"seeds-{engine or 'auto'}.jsonl"
     argv = [sys.executable, "-m", "juiz.cli", "score", str(seeds), "-o", str(out)]
-    code, seconds = _child(argv, env)
+    code, seconds, said = _child(argv, env, keep_stderr=True)
     engines = set()
+    labels = []
     if out.exists():
         for line in out.read_text(encoding="utf-8").splitlines():
-            for metric in (json.loads(line).get("metrics") or {}).values():
+            result = json.loads(line)
+            labels.append(result.get("automated_label"))
+            for metric in (result.get("metrics") or {}).values():
                 provenance = metric.get("provenance") or {}
                 engines.add(provenance.get("engine") or f"vllm {provenance.get('engine_dtype')}")
-    return {"engine": engine or "auto", "exit": code, "seconds": seconds, "graded_by": sorted(engines)}
+    return {
+        "engine": engine or "auto",
+        "exit": code,
+        "seconds": seconds,
+        "ready_s": _seconds_after("engine ready in", said),
+        "grading_s": _seconds_after("graded in", said),
+        "labels": labels,
+        "graded_by": sorted(engines),
+    }
 
 
 COST_KEYS = set(cost_row({}, 1.0, 1)) | {"cold_prefix_cache"}
@@ -180,7 +203,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.without_bf16:
         name += "_without_bf16"  # a stand-in on a CPU that has bf16
     elif not (cuda_present() or native_bf16()):
-        name += "_no_bf16_cpu"  # the real thing: a machine's figures don't overwrite another kind's
+        # the real thing: a machine's figures don't overwrite another kind's
+        name += "_no_bf16_cpu" if avx512() else "_avx2_cpu"
     default_engine: str | None = None
     if args.without_bf16:
         os.environ["JUIZ_DTYPE"] = "float32"  # the children (and `juiz score`) inherit it; llama.cpp ignores it
@@ -228,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
             out = work / f"{engine}.json"
             argv_child = [sys.executable, "-m", "bench.engines", "--one", engine, "--out", str(out)]
             argv_child += ["--model", args.model] + (["--limit", str(args.limit)] if args.limit else [])
-            code, seconds = _child(argv_child)
+            code, seconds, _ = _child(argv_child)
             per_engine[engine] = json.loads(out.read_text()) if code == 0 and out.exists() else {"exit": code}
             per_engine[engine]["wall_s"] = seconds
             path = write()

@@ -8,6 +8,9 @@ from importlib.metadata import PackageNotFoundError, version
 
 from juiz.engines.cpu import NATIVE_BF16_FLAGS, cpu_flags
 
+# The vector units an engine's CPU kernels are built for: what makes the same figure differ between two machines.
+VECTOR_FLAGS = frozenset({"avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx_vnni", "amx_bf16", "amx_int8"})
+
 
 def _cpu_model() -> str:
     try:
@@ -18,6 +21,20 @@ def _cpu_model() -> str:
     except OSError:
         pass
     return platform.processor() or "unknown"
+
+
+def _cpuinfo_field(name: str) -> str | None:
+    """A field of /proc/cpuinfo's first processor (e.g. "cpu family"): a bare "AMD EPYC" says neither its generation
+    nor its vector units."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == name:
+                    return value.strip()
+    except OSError:
+        pass
+    return None
 
 
 def _mem_gib() -> float | None:
@@ -52,6 +69,8 @@ def describe_machine() -> dict[str, object]:
         "cores": os.cpu_count(),
         # The engine's speed on CPU turns on these (juiz.engines.vllm_engine.cpu_dtype): without them bf16 is emulated.
         "cpu_native_bf16": sorted(NATIVE_BF16_FLAGS & cpu_flags()),
+        "cpu_family_model": f"{_cpuinfo_field('cpu family')}/{_cpuinfo_field('model')}",
+        "cpu_vectors": sorted(f for f in cpu_flags() if f in VECTOR_FLAGS),
         "memory_gib": _mem_gib(),
         "gpu": gpu,
         "python": platform.python_version(),
