@@ -8,7 +8,7 @@ The prompts are the first conversations `juiz score` sends for the seeds (their 
 prompts, 1,300-1,500 tokens), each asked as a one-token check through the engine, one at a time, streamed as the worker
 streams it, with a nonce ahead of it so every run computes it whole.
 The steps run in an A B B A order (one engine start each), so a drift in the machine's load falls on both. Writes
-bench/results/llamacpp_step.json with the machine.
+bench/results/llamacpp_step[_NAME].json with the machine.
 """
 
 from __future__ import annotations
@@ -86,6 +86,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default=DEFAULT_MODEL)
     parser.add_argument("--steps", default="2048,512", help="step sizes to compare, the first one the reference")
     parser.add_argument("--prompts", type=int, default=2, help="seed conversations per run")
+    parser.add_argument("--name", default="", help="a suffix for the results file (e.g. the machine's kind)")
     args = parser.parse_args(argv)
     steps = [int(s) for s in args.steps.split(",")]
     prompts = seed_prompts(args.prompts)
@@ -109,7 +110,7 @@ def main(argv: list[str] | None = None) -> int:
         figures["steps"][str(step)]["speed_vs_first"] = round(speed / reference, 3)
         print(f"step {step}: {speed / reference:.3f} x the speed of step {steps[0]}")
     figures["cpu_flags"] = sorted(f for f in cpu_flags() if f.startswith(("avx", "amx", "fma", "f16c")))
-    save("llamacpp_step", figures)
+    save("llamacpp_step" + (f"_{args.name}" if args.name else ""), figures)
     return 0
 
 

@@ -49,11 +49,10 @@ REQUESTS_PER_SLOT = 2
 # A request to our own server waits for the one ahead of it in its slot: on a busy 2-core machine a 1.5B judge's
 # long prompt took minutes. A call's deadline (CallControl) still bounds it; this only catches a server that hangs.
 LOCAL_REQUEST_TIMEOUT_S = 3600.0
-# Prompt tokens the server computes in one step (llama.cpp's `n_batch`; its default is 2,048): a streamed prompt's
-# progress comes once a step. It computes 512 at once either way (its `n_ubatch`); 512 tokens took 9-17 s of the 1.5B
-# judge's prompt on a 2-core Xeon, and whether the smaller step costs speed is measured in
-# docs/research/2026-11-28-llamacpp-prompt-progress.md.
-BATCH_TOKENS = 512
+# Prompt tokens the server computes in one step (llama.cpp's `n_batch`, and so its `n_ubatch`; its defaults are 2,048
+# and 512): a streamed prompt's progress comes once a step. On a 2-core AVX2 CPU, where `auto` runs llama.cpp, 512
+# tokens of the 1.5B judge's prompt took 16-22 s and 256 took 8-9 s, at no cost in speed (bench.llamacpp_step).
+BATCH_TOKENS = 256
 # llama.cpp's names of its quantisation types (`general.file_type`) → the names its GGUF files go by.
 _QUANT_NAMES = {" - Small": "_S", " - Medium": "_M", " - Large": "_L"}
 

@@ -175,11 +175,12 @@ class Settings(BaseSettings):
         "(the 1.5B judge's KV is ~28 KB a token: a 4.7k-token item ~130 MB); 0: none.",
     )
     llamacpp_batch_tokens: int = Field(
-        512,
+        256,
         ge=0,
-        description="llamacpp back end: the most prompt tokens the server computes in one step (llama.cpp's n_batch; "
-        "it computes 512 at once either way); 0: llama.cpp's default (2,048). A prompt's progress comes once a step: "
-        "512 tokens took 9-17 s of the 1.5B judge's prompt on a 2-core Xeon without bf16.",
+        description="llamacpp back end: the most prompt tokens the server computes in one step (llama.cpp's n_batch, "
+        "and its n_ubatch when smaller than 512); 0: llama.cpp's default (2,048). A prompt's progress comes once a "
+        "step: 256 tokens of the 1.5B judge's prompt took 8-9 s on a 2-core AVX2 CPU, 512 took 16-22 s, at the same "
+        "speed.",
     )
     cpu_kv_cache_gib: int = Field(
         2,

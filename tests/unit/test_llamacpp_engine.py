@@ -45,8 +45,8 @@ def test_the_server_listens_on_loopback_on_a_port_the_kernel_picks_with_prompt_c
     assert params.cache_prompt is True and params.cache_ram_mib == 64
     assert params.cpuparams.n_threads == 2 and params.cpuparams_batch.n_threads == 2
     assert params.n_threads_http >= 2 * 2  # every request in flight is taken in and queued by the server
-    # A step of 512 prompt tokens (llama.cpp's own is 2,048): a streamed prompt reports its progress once a step.
-    assert (params.n_batch, params.n_ubatch) == (BATCH_TOKENS, 512)
+    # A step of 256 prompt tokens (llama.cpp's own is 2,048): a streamed prompt reports its progress once a step.
+    assert (params.n_batch, params.n_ubatch) == (BATCH_TOKENS, 256)
 
 
 def test_the_step_is_the_settings_and_0_leaves_llama_cpps_own() -> None:
