@@ -38,8 +38,9 @@ class BatchView(BaseModel):
     )
     eta_s: float | None = Field(
         default=None,
-        description="Seconds left at the rate so far: of conversations once workers report them (see "
-        "conversations_done), else of items; null until there is a rate.",
+        description="Seconds left at the rate so far: of the conversations' work once workers report them (each "
+        "conversation weighed by the characters it adds past a prefix shared with one before it, and its reply "
+        "allowance: a reference costs far more than a yes/no check), else of items; null until there is a rate.",
     )
     items_done: int = Field(
         default=0,

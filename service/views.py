@@ -31,8 +31,8 @@ def _stamp(value: float | None) -> datetime | None:
 
 def batch_view(record: BatchRecord, now: float | None = None) -> BatchView:
     """Pace = items finished per second since the first chunk started. ETA = what is left at the rate so far: of
-    conversations once the workers report them (an item is many, so this moves within the first item), else of
-    items."""
+    the conversations' estimated work once the workers report it (an item is many conversations of very different
+    costs, so this moves within the first item: juiz.judging.progress), else of items."""
     rate = eta = None
     done, total = record.counts.done, record.total
     progress = record.progress
@@ -43,7 +43,16 @@ def batch_view(record: BatchRecord, now: float | None = None) -> BatchView:
         eta = 0.0 if record.terminal else round((total - done) / rate, 1)
         rate = round(rate, 4)
     if record.started_at is not None and progress.done and not record.terminal:
-        eta = eta_s(progress.done, progress.planned, progress.items_seen, total, max(clock - record.started_at, 1e-3))
+        elapsed = max(clock - record.started_at, 1e-3)
+        eta = eta_s(
+            progress.done,
+            progress.planned,
+            progress.items_seen,
+            total,
+            elapsed,
+            progress.work_done,
+            progress.work_planned,
+        )
     # Results stored and, between a call's end and its store, graded: briefly both (clamped).
     items_done = min(total, done + progress.items_in_flight_done)
     reported = progress.reported

@@ -69,6 +69,8 @@ class CallProgress:
                 open=not now.planning_complete,
                 written=now.tokens_written,
                 read=now.tokens_read,
+                work_planned=now.work_planned,
+                work_done=now.work_done,
             )
         return out
 

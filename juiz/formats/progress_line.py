@@ -69,6 +69,8 @@ class _Totals:
     items_done: int = 0
     written: int = 0
     read: int = 0
+    work_done: int = 0
+    work_planned: int = 0
 
 
 class ProgressLine:
@@ -121,6 +123,8 @@ class ProgressLine:
         self._totals.items_done += snapshot.items_done
         self._totals.written += snapshot.tokens_written
         self._totals.read += snapshot.tokens_read
+        self._totals.work_done += snapshot.work_done
+        self._totals.work_planned += snapshot.work_planned
 
     def text(self) -> tuple[str, str]:
         """(the counts, the whole line)."""
@@ -134,11 +138,17 @@ class ProgressLine:
             totals.items_done += current.items_done
             totals.written += current.tokens_written
             totals.read += current.tokens_read
+            totals.work_done += current.work_done
+            totals.work_planned += current.work_planned
         complete = current is None or (current.planning_complete and seen_before + current.items >= self.items)
         elapsed = self.clock() - self.started
         seen = seen_before + (current.items if current is not None else 0)
         over = complete and totals.items_done >= self.items
-        eta = None if over else eta_s(totals.done, totals.planned, seen, self.items, elapsed)
+        eta = (
+            None
+            if over
+            else eta_s(totals.done, totals.planned, seen, self.items, elapsed, totals.work_done, totals.work_planned)
+        )
         figures = (totals.done, totals.planned, complete, totals.items_done, self.items)
         counts = progress_text(*figures, tokens_written=totals.written, tokens_read=totals.read)
         line = progress_text(*figures, elapsed, eta, tokens_written=totals.written, tokens_read=totals.read)

@@ -145,10 +145,10 @@ class Judge:
             for (triple, options), plan in zip(items, plans or [None] * len(items), strict=True)
         ]
         tasks, jobs, skipped = self._tasks(items, planned)
-        expected = _plan_progress(progress, len(items), tasks, jobs)
+        _plan_progress(progress, len(items), tasks, jobs)
         replies = self._run(tasks, control, progress, interject)
         by_item: list[dict[str, MetricResult]] = [dict(skipped.get(i, {})) for i in range(len(items))]
-        for (item, metric), result in self._grade_checks(jobs, control, progress, expected, interject).items():
+        for (item, metric), result in self._grade_checks(jobs, control, progress, interject).items():
             by_item[item][metric] = result
         segment_grades: dict[tuple[int, str], list[tuple[_Task, _Reply]]] = {}
         for task, reply in zip(tasks, replies, strict=True):
@@ -204,7 +204,6 @@ class Judge:
         planned_jobs: list[tuple[CheckJob, Provenance]],
         control: CallControl | None,
         progress: Progress | None = None,
-        expected: dict[int, int] | None = None,
         interject: Interjection | None = None,
     ) -> dict[tuple[int, str], MetricResult]:
         """Check-based metrics in two engine calls (juiz.judging.checks): the references, then every check, each
@@ -234,9 +233,12 @@ class Judge:
             planned.append((job, asks, unasked))
         if progress is not None:
             # The checks asked of a reference are known now: what `_plan_progress` could not count ahead.
-            counted = expected or {}
-            more = [job.item for job, asks, _ in planned for _ in range(len(asks) - counted.get(id(job), 0))]
-            progress.plan(more, close={job.item for job, _, _ in planned})
+            more = [(job.item, ask) for job, asks, _ in planned for ask in _asked_of_reference(job, asks)]
+            progress.plan(
+                (item for item, _ in more),
+                close={job.item for job, _, _ in planned},
+                work=[progress.work(ask.conversation, CHECK_REQUEST.max_tokens) for _, ask in more],
+            )
         # One check per distinct prefix goes first (an item's; a check's own worked examples, shared by every item),
         # so the prefix is cached before the checks sharing it are scheduled; an item whose reference was written under
         # the prompt's own system message has its prefix cached already (one under a system message of its own has not).
@@ -478,8 +480,12 @@ class _Report:
     def __init__(self, progress: Progress | None, slots: list[tuple[int, int]], tasks: list[_Task]) -> None:
         self.progress = progress
         self.items: dict[int, list[int]] = {}  # position → the item of each task it serves
+        self.work: dict[int, int] = {}  # position → its conversation's work, as planned (Progress.work)
         for index, position in slots:
             self.items.setdefault(position, []).append(tasks[index].item)
+            if progress is not None and position not in self.work:
+                task = tasks[index]
+                self.work[position] = progress.work(task.conversation, _reply_allowance(task.request))
         self.reported: set[int] = set()
 
     def of_call(self, send: list[int]) -> Callable[[int], None]:
@@ -501,26 +507,44 @@ class _Report:
         fresh = [p for p in positions if p not in self.reported]
         if fresh:
             self.reported.update(fresh)
-            self.progress.finish(item for p in fresh for item in self.items.get(p, []))
+            served = [(item, self.work.get(p, 0)) for p in fresh for item in self.items.get(p, [])]
+            self.progress.finish((item for item, _ in served), work=[work for _, work in served])
 
 
 def _plan_progress(
     progress: Progress | None, n_items: int, tasks: list[_Task], jobs: list[tuple[CheckJob, Provenance]]
-) -> dict[int, int]:
+) -> None:
     """Plan what can be counted before the first engine call: every score conversation, every reference, and every
-    check that needs no reference. Items whose checks wait on a reference stay open. Returns the checks counted per
-    check job (by id), so the rest are added once the references are written."""
+    check that needs no reference, each weighed in the order the engine gets them (a reference computes the prefix
+    its item's checks share). Items whose checks wait on a reference stay open; the rest of their checks are planned
+    once the references are written (`_asked_of_reference`)."""
     if progress is None:
-        return {}
-    counted: dict[int, int] = {}
-    planned = [task.item for task in tasks]
+        return
+    planned = [(task.item, task.conversation, _reply_allowance(task.request)) for task in tasks]
+    planned += [
+        (job.item, job.reference_conversation(), _reply_allowance(job.reference_request))
+        for job, _ in jobs
+        if job.needs_reference
+    ]
     for job, _ in jobs:
-        known, _unasked = job.asks(None)
-        counted[id(job)] = len(known)
-        planned += [job.item] * (len(known) + int(job.needs_reference))
+        planned += [(job.item, ask.conversation, CHECK_REQUEST.max_tokens) for ask in job.asks(None)[0]]
     waiting = {job.item for job, _ in jobs}  # their checks are planned in _grade_checks, after the references
-    progress.plan(planned, close=[i for i in range(n_items) if i not in waiting])
-    return counted
+    progress.plan(
+        (item for item, _, _ in planned),
+        close=[i for i in range(n_items) if i not in waiting],
+        work=[progress.work(conversation, tokens) for _, conversation, tokens in planned],
+    )
+
+
+def _asked_of_reference(job: CheckJob, asks: list[Ask]) -> list[Ask]:
+    """The asks `_plan_progress` could not plan: those made of the judge's reference (its points), not known before."""
+    known = {json.dumps(ask.conversation, ensure_ascii=False) for ask in job.asks(None)[0]}
+    return [ask for ask in asks if json.dumps(ask.conversation, ensure_ascii=False) not in known]
+
+
+def _reply_allowance(request: GenerationRequest) -> int:
+    """The reply tokens a request may write: its maximum, for each reply it draws."""
+    return request.max_tokens * max(request.n, 1)
 
 
 def _metric_result(task: _Task, reply: _Reply) -> MetricResult:

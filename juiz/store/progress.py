@@ -1,10 +1,10 @@
 """A batch's progress within its engine calls: conversations planned and done, items done before their results are
 stored. Fields of the batch's hash (so they expire and are purged with it):
 
-    p:<chunk no>    "planned done items_done items_seen open written read" of a chunk in a call now (written by its
-                    worker, at most once a `progress_interval_s`, and once more when the call is over; a value of
-                    an older worker has no tokens: 0)
-    conv_planned, conv_done, conv_items, tok_written, tok_read
+    p:<chunk no>    "planned done items_done items_seen open written read work_planned work_done" of a chunk in a
+                    call now (written by its worker, at most once a `progress_interval_s`, and once more when the call
+                    is over; a value of an older worker lacks the last figures: 0)
+    conv_planned, conv_done, conv_items, tok_written, tok_read, work_planned, work_done
                     the sums of the chunks whose results are stored (their p: field folded in, then dropped, so the
                     hash holds a field per chunk in flight, not per chunk of the batch)
 
@@ -22,7 +22,7 @@ from redis import Redis
 from juiz.store.keys import batch_key
 
 CHUNK_PREFIX = "p:"
-FOLDED = ("conv_planned", "conv_done", "conv_items", "tok_written", "tok_read")
+FOLDED = ("conv_planned", "conv_done", "conv_items", "tok_written", "tok_read", "work_planned", "work_done")
 
 # KEYS: batch, events. ARGV: field, value, field, value, ...
 _WRITE = """
@@ -49,6 +49,8 @@ for _, field in ipairs(ARGV) do
     redis.call('HINCRBY', KEYS[1], 'conv_items', n[4])
     if n[6] then redis.call('HINCRBY', KEYS[1], 'tok_written', n[6]) end
     if n[7] then redis.call('HINCRBY', KEYS[1], 'tok_read', n[7]) end
+    if n[8] then redis.call('HINCRBY', KEYS[1], 'work_planned', n[8]) end
+    if n[9] then redis.call('HINCRBY', KEYS[1], 'work_done', n[9]) end
     redis.call('HDEL', KEYS[1], field)
     folded = folded + 1
   end
@@ -72,16 +74,21 @@ class ChunkProgress:
     open: bool  # some of its items' conversations are still to be planned
     written: int = 0  # reply tokens written in its items' conversations so far
     read: int = 0  # prompt tokens computed for them so far
+    work_planned: int = 0  # its conversations' estimated work (juiz.judging.progress.WorkEstimate), for the ETA
+    work_done: int = 0
 
     def encode(self) -> str:
-        figures = (self.planned, self.done, self.items_done, self.items_seen, int(self.open), self.written, self.read)
+        figures = (
+            *(self.planned, self.done, self.items_done, self.items_seen, int(self.open)),
+            *(self.written, self.read, self.work_planned, self.work_done),
+        )
         return " ".join(map(str, figures))
 
     @classmethod
     def decode(cls, value: str) -> ChunkProgress:
-        planned, done, items_done, seen, still_open, *tokens = (int(part) for part in value.split())
-        written, read = (*tokens, 0, 0)[:2]
-        return cls(planned, done, items_done, seen, bool(still_open), written, read)
+        planned, done, items_done, seen, still_open, *later = (int(part) for part in value.split())
+        written, read, work_planned, work_done = (*later, 0, 0, 0, 0)[:4]
+        return cls(planned, done, items_done, seen, bool(still_open), written, read, work_planned, work_done)
 
 
 @dataclass(frozen=True)
@@ -95,6 +102,8 @@ class BatchProgress:
     open: bool = False  # a chunk in flight has conversations still to plan
     written: int = 0  # reply tokens written so far
     read: int = 0  # prompt tokens computed so far
+    work_planned: int = 0  # the conversations' estimated work, for the ETA
+    work_done: int = 0
 
     @property
     def reported(self) -> bool:
@@ -111,6 +120,8 @@ class BatchProgress:
             open=any(c.open for c in chunks),
             written=int(data.get("tok_written", 0)) + sum(c.written for c in chunks),
             read=int(data.get("tok_read", 0)) + sum(c.read for c in chunks),
+            work_planned=int(data.get("work_planned", 0)) + sum(c.work_planned for c in chunks),
+            work_done=int(data.get("work_done", 0)) + sum(c.work_done for c in chunks),
         )
 
 

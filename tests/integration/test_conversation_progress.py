@@ -133,6 +133,27 @@ def test_progress_fields_sum_the_chunks_in_flight_and_those_stored(
     assert not redis.exists(Store.batch_key(batch.id))
 
 
+def test_the_eta_follows_the_workers_estimated_work_in_flight_and_folded(redis: Redis, settings: Settings) -> None:
+    """One conversation of 31 done, but it was the item's reference, three quarters of the work: the ETA is a third
+    of the time so far, not thirty times it."""
+    from service.views import batch_view
+
+    store = Store(redis, settings)
+    batch, _ = store.create_batch("public", BatchOptions(), [Triple.model_validate(t) for t in triples(4)])
+    store.mark_running(batch.id)
+    store.write_progress({batch.id: {0: ChunkProgress(31, 1, 0, 4, False, 110, 1_500, 12_000, 9_000)}})
+    record = store.get_batch(batch.id)
+    assert record is not None and record.started_at is not None
+    assert batch_view(record, now=record.started_at + 300).eta_s == 100.0
+    store.fold_progress({batch.id: [0]})
+    folded = store.get_batch(batch.id)
+    assert folded is not None
+    assert (folded.progress.work_planned, folded.progress.work_done) == (12_000, 9_000)
+    assert batch_view(folded, now=record.started_at + 300).eta_s == 100.0
+    # A chunk's figures as a worker that weighs nothing wrote them: no work, and the ETA counts conversations.
+    assert ChunkProgress.decode("4 2 0 2 0 0 0").work_planned == 0
+
+
 def test_the_batch_page_shows_conversations_done_and_planned(make_client: Any, redis: Redis, redis_url: str) -> None:
     from tests.integration.test_ui import KEYS, sign_in, submit
 

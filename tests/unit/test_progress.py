@@ -8,9 +8,11 @@ from collections.abc import Sequence
 
 from juiz.engines.base import CallControl, Completion, Conversation, GenerationRequest
 from juiz.engines.fake import FakeEngine
+from juiz.formats.readers import read_triples
 from juiz.judging.judge import Judge
-from juiz.judging.progress import Progress, ProgressSnapshot
+from juiz.judging.progress import REPLY_CHARS, Progress, ProgressSnapshot, WorkEstimate, eta_s
 from schemas import BatchOptions, Triple
+from tests.conftest import EXAMPLES
 from tests.unit.test_judge import COT, RejectsLongAnswers, reply_by_answer, triples
 
 
@@ -136,3 +138,39 @@ def test_a_snapshot_and_its_line_carry_the_tokens() -> None:
     assert progress.snapshot().line() == (
         "0/3 conversations (planned so far), 0/3 items, 4,710 prompt tokens read, 24 tokens written"
     )
+
+
+def test_a_reference_weighs_far_more_than_a_check_and_the_work_done_ends_equal_to_the_work_planned() -> None:
+    """The ETA counts work, not conversations: the references' wave (a question and its context, a reply of up to
+    160 tokens) is most of a check-based item's work, a check after it only its own question and one token. The
+    seeds: three items with their contexts."""
+    items = [t for path in sorted((EXAMPLES / "seeds").glob("00*.txt")) for t in read_triples(path)]
+    engine, seen = graded_with_progress(BatchOptions(), items)
+    references, first_checks = engine.at_call[0], engine.at_call[1]
+    final = seen[-1]
+    assert final.work_done == final.work_planned > 0
+    # The references' wave done (3 of ~40 conversations) is most of the work planned by then.
+    references_work = first_checks.work_done
+    assert first_checks.conversations_done == len(items) and references_work > 0
+    per_check = (final.work_done - references_work) / (final.conversations_done - len(items))
+    assert references_work / len(items) > 10 * per_check
+    # Planned before any reply: every reference and the checks that need none, with their work.
+    assert references_work > references.work_planned / 2
+
+
+def test_the_same_conversation_weighs_the_same_and_a_shared_prefix_is_not_counted_twice() -> None:
+    work = WorkEstimate()
+    system = {"role": "system", "content": "You check one property of an ANSWER. " * 20}
+    item = {"role": "user", "content": "<context>" + "text of the context " * 100 + "</context>"}
+    reference = [system, item]
+    check = [system, {"role": "user", "content": item["content"] + "\nDoes the ANSWER answer the QUESTION?"}]
+    first = work(reference, 160)
+    assert first > len(item["content"]) + 160 * REPLY_CHARS - 1
+    assert work(check, 1) < 60 + REPLY_CHARS  # only what it adds past the reference
+    assert work(reference, 160) == first  # asked again (a finish after its plan): the same weight
+
+
+def test_the_eta_counts_work_where_the_judge_weighed_it() -> None:
+    # One reference of 9,000 done in 100 s and 30 checks of 100 left: ~33 s, not the 30 conversations' ~50 min.
+    assert eta_s(1, 31, 1, 1, 100.0, work_done=9_000, work_planned=12_000) == 33.3
+    assert eta_s(1, 31, 1, 1, 100.0) == 3000.0  # no work reported (an older worker): conversations
