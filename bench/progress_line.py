@@ -20,6 +20,8 @@ import argparse
 import io
 import itertools
 import os
+import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -118,6 +120,32 @@ def demo_figures(line: str) -> str:
     return line.split("  [")[0].split(" · ETA")[0].strip()
 
 
+ETA_PATTERN = re.compile(r" · ETA ~(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
+
+
+def eta_accuracy(lines: list[tuple[float, str]], end: float) -> dict[str, object]:
+    """How the ETAs a demo printed compare with the time that was really left (`end`: when the batch was over): the
+    first one, and the ratio ETA / time left over the lines printed before the last 5% of the grading."""
+    shown = []
+    for t, line in lines:
+        found = ETA_PATTERN.search(line)
+        if found:
+            hours, minutes, seconds = (int(part or 0) for part in found.groups())
+            shown.append((t, hours * 3600 + minutes * 60 + seconds, end - t))
+    if not shown:
+        return {}
+    span = end - shown[0][0]
+    ratios = [eta / left for _, eta, left in shown if left > 0.05 * span]
+    _, first_eta, first_left = shown[0]
+    return {
+        "first_eta_s": first_eta,
+        "left_at_first_eta_s": round(first_left, 1),
+        "eta_over_left_median": round(statistics.median(ratios), 2) if ratios else None,
+        "eta_over_left_max": round(max(ratios), 2) if ratios else None,
+        "eta_over_left_min": round(min(ratios), 2) if ratios else None,
+    }
+
+
 def demo_run(code: Path | None) -> dict[str, object]:
     """`juiz demo`, its stdout timestamped line by line; grading starts at its `submitted` line."""
     env = {**os.environ, **({"PYTHONPATH": str(code)} if code else {})}
@@ -142,6 +170,7 @@ def demo_run(code: Path | None) -> dict[str, object]:
     return {
         "engine": os.environ.get("JUIZ_ENGINE", "auto"),
         "cpu_step_tokens": os.environ.get("JUIZ_CPU_STEP_TOKENS", "by dtype"),  # 0: vLLM's default
+        "llamacpp_step_tokens": os.environ.get("JUIZ_LLAMACPP_BATCH_TOKENS", "default"),
         "code": str(code) if code else "this checkout",
         "exit_code": code_,
         "lines": len(progress),
@@ -149,6 +178,7 @@ def demo_run(code: Path | None) -> dict[str, object]:
         "longest_without_change_s": max(waits),
         "waits_between_changes_s": waits,
         "grading_s": round(progress[-1][0] - submitted, 2),
+        "eta": eta_accuracy([(t, line) for t, line in lines if t >= submitted], progress[-1][0]),
         "progress_lines": [f"{t - submitted:7.1f}s {f}" for t, f in progress],
         "summary": [line for _, line in lines if "graded (" in line or line.startswith(("ready after", "Redis:"))],
     }
