@@ -27,7 +27,7 @@ from juiz.judging.judgements import finished, judgement_of
 from juiz.judging.metric_results import checks_result, parsed_fields, rounded, sampled_fields
 from juiz.judging.passages import numbered, within_budget
 from juiz.judging.plan import COT_REQUEST, FAST_REQUEST, SEGMENT_COT_REQUEST, ItemPlan, plan_item, shows_context
-from juiz.judging.progress import Progress
+from juiz.judging.progress import PROMPT_CHARS, REPLY_CHARS, Progress
 from juiz.runtime.errors import EngineDeadError, TransientEngineError
 from schemas import BatchOptions, Judgement, Provenance, Segment, Triple
 from schemas.judgement import NEEDS_CONTEXT, CheckResult, MetricResult, MetricStatus, SegmentGrade
@@ -481,6 +481,7 @@ class _Report:
         self.progress = progress
         self.items: dict[int, list[int]] = {}  # position → the item of each task it serves
         self.work: dict[int, int] = {}  # position → its conversation's work, as planned (Progress.work)
+        self.credited: dict[int, int] = {}  # position → the part of it its tokens counted as done before it finished
         for index, position in slots:
             self.items.setdefault(position, []).append(tasks[index].item)
             if progress is not None and position not in self.work:
@@ -497,7 +498,12 @@ class _Report:
 
         def grew(index: int, written: int, read: int) -> None:
             if self.progress is not None:
-                self.progress.tokens(self.items.get(send[index], []), written, read)
+                position = send[index]
+                credited = self.credited.get(position, 0)
+                tokens = read * PROMPT_CHARS + written * REPLY_CHARS
+                credit = max(0, min(self.work.get(position, 0), credited + tokens) - credited)
+                self.credited[position] = credited + credit
+                self.progress.tokens(self.items.get(position, []), written, read, work=credit)
 
         return grew
 
@@ -507,7 +513,8 @@ class _Report:
         fresh = [p for p in positions if p not in self.reported]
         if fresh:
             self.reported.update(fresh)
-            served = [(item, self.work.get(p, 0)) for p in fresh for item in self.items.get(p, [])]
+            rest = {p: self.work.get(p, 0) - self.credited.get(p, 0) for p in fresh}
+            served = [(item, rest[p]) for p in fresh for item in self.items.get(p, [])]
             self.progress.finish((item for item, _ in served), work=[work for _, work in served])
 
 

@@ -16,7 +16,9 @@ of tokens) and writes up to 160, a check after it computes its own question and 
 in conversations but in *work*: each conversation's characters past the longest prefix it shares with one planned
 before it in the call (what a prefix cache leaves to compute), plus its reply allowance at REPLY_CHARS a token
 (`WorkEstimate`). It is an estimate of what the engine computes, not a measure; what matters is that a reference and
-a check weigh what they cost relative to each other.
+a check weigh what they cost relative to each other. The tokens a conversation reports while it runs count toward its
+work (PROMPT_CHARS a prompt token, REPLY_CHARS a reply token, up to its weight) and its finish adds the rest, so the
+ETA has a rate within the first long conversation, not only after it.
 
 The judge writes a `Progress` from the thread that calls it; a reader (the worker's flusher, the CLI's bar) may read
 `snapshot()` from another thread.
@@ -35,6 +37,9 @@ from juiz.engines.base import Conversation
 # A reply token weighs as much as this many prompt characters: on a 2-core CPU the 1.5B judge wrote a token in the time
 # it read ~4 prompt tokens (~16 characters). Only the ETA reads it.
 REPLY_CHARS = 16
+# A prompt token read is about this many characters of a conversation's text: a conversation's tokens reported while
+# it runs count as that much of its work done, up to its whole weight.
+PROMPT_CHARS = 4
 
 
 @dataclass(frozen=True)
@@ -146,12 +151,15 @@ class Progress:
                 self._work_done[item] += weight
         self._changed()
 
-    def tokens(self, items: Iterable[int], written: int, read: int = 0) -> None:
-        """Tokens of one conversation's work, new since its last report, for each item in `items` (those it serves)."""
+    def tokens(self, items: Iterable[int], written: int, read: int = 0, work: int = 0) -> None:
+        """Tokens of one conversation's work, new since its last report, for each item in `items` (those it serves),
+        and the share of its weight they are (`work`: the judge credits it ahead of the conversation's finish, which
+        then adds only the rest)."""
         with self._lock:
             for item in items:
                 self._written[item] += written
                 self._read[item] += read
+                self._work_done[item] += work
         self._changed()
 
     def snapshot(self, positions: Sequence[int] | None = None) -> ProgressSnapshot:

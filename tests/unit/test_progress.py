@@ -174,3 +174,32 @@ def test_the_eta_counts_work_where_the_judge_weighed_it() -> None:
     # One reference of 9,000 done in 100 s and 30 checks of 100 left: ~33 s, not the 30 conversations' ~50 min.
     assert eta_s(1, 31, 1, 1, 100.0, work_done=9_000, work_planned=12_000) == 33.3
     assert eta_s(1, 31, 1, 1, 100.0) == 3000.0  # no work reported (an older worker): conversations
+
+
+def test_a_conversations_tokens_count_toward_its_work_before_it_finishes_and_never_beyond_it() -> None:
+    """A long reference moves the work done (and so the ETA) step by step; done, the call's work done is the work
+    planned, not more."""
+    items = [t for path in sorted((EXAMPLES / "seeds").glob("00*.txt")) for t in read_triples(path)][:1]
+    seen: list[ProgressSnapshot] = []
+    progress = Progress(len(items), on_change=lambda p: seen.append(p.snapshot()))
+    Judge(StepwiseEngine()).grade(items, BatchOptions(), progress=progress)
+    before_first = [s for s in seen if s.conversations_done == 0 and s.work_planned > 0]
+    assert before_first[-1].work_done > 0  # the reference's prompt, read step by step
+    assert seen[-1].work_done == seen[-1].work_planned
+
+
+class StepwiseEngine(FakeEngine):
+    """The FAKE engine, reporting each conversation's prompt as read in steps of 256 tokens before it finishes."""
+
+    def __init__(self) -> None:
+        super().__init__(reply_by_answer)
+
+    def generate(
+        self, conversations: Sequence[Conversation], request: GenerationRequest, control: CallControl | None = None
+    ) -> list[Completion]:
+        if control is not None and control.on_tokens is not None:
+            for index in range(len(conversations)):
+                for _ in range(4):
+                    control.on_tokens(index, 0, 256)
+                control.on_tokens(index, 3, 0)
+        return super().generate(conversations, request, control)
