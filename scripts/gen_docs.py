@@ -256,6 +256,10 @@ def prompts_page() -> str:
 
 def _machine(m: dict[str, Any]) -> str:
     parts = [f"{m.get('cores', '?')}-core {m.get('cpu', '?')}"]
+    if m.get("cpu_family_model"):
+        parts.append(f"family/model {m['cpu_family_model']}")
+    if "cpu_vectors" in m:
+        parts.append(f"vectors: {', '.join(m['cpu_vectors']) or 'none'}")
     if "cpu_native_bf16" in m:
         parts.append(f"native bf16: {', '.join(m['cpu_native_bf16']) or 'none'}")
     parts.append("GPU: " + (str(m["gpu"]) if m.get("gpu") else "none"))
@@ -313,6 +317,12 @@ QUALITY = (
 )
 
 PERFORMANCE = (
+    "engines_seeds_avx2_cpu",
+    "progress_line_demo_auto_avx2_cpu",
+    "progress_line_demo_auto_avx2_cpu_step256_work_eta_partial",
+    "progress_line_demo_auto_avx2_cpu_step256_work_eta",
+    "progress_line_demo_auto_avx2_cpu_step512_work_eta",
+    "llamacpp_step_avx2_zen3",
     "engines_dev_limit6_no_bf16_cpu",
     "engines_seeds_no_bf16_cpu",
     "engines_dev_limit6",
