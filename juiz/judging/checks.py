@@ -43,6 +43,8 @@ MAX_POINTS = 4
 # changes what a check sees. 2: legal citations ("art. 49") no longer end a sentence. 3: a sentence too short to be
 # asked on its own joins its neighbour instead of being dropped (a two-word answer is one sentence).
 ASKING_VERSION = 3
+# The ways of asking that need the judge's reference: they can be planned only once it is written.
+REFERENCE_ASKS = ("with_reference", "per_point")
 
 
 def rule_reads(template: prompts.PromptTemplate) -> set[str]:
@@ -116,7 +118,7 @@ class CheckJob:
 
     @property
     def needs_reference(self) -> bool:
-        return any(c.ask in ("with_reference", "per_point") for c in self.checks)
+        return any(c.ask in REFERENCE_ASKS for c in self.checks)
 
     @property
     def reference_request(self) -> GenerationRequest:
@@ -157,7 +159,7 @@ class CheckJob:
                         shown["passage"] = passage_for(sentence, self.segments, check.passages)
                     conversation = self.template.render_check(check, **shown)
                     asks.append(Ask(check, sentence, conversation, key))
-            elif check.ask in ("with_reference", "per_point"):
+            elif check.ask in REFERENCE_ASKS:
                 asks_, unasked_ = self._reference_asks(check, key, reference, no_reference)
                 asks += asks_
                 unasked += unasked_

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from juiz.engines.base import CANCELLED, CallControl, Completion, Conversation, GenerationRequest, JudgeEngine, aborted
-from juiz.judging.checks import CHECK_REQUEST, Ask, CheckJob, read_check, reference_text
+from juiz.judging.checks import CHECK_REQUEST, REFERENCE_ASKS, Ask, CheckJob, read_check, reference_text
 from juiz.judging.judgements import finished, judgement_of
 from juiz.judging.metric_results import checks_result, parsed_fields, rounded, sampled_fields
 from juiz.judging.passages import numbered, within_budget
@@ -233,7 +233,7 @@ class Judge:
             planned.append((job, asks, unasked))
         if progress is not None:
             # The checks asked of a reference are known now: what `_plan_progress` could not count ahead.
-            more = [(job.item, ask) for job, asks, _ in planned for ask in _asked_of_reference(job, asks)]
+            more = [(job.item, ask) for job, asks, _ in planned for ask in _asked_of_reference(asks)]
             progress.plan(
                 (item for item, _ in more),
                 close={job.item for job, _, _ in planned},
@@ -543,10 +543,9 @@ def _plan_progress(
     )
 
 
-def _asked_of_reference(job: CheckJob, asks: list[Ask]) -> list[Ask]:
-    """The asks `_plan_progress` could not plan: those made of the judge's reference (its points), not known before."""
-    known = {json.dumps(ask.conversation, ensure_ascii=False) for ask in job.asks(None)[0]}
-    return [ask for ask in asks if json.dumps(ask.conversation, ensure_ascii=False) not in known]
+def _asked_of_reference(asks: list[Ask]) -> list[Ask]:
+    """The asks `_plan_progress` could not plan: those made of the judge's reference (with it, or of its points)."""
+    return [ask for ask in asks if ask.check.ask in REFERENCE_ASKS]
 
 
 def _reply_allowance(request: GenerationRequest) -> int:
