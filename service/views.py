@@ -42,7 +42,7 @@ def batch_view(record: BatchRecord, now: float | None = None) -> BatchView:
         rate = done / max((end or record.started_at) - record.started_at, 1e-3)
         eta = 0.0 if record.terminal else round((total - done) / rate, 1)
         rate = round(rate, 4)
-    if record.started_at is not None and progress.done and not record.terminal:
+    if record.started_at is not None and (progress.done or progress.work_done) and not record.terminal:
         elapsed = max(clock - record.started_at, 1e-3)
         eta = eta_s(
             progress.done,

@@ -154,6 +154,20 @@ def test_the_eta_follows_the_workers_estimated_work_in_flight_and_folded(redis: 
     assert ChunkProgress.decode("4 2 0 2 0 0 0").work_planned == 0
 
 
+def test_an_eta_comes_while_the_first_conversation_is_still_read(redis: Redis, settings: Settings) -> None:
+    """No conversation done yet, but a sixth of the work read (the first reference's prompt, step by step): an ETA
+    of five times the time so far, not none until the reference is written."""
+    from service.views import batch_view
+
+    store = Store(redis, settings)
+    batch, _ = store.create_batch("public", BatchOptions(), [Triple.model_validate(t) for t in triples(3)])
+    store.mark_running(batch.id)
+    store.write_progress({batch.id: {0: ChunkProgress(23, 0, 0, 3, True, 0, 256, 6_000, 1_000)}})
+    record = store.get_batch(batch.id)
+    assert record is not None and record.started_at is not None and record.progress.done == 0
+    assert batch_view(record, now=record.started_at + 10).eta_s == 50.0
+
+
 def test_the_batch_page_shows_conversations_done_and_planned(make_client: Any, redis: Redis, redis_url: str) -> None:
     from tests.integration.test_ui import KEYS, sign_in, submit
 
