@@ -54,7 +54,7 @@ class ProgressSnapshot:
     tokens_written: int = 0  # reply tokens the engine wrote so far, finished conversations or not
     tokens_read: int = 0  # prompt tokens it computed so far (0 where the engine does not say)
     work_planned: int = 0  # the planned conversations' estimated work (`WorkEstimate`), so far
-    work_done: int = 0  # that of the conversations done
+    work_done: int = 0  # that of the conversations done, and what the tokens read so far credit to those running
 
     def line(self) -> str:
         """`12/31 conversations (planned so far), 0/3 items, 4,710 prompt tokens read, 42 tokens written`: what a
