@@ -319,6 +319,7 @@ QUALITY = (
 PERFORMANCE = (
     "engines_seeds_avx2_cpu",
     "progress_line_demo_auto_avx2_cpu",
+    "progress_line_demo_auto_avx2_cpu_step256_eta_from_work_read",
     "progress_line_demo_auto_avx2_cpu_step256_work_eta_partial",
     "progress_line_demo_auto_avx2_cpu_step256_work_eta",
     "progress_line_demo_auto_avx2_cpu_step512_work_eta",
