@@ -12,17 +12,6 @@ from juiz.engines.cpu import NATIVE_BF16_FLAGS, cpu_flags
 VECTOR_FLAGS = frozenset({"avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx_vnni", "amx_bf16", "amx_int8"})
 
 
-def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
 def _cpuinfo_field(name: str) -> str | None:
     """A field of /proc/cpuinfo's first processor (e.g. "cpu family"): a bare "AMD EPYC" says neither its generation
     nor its vector units."""
@@ -65,7 +54,7 @@ def describe_machine() -> dict[str, object]:
     except ImportError:
         pass
     return {
-        "cpu": _cpu_model(),
+        "cpu": _cpuinfo_field("model name") or platform.processor() or "unknown",
         "cores": os.cpu_count(),
         # The engine's speed on CPU turns on these (juiz.engines.vllm_engine.cpu_dtype): without them bf16 is emulated.
         "cpu_native_bf16": sorted(NATIVE_BF16_FLAGS & cpu_flags()),
