@@ -35,6 +35,10 @@ class GenerationRequest:
     # Read the probability of each group of words at the first reply token (e.g. (("yes", "sim"), ("no", "não"))):
     # Completion.word_probs. The in-process engine reads them by token id, whatever the top-k holds.
     word_groups: tuple[tuple[str, ...], ...] = ()
+    # The reply is complete once this holds of its text so far: the caller reads no further (the judge's reference
+    # stops at its last point instead of writing points it drops). The reply's first part is the same either way, so
+    # it is not part of what results record; an engine that can't stop a reply early returns it whole.
+    enough: Callable[[str], bool] | None = field(default=None, compare=False, repr=False)
 
     def describe(self) -> dict[str, Any]:
         """What goes into each result's provenance."""

@@ -272,7 +272,7 @@ class OpenAIEngine:
         started = time.monotonic()
         semaphore = asyncio.Semaphore(self._max_concurrency)
         listening = control is not None and control.on_tokens is not None
-        stream = listening and self.streams(request)
+        stream = (listening or request.enough is not None) and self.streams(request)
         bodies = [self.body(conversation, request) for conversation in conversations]
         lanes = self.lanes(conversations)
         if lanes is not None:
@@ -286,6 +286,7 @@ class OpenAIEngine:
                 request.word_groups,
                 tokens=partial(control.tokens, index) if control is not None and listening else None,
                 stream=stream,
+                enough=request.enough,
             )
             for index, body in enumerate(bodies)
         ]
@@ -400,13 +401,15 @@ class OpenAIEngine:
         word_groups: tuple[tuple[str, ...], ...] = (),
         tokens: Callable[[int, int], None] | None = None,
         stream: bool = False,
+        enough: Callable[[str], bool] | None = None,
     ) -> Completion:
-        """One request's completion; `tokens(written, read)` hears its tokens (as they stream, with `stream`)."""
+        """One request's completion; `tokens(written, read)` hears its tokens (as they stream, with `stream`, which
+        also ends a reply once it is `enough`)."""
         async with semaphore:
             async for attempt in self._retrying():
                 with attempt:
                     if stream:
-                        answer = await self._streamed(client, body, tokens or _ignore_tokens)
+                        answer = await self._streamed(client, body, tokens or _ignore_tokens, enough)
                     else:
                         response = await client.post("/chat/completions", json=body)
                         if response.status_code >= 400:
@@ -418,10 +421,15 @@ class OpenAIEngine:
         raise AssertionError("unreachable: tenacity re-raises the last error")
 
     async def _streamed(
-        self, client: httpx.AsyncClient, body: dict[str, Any], tokens: Callable[[int, int], None]
+        self,
+        client: httpx.AsyncClient,
+        body: dict[str, Any],
+        tokens: Callable[[int, int], None],
+        enough: Callable[[str], bool] | None = None,
     ) -> dict[str, Any]:
         """One request as a stream of chunks (server-sent events), its tokens reported chunk by chunk; returns the
-        chat completion the same request returns unstreamed (`StreamedReply.completion_body`)."""
+        chat completion the same request returns unstreamed (`StreamedReply.completion_body`), or the reply so far
+        once it is `enough` (closing the stream ends the request on the server)."""
         streamed = {**body, **self.STREAM_EXTRAS, "stream": True, "stream_options": {"include_usage": True}}
         reply = StreamedReply()
         async with client.stream("POST", "/chat/completions", json=streamed) as response:
@@ -435,6 +443,9 @@ class OpenAIEngine:
                 if data == "[DONE]":
                     break
                 tokens(*reply.add(json.loads(data)))
+                if enough is not None and reply.finish_reason is None and enough("".join(reply.text)):
+                    reply.finish_reason = "stop"
+                    break
         answer = reply.completion_body()
         tokens(*reply.settle(answer))
         return answer

@@ -15,7 +15,9 @@ RequestOutput, same text, token ids, log-probabilities, finish reason and cached
 completion is read from. The prompt tokens computed (prompt less those served from the prefix cache) are known from a
 request's first output: a long reply reports them with its first token. One-token replies (the checks: the bulk of a
 check-based call) and n > 1 (vLLM streams each of the n replies apart and ends with the last one alone) stay
-FINAL_ONLY: one output per request, its tokens reported as it finishes.
+FINAL_ONLY: one output per request, its tokens reported as it finishes. A request whose reply may be `enough` before
+its end (GenerationRequest.enough: the judge's reference once it holds every point the checks read) is CUMULATIVE too;
+once its text so far is enough it is aborted and that text is its reply.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import platform
 import sys
 import time
 import uuid
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -319,7 +321,9 @@ class VLLMEngine:
                     )
                     if results[index] is not None and control is not None:
                         control.finished(index)  # failed before it reached the engine
-                self._run(engine, running, results, control, started, self._token_groups(request.word_groups))
+                self._run(
+                    engine, running, results, control, started, self._token_groups(request.word_groups), request.enough
+                )
         finally:
             if running:  # an exception or an interruption (RQ's job timeout, Ctrl-C): leave nothing in the engine
                 self._abort(engine, list(running))
@@ -389,8 +393,10 @@ class VLLMEngine:
         control: CallControl | None,
         started: float,
         token_groups: list[list[int]],
+        enough: Callable[[str], bool] | None = None,
     ) -> None:
-        """vLLM's step loop (`LLM._run_engine`) keeping this call's outputs only, obeying `control` between steps."""
+        """vLLM's step loop (`LLM._run_engine`) keeping this call's outputs only, obeying `control` between steps;
+        a reply that is `enough` is stopped there and returned as it stands."""
         next_poll = started
         counted: dict[str, tuple[int, int]] = {}  # request id → (tokens written, prompt tokens read) its outputs said
         reads = PromptReads(list(running))
@@ -440,7 +446,10 @@ class VLLMEngine:
                 if control is not None:
                     control.tokens(mine, written - before_written, untold)
                 if not output.finished:
-                    continue
+                    if enough is None or not enough(output.outputs[0].text):
+                        continue
+                    self._abort(engine, [output.request_id])
+                    output.outputs[0].finish_reason = "stop"
                 del running[output.request_id]
                 results[mine] = _completion_from_vllm(output, token_groups)
                 if control is not None:
@@ -558,8 +567,10 @@ def _engine_death_as_ours() -> Iterator[None]:
 
 
 def streams(request: GenerationRequest, control: CallControl | None) -> bool:
-    """Whether a call's requests return the reply so far at every step (CUMULATIVE) rather than once (FINAL_ONLY)."""
-    return control is not None and control.on_tokens is not None and request.max_tokens > 1 and request.n == 1
+    """Whether a call's requests return the reply so far at every step (CUMULATIVE) rather than once (FINAL_ONLY):
+    when someone listens to a long reply's tokens, or the reply may be `enough` before its end."""
+    listening = control is not None and control.on_tokens is not None
+    return (listening or request.enough is not None) and request.max_tokens > 1 and request.n == 1
 
 
 def tokens_so_far(out: Any) -> tuple[int, int]:

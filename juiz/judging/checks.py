@@ -122,8 +122,9 @@ class CheckJob:
 
     @property
     def reference_request(self) -> GenerationRequest:
-        """The judge's own answer from the context: greedy, as long as the prompt allows."""
-        return GenerationRequest(max_tokens=self.template.reference_max_tokens, logprobs=0)
+        """The judge's own answer from the context: greedy, as long as the prompt allows, stopped once it holds every
+        point the checks read."""
+        return GenerationRequest(max_tokens=self.template.reference_max_tokens, logprobs=0, enough=has_every_point)
 
     @property
     def reference_shares_prefix(self) -> bool:
@@ -219,6 +220,13 @@ def reference_points(reference: str) -> list[str]:
         if len(point.split()) >= POINT_MIN_WORDS:
             points.append(point)
     return points[:MAX_POINTS]
+
+
+def has_every_point(reply: str) -> bool:
+    """Whether a reference being written holds every point the checks will read: MAX_POINTS of them on complete
+    lines (a line is complete once the next one has begun)."""
+    complete, _, _ = reply[:REFERENCE_MAX_CHARS].rpartition("\n")
+    return len(reference_points(complete)) >= MAX_POINTS
 
 
 def reference_text(completion: Completion) -> str | None:

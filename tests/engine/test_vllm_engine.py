@@ -137,3 +137,20 @@ def test_check_prompts_grade_with_the_real_engine(each_engine: JudgeEngine, seed
             assert ar.score in (0, 1, 2, 3) and ar.raw_output and ar.raw_output.endswith(f"Score: {ar.score}")
         else:
             assert ar.score is None and ar.error
+
+
+def test_a_reply_stops_once_it_is_enough_and_begins_as_the_whole_one(each_engine: JudgeEngine) -> None:
+    """GenerationRequest.enough: the engine stops the reply once its text so far is enough; greedy, that text is where
+    the whole reply begins, and fewer tokens were written."""
+    from juiz.engines.base import GenerationRequest
+
+    conversation = [{"role": "user", "content": "List the months of the year, one per line."}]
+    [whole] = each_engine.generate([conversation], GenerationRequest(max_tokens=48, logprobs=0))
+    assert whole.error is None and len(whole.text) > 40  # the tiny model lists the months
+    stopped_at = 12
+    [stopped] = each_engine.generate(
+        [conversation], GenerationRequest(max_tokens=48, logprobs=0, enough=lambda text: len(text) >= stopped_at)
+    )
+    assert stopped.error is None and stopped.finish_reason == "stop"
+    assert len(stopped.text) >= stopped_at and whole.text.startswith(stopped.text)
+    assert stopped.reply_tokens < whole.reply_tokens
