@@ -546,6 +546,7 @@ class StreamedReply:
         self.usage: dict[str, Any] | None = None
         self.written = 0  # reply tokens reported so far
         self.read = 0  # prompt tokens reported so far
+        self.prompt: dict[str, int] = {}  # the prompt's size and what the cache served, where the server says
 
     def add(self, chunk: dict[str, Any]) -> tuple[int, int]:
         """One chunk in; (tokens written, prompt tokens read) new in it. A chunk's `error` fails the request."""
@@ -562,6 +563,7 @@ class StreamedReply:
         if isinstance(progress, dict):
             processed = max(0, int(progress.get("processed") or 0) - int(progress.get("cache") or 0))
             read = max(0, processed - self.read)
+            self.prompt = {"total": int(progress.get("total") or 0), "cached": int(progress.get("cache") or 0)}
         for choice in chunk.get("choices") or []:
             content = (choice.get("delta") or {}).get("content")
             positions = (choice.get("logprobs") or {}).get("content") or []
@@ -580,7 +582,15 @@ class StreamedReply:
         message = {"role": "assistant", "content": "".join(self.text)}
         logprobs = {"content": self.positions} if self.positions else None
         choice = {"index": 0, "message": message, "logprobs": logprobs, "finish_reason": self.finish_reason}
-        return {"choices": [choice], "usage": self.usage or {}}
+        return {"choices": [choice], "usage": self.usage or self._usage_so_far()}
+
+    def _usage_so_far(self) -> dict[str, Any]:
+        """A stream closed before its end (the reply was enough) has no usage chunk: what the chunks said instead."""
+        usage: dict[str, Any] = {"completion_tokens": self.written}
+        if self.prompt.get("total"):
+            usage["prompt_tokens"] = self.prompt["total"]
+            usage["prompt_tokens_details"] = {"cached_tokens": self.prompt["cached"]}
+        return usage
 
     def settle(self, body: dict[str, Any]) -> tuple[int, int]:
         """What the usage counts beyond the chunks reported (a chunk of several tokens, a prompt read in one go)."""

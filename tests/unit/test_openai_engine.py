@@ -449,6 +449,26 @@ def test_a_long_reply_streams_its_tokens_and_completes_as_the_unstreamed_request
     assert heard == [("tokens", 0, 16), ("tokens", 0, 20), ("tokens", 1, 0), ("tokens", 1, 0), ("finished", 0, 0)]
 
 
+def test_a_reply_that_is_enough_closes_its_stream_there_and_counts_what_the_stream_said() -> None:
+    """GenerationRequest.enough on a streaming server: the stream is read until the reply so far is enough and then
+    closed (the server ends the request), even when nobody listens; the completion is that reply, its usage the
+    prompt's progress and the tokens streamed (no usage chunk came)."""
+    whole = chat_response(REPLY)
+    server = FakeServer(
+        lambda body, attempt: httpx.Response(
+            200, content=stream_of(whole), headers={"content-type": "text/event-stream"}
+        )
+    )
+    engine = StreamingEngine("http://h/v1", "judge", transport=httpx.MockTransport(server))
+    request = dataclasses.replace(COT_REQUEST, enough=lambda text: "Score:" in text)  # the digit is the next chunk
+    (stopped,) = engine.generate([conv("a")], request)
+    assert server.bodies[0]["stream"] is True
+    assert stopped.text == REPLY[:-1]
+    assert stopped.finish_reason == "stop" and stopped.error is None
+    assert (stopped.prompt_tokens, stopped.cached_prompt_tokens) == (100, 64)
+    assert stopped.reply_tokens == len(stopped.tokens) < len(whole["choices"][0]["logprobs"]["content"])
+
+
 def test_a_server_not_known_to_stream_gets_no_stream_and_replies_report_their_usage_as_they_return() -> None:
     server = FakeServer()
     engine = server.engine()
