@@ -80,6 +80,9 @@ CELLS = {
     # checks-12: checks-11 with that one system message written for both jobs (what checks-8's item checks were told of
     # the ANSWER, without asking for Yes or No).
     "checks-12": Cell("checks-12", "fast", {"answer_relevance": "checks-12", "groundedness": "checks-4"}),
+    # checks-13: checks-12 with each per-sentence and per-point check's question before its sentence or fact (answer
+    # relevance checks-13, groundedness checks-7), so the question is computed once per item (or question) and check.
+    "checks-13": Cell("checks-13", "fast", {"answer_relevance": "checks-13", "groundedness": "checks-7"}),
 }
 # What `make bench` grades: the default judge, the chain-of-thought baseline beside it, and context relevance (fast-v2);
 # the earlier answer-relevance-only cells (cot-v1, fast-v1) and the other check versions are opt-in.

@@ -281,3 +281,42 @@ def test_the_reference_and_the_items_own_checks_share_the_question_and_context(v
         assert conversation[1]["content"].startswith(head) and reference[1]["content"].startswith(head)
     if version == "checks-11":  # the reference's conversation is checks-8's word for word
         assert reference == old.render_reference(**fields)
+
+
+@pytest.mark.parametrize("lang", prompts.LANGUAGES)
+def test_checks_13_asks_each_sentence_and_point_after_its_question_and_changes_nothing_else(lang: str) -> None:
+    """answer_relevance checks-13 and groundedness checks-7 are checks-12 and checks-4 with the question of a check
+    asked of one sentence or point placed before that sentence or point: the same blocks of text in each conversation
+    (system message, worked examples, item, question, sentence or point), only their order differs; the reference and
+    the item's own checks are word for word the same. Two sentences of one item then share the question."""
+    item = {**ITEM, "sentence": "Air scatters blue light.", "point": "Air scatters blue.", "passage": "[1] Air."}
+    for metric, new_version, old_version in (
+        ("answer_relevance", "checks-13", "checks-12"),
+        ("groundedness", "checks-7", "checks-4"),
+    ):
+        new, old = prompts.load(metric, new_version, lang), prompts.load(metric, old_version, lang)
+        assert new.rule == old.rule and new.reference == old.reference and new.system == old.system
+        fields = {k: v for k, v in ITEM.items() if k != "answer"}
+        if new.reference:
+            assert new.render_reference(**fields) == old.render_reference(**fields)
+        for a, b in zip(new.checks, old.checks, strict=True):
+            assert (a.name, a.question, a.system, a.examples, a.ask, a.role) == (
+                b.name,
+                b.question,
+                b.system,
+                b.examples,
+                b.ask,
+                b.role,
+            )
+            now, before = new.render_check(a, **item), old.render_check(b, **item)
+            if a.ask == "once":
+                assert now == before
+                continue
+            assert [m["role"] for m in now] == [m["role"] for m in before] and now[0] == before[0]
+            for m, n in zip(now[1:], before[1:], strict=True):
+                assert sorted(m["content"].split("\n\n")) == sorted(n["content"].split("\n\n"))
+            target = "sentence" if a.ask == "per_sentence" else "point"
+            first = new.render_check(a, **item)[-1]["content"]
+            second = new.render_check(a, **{**item, target: "Another one."})[-1]["content"]
+            shared = first[: next(i for i, (x, y) in enumerate(zip(first, second, strict=False)) if x != y)]
+            assert a.question.split("{")[0].strip() in shared and new.reply_check in shared
