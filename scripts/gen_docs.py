@@ -314,9 +314,16 @@ QUALITY = (
     ("judge_quality_test_checks-12", "The default judge on the labelled test split"),
     ("judge_quality_test", "Judge quality on the labelled test split (`make bench`'s cells)"),
     ("judge_quality_dev_checks-8_checks-11_checks-12", "Dev split, side by side: checks-8, checks-11, checks-12"),
+    ("judge_quality_dev_checks-13", "Dev split: checks-13 (each sentence's and point's question first; not the default)"),
 )
 
 PERFORMANCE = (
+    "progress_line_demo_auto_zen4_points_after_2",
+    "progress_line_demo_auto_zen4_points_before_2",
+    "seeds_calls_zen4_checks-12_checks-13",
+    "seeds_calls_llamacpp_zen4_points_after",
+    "seeds_calls_llamacpp_zen4_points_before",
+    "seeds_calls_zen4_checks-12_checks-10",
     "engines_seeds_avx2_cpu",
     "progress_line_demo_auto_avx2_cpu",
     "progress_line_demo_auto_avx2_cpu_step256_eta_from_work_read",
