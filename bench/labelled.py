@@ -83,6 +83,9 @@ CELLS = {
     # checks-13: checks-12 with each per-sentence and per-point check's question before its sentence or fact (answer
     # relevance checks-13, groundedness checks-7), so the question is computed once per item (or question) and check.
     "checks-13": Cell("checks-13", "fast", {"answer_relevance": "checks-13", "groundedness": "checks-7"}),
+    # checks-14: checks-13's conversations with both metrics' cuts refitted to them on dev (answer relevance checks-14,
+    # groundedness checks-8).
+    "checks-14": Cell("checks-14", "fast", {"answer_relevance": "checks-14", "groundedness": "checks-8"}),
 }
 # What `make bench` grades: the default judge, the chain-of-thought baseline beside it, and context relevance (fast-v2);
 # the earlier answer-relevance-only cells (cot-v1, fast-v1) and the other check versions are opt-in.

@@ -320,3 +320,19 @@ def test_checks_13_asks_each_sentence_and_point_after_its_question_and_changes_n
             second = new.render_check(a, **{**item, target: "Another one."})[-1]["content"]
             shared = first[: next(i for i, (x, y) in enumerate(zip(first, second, strict=False)) if x != y)]
             assert a.question.split("{")[0].strip() in shared and new.reply_check in shared
+
+
+@pytest.mark.parametrize("lang", prompts.LANGUAGES)
+def test_checks_14_is_checks_13s_conversations_with_cuts_of_its_own(lang: str) -> None:
+    item = {**ITEM, "sentence": "Air scatters blue light.", "point": "Air scatters blue.", "passage": "[1] Air."}
+    for metric, new_version, old_version in (
+        ("answer_relevance", "checks-14", "checks-13"),
+        ("groundedness", "checks-8", "checks-7"),
+    ):
+        new, old = prompts.load(metric, new_version, lang), prompts.load(metric, old_version, lang)
+        assert all(
+            new.render_check(a, **item) == old.render_check(b, **item)
+            for a, b in zip(new.checks, old.checks, strict=True)
+        )
+        assert new.rule is not None and old.rule is not None and new.rule.cuts != old.rule.cuts
+        assert new.rule.version == old.rule.version  # the same combination of the same checks
