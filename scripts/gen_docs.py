@@ -314,7 +314,7 @@ QUALITY = (
     ("judge_quality_test_checks-12", "The default judge on the labelled test split"),
     ("judge_quality_test", "Judge quality on the labelled test split (`make bench`'s cells)"),
     ("judge_quality_dev_checks-8_checks-11_checks-12", "Dev split, side by side: checks-8, checks-11, checks-12"),
-    ("judge_quality_dev_checks-13", "Dev split: checks-13 (each sentence's and point's question first; not the default)"),
+    ("judge_quality_dev_checks-13", "Dev split: checks-13 (each sentence's question first; not the default)"),
 )
 
 PERFORMANCE = (
