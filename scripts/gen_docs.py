@@ -315,6 +315,7 @@ QUALITY = (
     ("judge_quality_test", "Judge quality on the labelled test split (`make bench`'s cells)"),
     ("judge_quality_dev_checks-8_checks-11_checks-12", "Dev split, side by side: checks-8, checks-11, checks-12"),
     ("judge_quality_dev_checks-13", "Dev split: checks-13 (each sentence's question first; not the default)"),
+    ("judge_quality_test_checks-14", "Test split: checks-14 (checks-13 with cuts refitted on dev; not the default)"),
 )
 
 PERFORMANCE = (
