@@ -108,7 +108,7 @@ def _parts(prompt_id: str) -> tuple[str, str, str]:
 @cache
 def _metric_of_check() -> dict[str, tuple[str, str, str]]:
     """The last line of each default check prompt's questions (any language) → its metric, role and what a yes means:
-    a check conversation ends with its question, then the reply instruction. Completeness asks answer relevance's
+    a check conversation holds its question, then the reply instruction. Completeness asks answer relevance's
     key-point conversations word for word, so a question both ask reads as answer relevance's."""
     out: dict[str, tuple[str, str, str]] = {}
     for prompt_id in prompts.available():
@@ -150,8 +150,9 @@ def _reference_requests() -> tuple[str, ...]:
 
 
 def _asks_yes_no(user: str) -> bool:
-    """A check-based prompt's one-token question (the default prompts) rather than a CoT/fast grade."""
-    return user.rstrip().endswith(tuple(_final_checks()[1]))
+    """A check-based prompt's one-token question (the default prompts) rather than a CoT/fast grade: its reply
+    instruction ends the conversation, or comes before the one sentence or point it asks about."""
+    return any(reply in user for reply in _final_checks()[1])
 
 
 def _score(user: str) -> int:

@@ -265,7 +265,7 @@ def test_judge_applies_the_batchs_calibration_to_every_result() -> None:
 
     def score_0(conversation: list[dict[str, str]]) -> str:
         """Grades 0 with either kind of prompt: "No" to a check-based prompt's (the default's) yes/no questions."""
-        asks_yes_no = conversation[-1]["content"].rstrip().endswith(("Yes or No.", "Sim ou Não."))
+        asks_yes_no = any(ask in conversation[-1]["content"] for ask in ("Yes or No.", "Sim ou Não."))
         return "No" if asks_yes_no else "Criteria: c\nSupporting Evidence: e\nScore: 0"
 
     engine = FakeEngine(score_0)

@@ -16,7 +16,7 @@ from schemas import BatchOptions, JudgementStatus, Triple
 from schemas.judgement import CheckStatus
 
 # Tests of chain-of-thought behaviour (reply grammar, parsed criteria, fast mode's digit, one call per mode) pin the
-# CoT prompt; the defaults are check-based (checks-12, checks-4). Tests of what holds whatever the prompt run with both.
+# CoT prompt; the defaults are check-based (checks-14, checks-8). Tests of what holds whatever the prompt run with both.
 COT = BatchOptions(prompt="answer_relevance@juiz-1")
 BOTH_PROMPTS = pytest.mark.parametrize("options", [BatchOptions(), COT], ids=["default", "cot"])
 
@@ -24,7 +24,7 @@ BOTH_PROMPTS = pytest.mark.parametrize("options", [BatchOptions(), COT], ids=["d
 def reply_by_answer(conversation: Conversation) -> str:
     """A CoT reply by the answer's text; a check prompt's yes/no question is answered "Yes"."""
     user = conversation[-1]["content"]
-    if user.rstrip().endswith(("Yes or No.", "Sim ou Não.")):
+    if "Yes or No." in user or "Sim ou Não." in user:  # a check; its question may come before what it asks about
         return "Yes"
     if "garbled" in user:
         return "I think it is fine."
