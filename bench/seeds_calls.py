@@ -1,5 +1,5 @@
 """Where the demo's seconds go: the seeds graded as `juiz demo` grades them, per judge design, engine call by engine
-call: `python -m bench.seeds_calls --prompt answer_relevance@checks-8 --prompt answer_relevance@checks-12`.
+call: `python -m bench.seeds_calls --prompt answer_relevance@checks-12 --prompt answer_relevance@checks-14`.
 
     flock /tmp/juiz-heavy.lock .venv/bin/python -m bench.seeds_calls
 
@@ -29,7 +29,7 @@ from schemas import BatchOptions
 
 log = logging.getLogger("bench.seeds_calls")
 SEEDS = Path(__file__).resolve().parent.parent / "examples" / "seeds"
-DESIGNS = ("answer_relevance@checks-8", "answer_relevance@checks-12")
+DESIGNS = ("answer_relevance@checks-12", "answer_relevance@checks-14")
 
 
 def main(argv: list[str] | None = None) -> int:

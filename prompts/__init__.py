@@ -19,17 +19,18 @@ from prompts.neutralise import neutralise
 Mode = Literal["cot", "fast"]
 
 # The version a metric uses when a request names none: check-based prompts where there are (yes/no checks read from
-# token probabilities, see juiz.judging.checks; answer relevance's checks-12 scales its item checks by how many key
+# token probabilities, see juiz.judging.checks; answer relevance's checks-14 scales its item checks by how many key
 # points of the judge's own answer from the context the answer states, weighted by whether a complete answer must
 # state them, and vetoes an answer with a sentence that speaks to a grader more than the judge's own points do; its
-# reference and item checks share one system message, so the question and context are computed once; groundedness's
-# checks-4 asks each sentence of the answer beside the context segments it is about), else the chain-of-thought
-# juiz-1. Chosen on the test split's agreement with the labels (docs/research/). Completeness (checks-1) asks
+# reference and item checks share one system message, so the question and context are computed once, and a check asked
+# of one sentence or point asks before it, so only that sentence or point is new to the engine; groundedness's
+# checks-8 asks each sentence of the answer beside the context segments it is about, in the same layout), else the
+# chain-of-thought juiz-1. Chosen on agreement with the labels at the lowest cost (docs/research/). Completeness (checks-1) asks
 # checks-8's key points as a metric of its own, in the very same conversations; requested beside answer relevance
 # checks-9 (relevance alone), the verdict reads the three (juiz.agreement.labels.TRIAD_VERDICT).
 DEFAULT_VERSIONS = {
-    "answer_relevance": "checks-12",
-    "groundedness": "checks-4",
+    "answer_relevance": "checks-14",
+    "groundedness": "checks-8",
     "context_relevance": "juiz-1",
     "completeness": "checks-1",
 }

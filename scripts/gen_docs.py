@@ -308,14 +308,16 @@ def judge_quality_table(data: dict[str, Any]) -> str:
     return "\n".join(rows)
 
 
-# Agreement tables, in this order: the default judge's own test grading, `make bench`'s cells on test, and the dev
-# run that chose the default (cost per item side by side).
+# Agreement tables, in this order: the default judge's own test grading and the one it replaced on the same machine,
+# `make bench`'s cells on test, and the dev runs that chose the default.
 QUALITY = (
-    ("judge_quality_test_checks-12", "The default judge on the labelled test split"),
+    ("judge_quality_test_checks-14", "The default judge (checks-14) on the labelled test split"),
+    ("judge_quality_test_checks-12_zen4", "Test split: checks-12, the default before, on the same Zen 4"),
     ("judge_quality_test", "Judge quality on the labelled test split (`make bench`'s cells)"),
+    ("judge_quality_dev_checks-12", "Dev split: checks-12, graded again with its judgements kept"),
+    ("judge_quality_dev_checks-13", "Dev split: checks-13 (checks-14's conversations at checks-8's cuts)"),
     ("judge_quality_dev_checks-8_checks-11_checks-12", "Dev split, side by side: checks-8, checks-11, checks-12"),
-    ("judge_quality_dev_checks-13", "Dev split: checks-13 (each sentence's question first; not the default)"),
-    ("judge_quality_test_checks-14", "Test split: checks-14 (checks-13 with cuts refitted on dev; not the default)"),
+    ("judge_quality_test_checks-12", "Test split: checks-12 on a Zen 5, the day it became the default"),
 )
 
 PERFORMANCE = (

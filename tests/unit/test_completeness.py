@@ -127,6 +127,6 @@ def test_completeness_without_a_context_is_skipped_and_the_verdict_falls_back_to
 
 @pytest.mark.parametrize("version", ["checks-9"])
 def test_relevance_alone_is_selectable_and_not_the_default(version: str) -> None:
-    assert prompts.DEFAULT_VERSIONS["answer_relevance"] == "checks-12"
+    assert prompts.DEFAULT_VERSIONS["answer_relevance"] == "checks-14"
     assert prompts.DEFAULT_VERSIONS["completeness"] == "checks-1"
     assert prompts.load("answer_relevance", version, "pt").rule == prompts.load("answer_relevance", version, "en").rule
