@@ -25,9 +25,9 @@ Mode = Literal["cot", "fast"]
 # reference and item checks share one system message, so the question and context are computed once, and a check asked
 # of one sentence or point asks before it, so only that sentence or point is new to the engine; groundedness's
 # checks-8 asks each sentence of the answer beside the context segments it is about, in the same layout), else the
-# chain-of-thought juiz-1. Chosen on agreement with the labels at the lowest cost (docs/research/). Completeness (checks-1) asks
-# checks-8's key points as a metric of its own, in the very same conversations; requested beside answer relevance
-# checks-9 (relevance alone), the verdict reads the three (juiz.agreement.labels.TRIAD_VERDICT).
+# chain-of-thought juiz-1. Chosen on agreement with the labels at the lowest cost (docs/research/). Completeness
+# (checks-1) asks checks-8's key points as a metric of its own, in the very same conversations; requested beside
+# answer relevance checks-9 (relevance alone), the verdict reads the three (juiz.agreement.labels.TRIAD_VERDICT).
 DEFAULT_VERSIONS = {
     "answer_relevance": "checks-14",
     "groundedness": "checks-8",

@@ -321,6 +321,11 @@ QUALITY = (
 )
 
 PERFORMANCE = (
+    "progress_line_demo_auto_zen4_checks14_after_2",
+    "progress_line_demo_auto_zen4_checks14_before_2",
+    "progress_line_demo_auto_zen4_checks14_after_1",
+    "progress_line_demo_auto_zen4_checks14_before_1",
+    "engines_dev_llamacpp_zen4",
     "progress_line_demo_auto_zen4_points_after_2",
     "progress_line_demo_auto_zen4_points_before_2",
     "seeds_calls_zen4_checks-12_checks-13",
