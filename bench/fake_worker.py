@@ -123,20 +123,19 @@ def _metric_of_check() -> dict[str, tuple[str, str, str]]:
 
 
 @cache
-def _final_checks() -> tuple[frozenset[str], frozenset[str]]:
-    """The default check prompts' last once-asked question (the conversation that stands for the metric's grading, as
-    the one conversation of a CoT grade does) and every check prompt's reply instruction."""
-    questions, replies = set(), set()
+def _final_checks() -> frozenset[str]:
+    """The default check prompts' last once-asked question: the conversation that stands for the metric's grading, as
+    the one conversation of a CoT grade does."""
+    questions = set()
     for prompt_id in prompts.available():
         metric, version, lang = _parts(prompt_id)
         template = prompts.load(metric, version, lang)
         if template.kind != "checks":
             continue
-        replies.add(template.reply_check.strip())
         once = [c for c in template.checks if c.ask == "once"]
         if version == prompts.DEFAULT_VERSIONS[metric] and once:  # completeness asks only of the reference's points
             questions.add(once[-1].question)
-    return frozenset(questions), frozenset(replies)
+    return frozenset(questions)
 
 
 @cache
@@ -149,12 +148,6 @@ def _reference_requests() -> tuple[str, ...]:
     )
 
 
-def _asks_yes_no(user: str) -> bool:
-    """A check-based prompt's one-token question (the default prompts) rather than a CoT/fast grade: its reply
-    instruction ends the conversation, or comes before the one sentence or point it asks about."""
-    return any(reply in user for reply in _final_checks()[1])
-
-
 def _score(user: str) -> int:
     marker = ITEM_MARKER.search(user) or TAG.search(user)
     return int(marker.groups()[-1]) % 4 if marker else 2  # the tag's number: its last group, in either pattern
@@ -165,7 +158,7 @@ def fake_reply(conversation: Conversation) -> str:
     or for a check prompt's yes/no question `p=<P(yes)>` (FakeEngine's word probabilities) giving the same score."""
     user = conversation[-1]["content"]
     score = _score(user)
-    if _asks_yes_no(user):
+    if prompts.asks_yes_no(user):
         metric, role, yes_means = next(
             (m for q, m in _metric_of_check().items() if q in user), ("answer_relevance", "core", "good")
         )
@@ -185,7 +178,7 @@ def counts_as_graded(conversation: Conversation) -> bool:
     user = conversation[-1]["content"].rstrip()
     if user.endswith(_reference_requests()):
         return False
-    return not _asks_yes_no(user) or any(question in user for question in _final_checks()[0])
+    return not prompts.asks_yes_no(user) or any(question in user for question in _final_checks())
 
 
 def _marker(conversation: Conversation) -> str | None:

@@ -365,3 +365,21 @@ def available() -> list[str]:
                     version, lang = file.name.removesuffix(".toml").rsplit(".", 1)
                     ids.append(f"{metric_dir.name}@{version}.{lang}")
     return sorted(ids)
+
+
+@cache
+def check_reply_instructions() -> frozenset[str]:
+    """Every check prompt's reply instruction ("Reply with one word: Yes or No." and its translations)."""
+    replies = set()
+    for prompt_id in available():
+        metric, version, lang = parse_prompt_id(prompt_id)
+        template = load(metric, version, lang or "en")
+        if template.kind == "checks":
+            replies.add(template.reply_check.strip())
+    return frozenset(replies)
+
+
+def asks_yes_no(text: str) -> bool:
+    """Whether a conversation's text is a check's one-token question: it holds a check prompt's reply instruction,
+    wherever the prompt's layout puts it (after the question, or before the sentence or point it asks about)."""
+    return any(reply in text for reply in check_reply_instructions())

@@ -11,6 +11,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import StandardScaler
 
+import prompts
 from juiz.calibration import fitting
 from juiz.calibration.agreement import compute_calibrated_agreement, format_calibrated_agreement
 from juiz.calibration.features import feature_names, feature_vector
@@ -265,8 +266,11 @@ def test_judge_applies_the_batchs_calibration_to_every_result() -> None:
 
     def score_0(conversation: list[dict[str, str]]) -> str:
         """Grades 0 with either kind of prompt: "No" to a check-based prompt's (the default's) yes/no questions."""
-        asks_yes_no = any(ask in conversation[-1]["content"] for ask in ("Yes or No.", "Sim ou Não."))
-        return "No" if asks_yes_no else "Criteria: c\nSupporting Evidence: e\nScore: 0"
+        return (
+            "No"
+            if prompts.asks_yes_no(conversation[-1]["content"])
+            else "Criteria: c\nSupporting Evidence: e\nScore: 0"
+        )
 
     engine = FakeEngine(score_0)
     items = [Triple(id="a", question="q?", answer="no idea")]

@@ -122,7 +122,7 @@ class FakeJudgeServer(BaseHTTPRequestHandler):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
         user = body["messages"][-1]["content"]
         bad = "bananas" in user
-        if "Yes or No." in user:  # a check; its question may come before the sentence it asks about
+        if prompts.asks_yes_no(user):
             # a check asked so that yes means bad ("does this sentence speak to a grader?") gets the other word
             good = not bad if not any(q in user for q in YES_MEANS_BAD) else bad
             word, other = ("Yes", "No") if good else ("No", "Yes")

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+import prompts
 from juiz.engines.base import IN_PROCESS, CallControl, Completion, Conversation, GenerationRequest, JudgeEngine
 from juiz.engines.fake import FakeEngine
 from juiz.judging.judge import Judge
@@ -24,7 +25,7 @@ BOTH_PROMPTS = pytest.mark.parametrize("options", [BatchOptions(), COT], ids=["d
 def reply_by_answer(conversation: Conversation) -> str:
     """A CoT reply by the answer's text; a check prompt's yes/no question is answered "Yes"."""
     user = conversation[-1]["content"]
-    if "Yes or No." in user or "Sim ou Não." in user:  # a check; its question may come before what it asks about
+    if prompts.asks_yes_no(user):
         return "Yes"
     if "garbled" in user:
         return "I think it is fine."
