@@ -105,6 +105,15 @@ def load_engine(model: str) -> VLLMEngine:
     return engine
 
 
+def load_judge_engine(model: str, engine: str) -> JudgeEngine:
+    """`load_engine` for vLLM; any other back end (llamacpp) as `juiz score` builds it, on the model's GGUF."""
+    if engine == "vllm":
+        return load_engine(model)
+    built = build_engine(Settings.from_env(None, engine=engine, model=model), say=log.info)
+    log.info("engine %s (%s) ready", model, engine)
+    return built
+
+
 def reset_prefix_cache(engine: object) -> bool:
     """Empty the engine's prefix cache where it can (vLLM in process), so a measurement does not reuse the previous
     one's prompts; False where it can't (a server's)."""
@@ -112,10 +121,11 @@ def reset_prefix_cache(engine: object) -> bool:
     return bool(reset()) if reset is not None else False
 
 
-def close_engine(engine: VLLMEngine) -> None:
-    """Stop vLLM's engine-core process now (not at garbage collection), so the next engine has the CPU and memory."""
+def close_engine(engine: object) -> None:
+    """Stop the engine now (vLLM's engine-core process, llama.cpp's server), not at garbage collection, so the next
+    engine has the CPU and memory."""
     try:
-        engine.close()
+        getattr(engine, "close", lambda: None)()
     except Exception as exc:  # already gone: garbage collection will do the rest
         log.warning("engine shutdown: %s", exc)
     gc.collect()

@@ -29,7 +29,16 @@ from typing import Any
 from scipy.stats import spearmanr
 from sklearn.metrics import roc_auc_score
 
-from bench.common import GOLDEN, WORK, close_engine, load_engine, reset_prefix_cache, save, setup_logging, table
+from bench.common import (
+    GOLDEN,
+    WORK,
+    close_engine,
+    load_judge_engine,
+    reset_prefix_cache,
+    save,
+    setup_logging,
+    table,
+)
 from bench.labelled import CELLS, DATA, DEFAULT_CELLS, Cell, labelled_set, save_judgements
 from juiz.agreement.labels import DEFAULT_VERDICT, metric_of, with_default_verdict
 from juiz.agreement.statistics import Signal, compute_agreement, metric_signal, verdict_signal
@@ -443,6 +452,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default=None, help=f"judge model (default {DEFAULT_MODEL}; --quick: {TEST_MODEL})")
     parser.add_argument("--limit", type=int, default=None, help="grade a spread subset of N items")
     parser.add_argument("--quick", action="store_true", help="tiny model, 6 items: plumbing only")
+    parser.add_argument(
+        "--engine",
+        choices=["vllm", "llamacpp"],
+        default="vllm",
+        help="the judge's engine (llamacpp: its GGUF as shipped)",
+    )
     parser.add_argument("--cells", default=",".join(DEFAULT_CELLS), help=f"comma-separated, from {', '.join(CELLS)}")
     parser.add_argument("--no-golden", action="store_true", help="skip TruLens's golden set")
     parser.add_argument(
@@ -469,7 +484,7 @@ def main(argv: list[str] | None = None) -> int:
     # long groundedness prompts did (RPC call to execute_model timed out). A benchmark would rather wait.
     os.environ.setdefault("VLLM_EXECUTE_MODEL_TIMEOUT_SECONDS", "3600")
     started = time.perf_counter()
-    engine = load_engine(model)
+    engine = load_judge_engine(model, args.engine)
     counting = CountingEngine(engine)
     judge = Judge(counting)
     judge.warm_up()
@@ -480,6 +495,7 @@ def main(argv: list[str] | None = None) -> int:
     issue9: dict[str, Any] = {}
     name = f"judge_quality_{args.split}" + (f"_limit{limit}" if limit and not args.quick else "")
     name += "" if args.cells == ",".join(DEFAULT_CELLS) else "_" + args.cells.replace(",", "_")
+    name += "" if args.engine == "vllm" else f"_{args.engine}"
 
     def write() -> Any:
         # After every cell: on a loaded CPU a run is long, and what was measured must survive a late failure.
@@ -487,6 +503,7 @@ def main(argv: list[str] | None = None) -> int:
             name,
             {
                 "model": model,
+                "engine": dict(engine.origin),
                 "quick": args.quick,
                 "split": args.split,
                 "items": len(triples),
@@ -515,7 +532,7 @@ def main(argv: list[str] | None = None) -> int:
                 row.update(cost)
             rows += cell_rows
             if args.save_judgements:
-                save_judgements(args.split, cell, results)
+                save_judgements(args.split, cell, results, args.engine)
             replies[cell.name] = [
                 {"id": r.id, "category": _category(t), "label": t.manual_label, "verdict_inputs": _brief(r)}
                 for t, r in zip(triples, results, strict=True)

@@ -92,13 +92,17 @@ CELLS = {
 DEFAULT_CELLS = ("checks-14", "cot-v2", "fast-v2")
 
 
-def _judgements_path(split: str, cell: Cell) -> Path:
-    return WORK / "judgements" / f"{split}_{cell.name}.jsonl"
+def _judgements_path(split: str, cell: Cell, engine: str = "vllm") -> Path:
+    return (
+        WORK
+        / "judgements"
+        / (f"{split}_{cell.name}.jsonl" if engine == "vllm" else f"{split}_{cell.name}_{engine}.jsonl")
+    )
 
 
-def save_judgements(split: str, cell: Cell, results: Sequence[Judgement]) -> Path:
-    """Keep a cell's results on a split (bench/work, not committed) for `saved_judgements`."""
-    path = _judgements_path(split, cell)
+def save_judgements(split: str, cell: Cell, results: Sequence[Judgement], engine: str = "vllm") -> Path:
+    """Keep a cell's results on a split (bench/work, not committed); `saved_judgements` reuses vLLM's."""
+    path = _judgements_path(split, cell, engine)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", encoding="utf-8") as out:
         out.writelines(r.model_dump_json() + "\n" for r in results)

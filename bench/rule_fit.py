@@ -6,7 +6,7 @@ expected score, and the written grade that names a veto). So new cuts can be fit
 the runs already made, and the figures are the ones the engine would give with a prompt that only changes the cuts
 (checks-3 is checks-2 with rule-3's cuts; `bench.judge_quality --cells checks-3` grades with it for real).
 
-    .venv/bin/python -m bench.rule_fit [--dev RESULT.json] [--test RESULT.json] [--cell checks-8]
+    .venv/bin/python -m bench.rule_fit [--dev RESULT.json] [--test RESULT.json] [--cell checks-8] [--name rule_fit]
 
 Prints, per objective (unweighted quadratic κ: rule-2; every class weighted equally: rule-3; and "verdict": answer
 relevance's rule-3 cuts held, groundedness's cuts fitted on the default verdict's agreement, every class weighted
@@ -149,6 +149,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dev", type=Path, default=DEV, help="a recorded dev run (cuts are fitted on dev only)")
     parser.add_argument("--test", type=Path, default=TEST, help="a recorded test run to measure the cuts on")
     parser.add_argument("--cell", default="checks-8")
+    parser.add_argument("--name", default="rule_fit", help="the results file's name (bench/results/NAME.json)")
     args = parser.parse_args(argv)
     dev, test = recorded(args.dev, args.cell), recorded(args.test, args.cell)
     report: dict[str, Any] = {"dev": args.dev.name, "test": args.test.name, "cell": args.cell, "objectives": {}}
@@ -171,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{objective}: " + "; ".join(f"{m} cuts {list(c)}" for m, c in cuts.items()))
     header = ["objective", "split", "grade", "ρ", "quadratic κ", "C→C", "P→P", "I→I", "balanced acc."]
     print(table(rows, header))
-    save("rule_fit", report)
+    save(args.name, report)
     return 0
 
 
