@@ -229,9 +229,7 @@ Keys every file has: `metric`, `version`, `lang`, `description`, `system` and `u
   the question); optional `system_reference`, `user_reference`, `reference` and `reference_max_tokens` (the key
   points the judge lists first); and one `[rule]` table turning the checks into 0–3: `version`, `veto_below`,
   `cuts` (three), `sentence_aggregate`, `point_aggregate`, `expected`, and `baseline_margin` where a check has a
-  baseline; optionally `[rule.cuts_by_quantisation]`, three cuts per weights' quantisation (`Q4_K_M = [...]`), used
-  when the engine grades with those weights (llama.cpp on the GGUF as it ships) instead of `cuts`, and named in the
-  result's `provenance.sampling.cuts_for`. How the rule decides: [how the judge decides](../explanation/judge.md).
+  baseline. How the rule decides: [how the judge decides](../explanation/judge.md).
 """
 
 
