@@ -9,8 +9,7 @@ from __future__ import annotations
 import hashlib
 import re
 import tomllib
-from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, fields
 from functools import cache
 from importlib import resources
 from typing import Literal
@@ -120,17 +119,6 @@ class CheckRule:
     # a check read against a baseline (CheckSpec.baseline) sinks the answer when its sentences' flag exceeds the
     # baseline's by more than this (juiz.judging.check_rule)
     baseline_margin: float = 0.0
-    # cuts fitted on gradings made with other weights, by the engine's quantisation (llama.cpp runs the GGUF as it
-    # ships, Q4_K_M): 4-bit weights move P(yes) by a few hundredths, enough to carry items across `cuts`, which were
-    # fitted on bf16 or float32 gradings
-    cuts_by_quantisation: tuple[tuple[str, tuple[float, float, float]], ...] = ()
-
-    def for_quantisation(self, quantisation: str | None) -> CheckRule:
-        """The rule as it grades with weights of this quantisation: their own cuts where the prompt has them."""
-        for name, cuts in self.cuts_by_quantisation:
-            if name == quantisation:
-                return replace(self, cuts=cuts)
-        return self
 
 
 @dataclass(frozen=True)
@@ -157,20 +145,6 @@ class PromptTemplate:
     @property
     def id(self) -> str:
         return f"{self.metric}@{self.version}.{self.lang}"
-
-    def cuts_for(self, origin: Mapping[str, str]) -> str | None:
-        """The quantisation whose own cuts grade with the engine of this `origin`, or None: the rule's `cuts`."""
-        quantisation = origin.get("engine_quantisation")
-        if self.rule is None or quantisation is None:
-            return None
-        return quantisation if any(name == quantisation for name, _ in self.rule.cuts_by_quantisation) else None
-
-    def for_engine(self, origin: Mapping[str, str]) -> PromptTemplate:
-        """This prompt as the engine of this `origin` grades with it: its rule's cuts for the engine's weights."""
-        quantisation = self.cuts_for(origin)
-        if quantisation is None or self.rule is None:
-            return self
-        return replace(self, rule=self.rule.for_quantisation(quantisation))
 
     def render(self, *, mode: Mode = "cot", **fields: str) -> list[dict[str, str]]:
         """Chat messages for the model's own chat template; user text is data between tags, never markup.
@@ -313,27 +287,18 @@ def _check_rule(raw: object, where: str) -> CheckRule:
     for key, choices in _RULE_CHOICES.items():
         if key in raw and raw[key] not in choices:
             raise PromptSchemaError(f"{where}.{key} must be one of {', '.join(choices)}, not {raw[key]!r}")
-    by_quantisation = raw.get("cuts_by_quantisation", {})
-    if not isinstance(by_quantisation, dict):
-        raise PromptSchemaError(f"{where}.cuts_by_quantisation must be a table of quantisation = [three cuts]")
+    cuts = raw["cuts"]
+    if not (isinstance(cuts, list) and len(cuts) == 3 and all(isinstance(c, int | float) for c in cuts)):
+        raise PromptSchemaError(f"{where}.cuts must be three numbers, not {cuts!r}")
     return CheckRule(
         version=str(raw["version"]),
         veto_below=float(raw["veto_below"]),
-        cuts=_cuts(raw["cuts"], f"{where}.cuts"),
+        cuts=(float(cuts[0]), float(cuts[1]), float(cuts[2])),
         sentence_aggregate=raw["sentence_aggregate"],
         point_aggregate=raw.get("point_aggregate", "mean"),
         expected=raw.get("expected", "strength"),
         baseline_margin=float(raw.get("baseline_margin", 0.0)),
-        cuts_by_quantisation=tuple(
-            (str(name), _cuts(cuts, f"{where}.cuts_by_quantisation.{name}")) for name, cuts in by_quantisation.items()
-        ),
     )
-
-
-def _cuts(raw: object, where: str) -> tuple[float, float, float]:
-    if not (isinstance(raw, list) and len(raw) == 3 and all(isinstance(c, int | float) for c in raw)):
-        raise PromptSchemaError(f"{where} must be three numbers, not {raw!r}")
-    return (float(raw[0]), float(raw[1]), float(raw[2]))
 
 
 def _linked(checks: tuple[CheckSpec, ...], rule: CheckRule, where: str) -> tuple[CheckSpec, ...]:

@@ -165,8 +165,6 @@ def provenance_of(
     graded_under: dict[str, object] = {"mode": CHECKS if checks else mode}
     if template is not None and template.rule is not None:
         graded_under["rule"] = template.rule.version
-        if (weights := template.cuts_for(engine.origin)) is not None:
-            graded_under["cuts_for"] = weights
     if checks:
         graded_under["asking"] = ASKING_VERSION
         graded_under["info_checks"] = info_checks
@@ -210,7 +208,7 @@ def plan_or_reason(options: BatchOptions, question: str, engine: JudgeEngine) ->
     for metric in options.metrics:
         template: prompts.PromptTemplate | None = None
         try:
-            template = _prompt_in(options, metric, item_lang).for_engine(engine.origin)
+            template = _prompt_in(options, metric, item_lang)
         except PromptError as exc:
             error = error or exc
         # The sampling comes from the chosen prompt itself: a check-based one asks one yes/no token per check.

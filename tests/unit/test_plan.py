@@ -149,30 +149,3 @@ def test_every_result_records_the_engine_it_was_planned_for_graded_or_failed() -
     failed = failed_judgement(ITEM, options, "engine gone", provenance_by_metric(options, ITEM.question, bf16))
     assert failed.provenance.engine_dtype == "bfloat16"
     assert plan_item(options, ITEM.question, ENGINE)["groundedness"].provenance.engine_dtype is None
-
-
-def test_an_engine_whose_weights_have_their_own_cuts_grades_with_them_and_its_results_say_so(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    released = prompts.load
-
-    def with_q4_cuts(metric: str, version: str, lang: str) -> prompts.PromptTemplate:
-        template = released(metric, version, lang)
-        if template.rule is None:
-            return template
-        return replace(template, rule=replace(template.rule, cuts_by_quantisation=(("Q4_K_M", (0.1, 0.2, 0.3)),)))
-
-    monkeypatch.setattr(prompts, "load", with_q4_cuts)
-    options = BatchOptions(metrics=["answer_relevance", "groundedness"])
-    q4 = FakeEngine(lambda _: "", model_id="m", origin={"engine": "llama.cpp", "engine_quantisation": "Q4_K_M"})
-    bf16 = FakeEngine(lambda _: "", model_id="m", origin={"engine_dtype": "bfloat16"})
-    on_q4, on_bf16 = plan_item(options, ITEM.question, q4), plan_item(options, ITEM.question, bf16)
-    for metric in options.metrics:
-        rule_q4, rule_bf16 = on_q4[metric].template.rule, on_bf16[metric].template.rule
-        assert rule_q4 is not None and rule_bf16 is not None
-        assert rule_q4.cuts == (0.1, 0.2, 0.3)
-        name, version, lang = prompts.parse_prompt_id(on_bf16[metric].provenance.prompt)
-        assert rule_bf16.cuts == released(name, version, lang or "en").rule.cuts  # type: ignore[union-attr]
-        assert on_q4[metric].provenance.sampling["cuts_for"] == "Q4_K_M"
-        assert "cuts_for" not in on_bf16[metric].provenance.sampling
-    assert cache_key(ITEM, options, on_q4, None) != cache_key(ITEM, options, on_bf16, None)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import re
 
 import pytest
@@ -171,26 +170,6 @@ def test_a_malformed_check_table_is_a_schema_error_naming_the_key(check: dict[st
         ({"version": "r", "veto_below": 0.5, "cuts": [0.1, 0.2], "sentence_aggregate": "min"}, "rule.cuts"),
         ({"version": "r", "veto_below": 0.5, "cuts": [0.1, 0.2, 0.3], "sentence_aggregate": "max"}, "sentence_agg"),
         ({"version": "r", "veto_below": 0.5, "cuts": [0, 0, 1], "sentence_aggregate": "min", "cut": 1}, "cut"),
-        (
-            {
-                "version": "r",
-                "veto_below": 0.5,
-                "cuts": [0, 0, 1],
-                "sentence_aggregate": "min",
-                "cuts_by_quantisation": 1,
-            },
-            "rule.cuts_by_quantisation",
-        ),
-        (
-            {
-                "version": "r",
-                "veto_below": 0.5,
-                "cuts": [0, 0, 1],
-                "sentence_aggregate": "min",
-                "cuts_by_quantisation": {"Q4_K_M": [0.1, 0.2]},
-            },
-            "rule.cuts_by_quantisation.Q4_K_M",
-        ),
     ],
 )
 def test_a_malformed_rule_table_is_a_schema_error_naming_the_key(rule: object, named: str) -> None:
@@ -357,25 +336,3 @@ def test_checks_14_is_checks_13s_conversations_with_cuts_of_its_own(lang: str) -
         )
         assert new.rule is not None and old.rule is not None and new.rule.cuts != old.rule.cuts
         assert new.rule.version == old.rule.version  # the same combination of the same checks
-
-
-def test_a_rule_grades_with_the_cuts_fitted_for_the_engines_weights_and_else_with_its_own() -> None:
-    rule = prompts._check_rule(
-        {
-            "version": "r",
-            "veto_below": 0.5,
-            "cuts": [0.3, 0.5, 0.7],
-            "sentence_aggregate": "min",
-            "cuts_by_quantisation": {"Q4_K_M": [0.2, 0.4, 0.6]},
-        },
-        "answer_relevance/x.en.toml: rule",
-    )
-    template = dataclasses.replace(prompts.load("answer_relevance", "checks-14", "en"), rule=rule)
-
-    q4 = template.for_engine({"engine": "llama.cpp", "engine_quantisation": "Q4_K_M"})
-    assert q4.rule is not None and q4.rule.cuts == (0.2, 0.4, 0.6)
-    assert template.cuts_for({"engine_quantisation": "Q4_K_M"}) == "Q4_K_M"
-    assert q4.for_engine({"engine_quantisation": "Q4_K_M"}) == q4  # resolving twice changes nothing
-    for origin in ({}, {"engine_dtype": "bfloat16"}, {"engine_quantisation": "Q8_0"}):
-        assert template.for_engine(origin) is template
-        assert template.cuts_for(origin) is None
