@@ -24,9 +24,10 @@ from __future__ import annotations
 import logging
 import math
 import os
+import threading
 import time
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any
@@ -36,7 +37,7 @@ import httpx
 from juiz.engines.base import CallControl, Completion, Conversation, GenerationRequest, spellings
 from juiz.engines.openai_server import OpenAIEngine, completion_from_choice
 from juiz.engines.slots import plan_slots, prompt_text
-from juiz.runtime.errors import EngineError, ModelError
+from juiz.runtime.errors import EngineDeadError, EngineError, ModelError
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +54,11 @@ LOCAL_REQUEST_TIMEOUT_S = 3600.0
 # and 512): a streamed prompt's progress comes once a step. On a 2-core AVX2 CPU, where `auto` runs llama.cpp, 512
 # tokens of the 1.5B judge's prompt took 16-22 s and 256 took 8-9 s, at no cost in speed (bench.llamacpp_step).
 BATCH_TOKENS = 256
+# A server whose slots are busy and whose counters (prompt tokens read, tokens written) have not moved for this long
+# has hung: seen once with xllamacpp 2026.10, a slot stuck at its first step of a check's prompt while the server's
+# loop spun on one core. A step of 256 prompt tokens takes 8-9 s on a 2-core AVX2 CPU, the slowest seen.
+STALL_S = 300.0
+SLOTS_EVERY_S = 15.0  # how often a call asks the server for its slots' counters (GET /slots)
 # llama.cpp's names of its quantisation types (`general.file_type`) → the names its GGUF files go by.
 _QUANT_NAMES = {" - Small": "_S", " - Medium": "_M", " - Large": "_L"}
 
@@ -232,9 +238,21 @@ class LlamaCppEngine(OpenAIEngine):
     def generate(
         self, conversations: Sequence[Conversation], request: GenerationRequest, control: CallControl | None = None
     ) -> list[Completion]:
+        """The call, watched: a server that stops computing aborts it and ends this engine (EngineDeadError), so the
+        worker replaces it instead of waiting for the hour-long request timeout."""
         if request.word_groups and conversations:
             self.token_groups(request.word_groups)  # looked up before the call, outside its event loop
-        return super().generate(conversations, request, control)
+        with SlotWatch(self._slots) as watch:
+            completions = super().generate(conversations, request, watch.control(control, len(conversations)))
+        if watch.stalled is not None:
+            raise EngineDeadError(f"llama.cpp's server stopped computing: {watch.stalled}")
+        return completions
+
+    def _slots(self) -> list[dict[str, Any]]:
+        response = httpx.get(self.address + "/slots", timeout=SLOTS_EVERY_S * 2)
+        response.raise_for_status()
+        slots = response.json()
+        return slots if isinstance(slots, list) else []
 
     def token_groups(self, word_groups: tuple[tuple[str, ...], ...]) -> list[list[int]]:
         """Token ids of every spelling of each group's words that the model writes as ONE token (as the vLLM engine
@@ -292,3 +310,77 @@ def group_probs_from_ids(
     if position is None:
         return None
     return tuple(min(1.0, sum(math.exp(position[i]) for i in group if i in position)) for group in token_groups)
+
+
+class SlotWatch:
+    """Asks the server for its slots' counters every `every_s` while a call runs (a thread of its own: /slots waits for
+    the server's current step); `stalled` says why once slots have been busy with no counter moving for `stall_s`.
+    A server that can't answer /slots tells nothing: only counters seen standing still count."""
+
+    def __init__(
+        self,
+        read_slots: Callable[[], list[dict[str, Any]]],
+        stall_s: float = STALL_S,
+        every_s: float = SLOTS_EVERY_S,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._read, self._stall_s, self._every_s, self._clock = read_slots, stall_s, every_s, clock
+        self._last: tuple[object, ...] | None = None
+        self._since = clock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="llama.cpp slot watch", daemon=True)
+        self.stalled: str | None = None
+
+    def __enter__(self) -> SlotWatch:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()  # not joined: a /slots read in flight ends on its own, and the call needn't wait for it
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._every_s) and self.stalled is None:
+            try:
+                slots = self._read()
+            except (httpx.HTTPError, ValueError) as exc:
+                log.debug("llama.cpp /slots did not answer: %s", exc)
+                continue
+            self.observe(slots)
+
+    def observe(self, slots: list[dict[str, Any]]) -> None:
+        """One reading of /slots: the counters standing still while a slot is busy for `stall_s` is a hang."""
+        now = self._clock()
+        busy = [s for s in slots if s.get("is_processing")]
+        counters = tuple(
+            (s.get("id"), s.get("id_task"), s.get("n_prompt_tokens_processed"), _decoded(s)) for s in slots
+        )
+        if not busy or counters != self._last:
+            self._last, self._since = counters, now
+            return
+        if now - self._since >= self._stall_s:
+            where = ", ".join(
+                f"slot {s.get('id')} task {s.get('id_task')} at {s.get('n_prompt_tokens_processed')} of "
+                f"{s.get('n_prompt_tokens')} prompt tokens"
+                for s in busy
+            )
+            self.stalled = f"{where}, nothing moved for {now - self._since:.0f} s"
+            log.error("llama.cpp's server hung: %s", self.stalled)
+
+    def control(self, control: CallControl | None, size: int) -> CallControl:
+        """`control` with every request of the call aborted once the server has hung."""
+        base = control or CallControl()
+        asked = base.cancelled
+
+        def cancelled() -> list[int]:
+            if self.stalled is not None:
+                return list(range(size))
+            return list(asked()) if asked is not None else []
+
+        return replace(base, cancelled=cancelled)
+
+
+def _decoded(slot: Mapping[str, Any]) -> object:
+    token = slot.get("next_token")
+    if isinstance(token, list):
+        return tuple(t.get("n_decoded") for t in token if isinstance(t, dict))
+    return token.get("n_decoded") if isinstance(token, dict) else None

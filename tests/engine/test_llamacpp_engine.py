@@ -133,3 +133,10 @@ def test_a_check_listened_to_reports_its_prompt_as_it_is_read_and_reads_the_same
     (streamed,) = tiny_llamacpp_engine.generate([conversation], CHECK_REQUEST, control)
     assert unstreamed.cached_prompt_tokens == streamed.cached_prompt_tokens > BATCH_TOKENS
     assert streamed == unstreamed
+
+
+def test_the_servers_slots_report_the_counters_the_hang_watch_reads(tiny_llamacpp_engine: Any) -> None:
+    slots = tiny_llamacpp_engine._slots()
+    assert len(slots) == tiny_llamacpp_engine.config.slots
+    for slot in slots:
+        assert {"id", "id_task", "is_processing", "n_prompt_tokens_processed", "next_token"} <= set(slot)
