@@ -67,7 +67,7 @@ def test_judge_quality_gains_calibration_samples_and_hostile_pairs(
     import bench.judge_quality as jq
 
     monkeypatch.setenv("JUIZ_BENCH_RESULTS", str(tmp_path))
-    monkeypatch.setattr(jq, "load_engine", lambda model: FakeEngine(reply, model_id="FAKE"))
+    monkeypatch.setattr(jq, "load_judge_engine", lambda model, engine: FakeEngine(reply, model_id="FAKE"))
     monkeypatch.setattr(jq, "close_engine", lambda engine: None)
     argv = ["--limit", "60", "--cells", "cot-v2", "--no-golden", "--calibration", "--samples", "1,3"]
     assert jq.main([*argv, "--samples-limit", "6"]) == 0

@@ -19,7 +19,7 @@ def reply(conversation: Conversation) -> str:
 
 def test_judge_quality_runs_on_the_fake_engine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("JUIZ_BENCH_RESULTS", str(tmp_path))
-    monkeypatch.setattr(jq, "load_engine", lambda model: FakeEngine(reply, model_id="FAKE"))
+    monkeypatch.setattr(jq, "load_judge_engine", lambda model, engine: FakeEngine(reply, model_id="FAKE"))
     monkeypatch.setattr(jq, "close_engine", lambda engine: None)
     assert jq.main(["--split", "dev", "--limit", "30", "--cells", "cot-v2,fast-v2"]) == 0
     (written,) = tmp_path.glob("judge_quality_dev_limit30_*.json")
