@@ -55,8 +55,8 @@ LOCAL_REQUEST_TIMEOUT_S = 3600.0
 # tokens of the 1.5B judge's prompt took 16-22 s and 256 took 8-9 s, at no cost in speed (bench.llamacpp_step).
 BATCH_TOKENS = 256
 # A server whose slots are busy and whose counters (prompt tokens read, tokens written) have not moved for this long
-# has hung: seen once with xllamacpp 2026.10, a slot stuck at its first step of a check's prompt while the server's
-# loop spun on one core. A step of 256 prompt tokens takes 8-9 s on a 2-core AVX2 CPU, the slowest seen.
+# has hung (a slot can stick mid-prompt while the server's loop spins). A step of 256 prompt tokens takes 8-9 s on a
+# 2-core AVX2 CPU, the slowest seen, so this is over 30 steps.
 STALL_S = 300.0
 SLOTS_EVERY_S = 15.0  # how often a call asks the server for its slots' counters (GET /slots)
 # llama.cpp's names of its quantisation types (`general.file_type`) → the names its GGUF files go by.
