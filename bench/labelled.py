@@ -93,11 +93,8 @@ DEFAULT_CELLS = ("checks-14", "cot-v2", "fast-v2")
 
 
 def _judgements_path(split: str, cell: Cell, engine: str = "vllm") -> Path:
-    return (
-        WORK
-        / "judgements"
-        / (f"{split}_{cell.name}.jsonl" if engine == "vllm" else f"{split}_{cell.name}_{engine}.jsonl")
-    )
+    suffix = "" if engine == "vllm" else f"_{engine}"  # vLLM's gradings keep the names they always had
+    return WORK / "judgements" / f"{split}_{cell.name}{suffix}.jsonl"
 
 
 def save_judgements(split: str, cell: Cell, results: Sequence[Judgement], engine: str = "vllm") -> Path:
