@@ -22,6 +22,7 @@ from schemas.calibration import CalibrationSpec
 from schemas.judgement import Judgement, JudgementStatus, Provenance
 from schemas.labels import LabelClass, LabelMapping
 from schemas.triple import Segment, Triple
+from schemas.verifier import VerifierSpec
 
 __all__ = [
     "MAX_NAME_CHARS",
@@ -51,5 +52,6 @@ __all__ = [
     "Segment",
     "Statistic",
     "Triple",
+    "VerifierSpec",
     "WorkerView",
 ]

@@ -12,6 +12,7 @@ from schemas.calibration import CalibrationSpec
 from schemas.judgement import MetricName
 from schemas.labels import LabelMapping
 from schemas.triple import Triple
+from schemas.verifier import VerifierSpec
 
 MAX_NAME_CHARS = 200
 # Characters a name shown on one line of a page or a terminal must not hold: controls (tabs, newlines, escapes),
@@ -90,6 +91,13 @@ class BatchOptions(BaseModel):
         description="A calibration from `juiz calibrate` (the JSON object): each result gets calibrated class "
         "probabilities and label, and provenance.calibration {id, sha256}.",
     )
+    verifier: VerifierSpec | None = Field(
+        default=None,
+        description="A claim verifier from `juiz train --probe` (the JSON object), for groundedness: each sentence of "
+        "an answer is read beside its context by the judge model, and an answer whose least supported sentence is "
+        "below the verifier's cut gets groundedness 1 at most (metrics.groundedness.verifier says so). Needs "
+        "groundedness in metrics and a worker whose judge is the verifier's model. Not the default.",
+    )
 
     @field_validator("metrics")
     @classmethod
@@ -108,6 +116,8 @@ class BatchOptions(BaseModel):
             missing = [m for m in self.calibration.metrics() if m not in self.metrics]
             if missing:
                 raise ValueError(f"calibration reads {', '.join(missing)}: add it to metrics")
+        if self.verifier is not None and "groundedness" not in self.metrics:
+            raise ValueError("verifier reads groundedness: add it to metrics")
         return self
 
     @property

@@ -11,6 +11,7 @@ from schemas.annotation import Annotation
 from schemas.calibration import CalibratedGrade, CalibrationRef
 from schemas.triple import Label, Segment, content_key
 from schemas.uncertainty import SampleSummary, Uncertainty
+from schemas.verifier import VerifierReading, VerifierRef
 
 
 class JudgementStatus(StrEnum):
@@ -61,6 +62,9 @@ class Provenance(BaseModel):
     )
     calibration: CalibrationRef | None = Field(
         default=None, description="The calibration that made `calibrated` (options.calibration), by id and sha256."
+    )
+    verifier: VerifierRef | None = Field(
+        default=None, description="Groundedness with options.verifier: the probe that read the answer's sentences."
     )
 
 
@@ -153,6 +157,11 @@ class MetricResult(Grade):
         le=1,
         description="Check-based prompts only: the rule's strength (the checks combined, 0–1), which the cuts are "
         "read against.",
+    )
+    verifier: VerifierReading | None = Field(
+        default=None,
+        description="Groundedness with options.verifier: P(supported) of each sentence, and whether it capped the "
+        "grade.",
     )
 
 
