@@ -18,7 +18,7 @@ import logging
 import sys
 import time
 from collections.abc import Callable, Collection, Iterable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from juiz.engines.base import CANCELLED, CallControl, Completion, Conversation, GenerationRequest, JudgeEngine, aborted
@@ -27,6 +27,7 @@ from juiz.judging.judgements import finished, judgement_of
 from juiz.judging.metric_results import checks_result, parsed_fields, rounded, sampled_fields
 from juiz.judging.passages import numbered, within_budget
 from juiz.judging.plan import COT_REQUEST, FAST_REQUEST, SEGMENT_COT_REQUEST, ItemPlan, plan_item, shows_context
+from juiz.judging.probe import Probe, StateReader, claims_of, read_support, verified
 from juiz.judging.progress import PROMPT_CHARS, REPLY_CHARS, Progress
 from juiz.runtime.errors import EngineDeadError, TransientEngineError
 from schemas import BatchOptions, Judgement, Provenance, Segment, Triple
@@ -95,6 +96,8 @@ class _Reply:
 @dataclass
 class Judge:
     engine: JudgeEngine
+    # The judge model in transformers, for options.verifier: loaded on the first batch that asks, kept per layer read.
+    _readers: dict[tuple[str, int | None], StateReader] = field(default_factory=dict, init=False, repr=False)
 
     def warm_up(self) -> float:
         """Compile the reply grammars before real work: xgrammar builds its token masks once per engine (seconds on a
@@ -158,10 +161,51 @@ class Judge:
                 segment_grades.setdefault((task.item, task.metric), []).append((task, reply))
         for (item, metric), graded in segment_grades.items():
             by_item[item][metric] = _context_relevance(graded)
+        for i, (triple, options) in enumerate(items):
+            grounded = by_item[i].get("groundedness")
+            if options.verifier is not None and grounded is not None and grounded.status is MetricStatus.OK:
+                by_item[i]["groundedness"] = self._verified(triple, options, grounded)
         return [
             judgement_of(triple, options, {m: by_item[i][m] for m in options.metrics})
             for i, (triple, options) in enumerate(items)
         ]
+
+    def _verified(self, triple: Triple, options: BatchOptions, grounded: MetricResult) -> MetricResult:
+        """Groundedness read again by the batch's verifier (juiz.judging.probe): every sentence of the answer beside
+        the item's context. A verifier that can't read makes the metric failed, with the reason: never the judge's
+        grade passed off as verified."""
+        assert options.verifier is not None
+        claims = claims_of(triple.answer)
+        if not claims:
+            return grounded
+        try:
+            probe = Probe.from_spec(options.verifier)
+            started = time.perf_counter()
+            support = read_support(self._reader(probe), probe, context_segments(triple.context), claims)
+        except (ValueError, OSError, RuntimeError) as exc:
+            return grounded.model_copy(
+                update={
+                    "status": MetricStatus.FAILED,
+                    "score": None,
+                    "normalized_score": None,
+                    "expected_score": None,
+                    "error": f"verifier {options.verifier.version}: {exc}",
+                }
+            )
+        log.debug("verifier read %d sentence(s) of %s in %.1fs", len(claims), triple.id, time.perf_counter() - started)
+        return verified(grounded, support, probe.cut)
+
+    def _reader(self, probe: Probe) -> StateReader:
+        key = (probe.model, probe.layer)
+        if key not in self._readers:
+            from juiz.engines.cpu import native_bf16
+            from juiz.engines.models import resolve_model
+
+            layers = () if probe.layer is None else (probe.layer,)
+            # bf16 where the CPU computes it natively; emulated bf16 is several times slower than float32.
+            dtype = "bfloat16" if native_bf16() else "float32"
+            self._readers[key] = StateReader(resolve_model(probe.model), layers, dtype=dtype)
+        return self._readers[key]
 
     def _tasks(
         self, items: Sequence[tuple[Triple, BatchOptions]], plans: Sequence[ItemPlan]

@@ -29,7 +29,8 @@ from juiz.judging.parsing import (
     SEGMENT_REPLY_REGEX,
 )
 from juiz.runtime.errors import PromptError
-from schemas import BatchOptions, Provenance
+from schemas import BatchOptions, Provenance, VerifierSpec
+from schemas.verifier import VerifierRef
 
 COT_REQUEST = GenerationRequest(max_tokens=COT_MAX_TOKENS, regex=COT_REPLY_REGEX, grammar=COT_REPLY_GBNF, logprobs=20)
 # Fast mode: one forward pass; the reply is one digit and the expected score comes from its distribution.
@@ -216,9 +217,22 @@ def plan_or_reason(options: BatchOptions, question: str, engine: JudgeEngine) ->
         request = CHECK_REQUEST if checks else score_sampling(options, metric)
         info = template is not None and info_checks_wanted(options, metric, template)
         provenance[metric] = provenance_of(engine, metric, template, request, options.mode, info, options.context_chars)
+        if metric == "groundedness" and options.verifier is not None:
+            error = error or _verifier_unusable(options.verifier, engine)
+            verifier = VerifierRef(version=options.verifier.version, cut=options.verifier.cut)
+            provenance[metric] = provenance[metric].model_copy(update={"verifier": verifier})
         if template is not None:
             plan[metric] = MetricPlan(template, request, provenance[metric], info)
     return PlannedItem(plan if error is None else None, error, provenance)
+
+
+def _verifier_unusable(verifier: VerifierSpec, engine: JudgeEngine) -> PromptError | None:
+    """Why a verifier can't read this engine's answers: it reads hidden states of the model it was trained on."""
+    if verifier.model != engine.model_id:
+        return PromptError(
+            f"verifier {verifier.version} reads the states of {verifier.model}; this judge is {engine.model_id}"
+        )
+    return None
 
 
 def provenance_by_metric(options: BatchOptions, question: str, engine: JudgeEngine) -> Mapping[str, Provenance]:

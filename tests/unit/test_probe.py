@@ -9,6 +9,7 @@ import numpy as np
 import pytest
 
 from juiz.judging.probe import FORMAT, Probe, answer_support, feature_matrix, render_context, train
+from schemas.verifier import probe_version
 
 
 def _data() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -45,6 +46,10 @@ def test_a_probe_for_another_prompt_is_refused(tmp_path: Path) -> None:
     document = json.loads((tmp_path / "p.json").read_text())
     assert document["format"] == FORMAT
     document["prompt_hash"] = "another"
+    (tmp_path / "p.json").write_text(json.dumps(document))
+    with pytest.raises(ValueError, match="altered"):  # its version no longer matches
+        Probe.load(tmp_path / "p.json")
+    document["version"] = probe_version("m", 20, "another", document["weights"], document["bias"])
     (tmp_path / "p.json").write_text(json.dumps(document))
     with pytest.raises(ValueError, match="check prompt"):
         Probe.load(tmp_path / "p.json")
