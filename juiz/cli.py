@@ -149,6 +149,18 @@ def build_parser(extra: Sequence[Command] = ()) -> argparse.ArgumentParser:
     train.add_argument("examples", type=Path, help="examples JSONL from `juiz synth`")
     train.add_argument("-o", "--output", type=Path, required=True, help="verifier JSON")
     train.add_argument("--seed", type=int, default=0, help="the logistic regression's random seed")
+    train.add_argument(
+        "--probe",
+        action="store_true",
+        help="train a probe on the judge model's hidden states (reads every claim with the model, on this machine; "
+        "minutes per thousand claims): the verifier `juiz score --verifier` takes. Without it: the lexical verifier",
+    )
+    train.add_argument("--model", default=None, help="--probe: the judge model read (default: the judge's)")
+    train.add_argument("--layer", type=int, default=None, help="--probe: the hidden layer read (default 20)")
+    train.add_argument("--cut", type=float, default=None, help="--probe: P(supported) below which it vetoes (0.05)")
+    train.add_argument(
+        "--every", type=int, default=1, help="--probe: read one passage's claims in so many (1: all), to save time"
+    )
 
     _add_check(sub)
     _add_submit(sub)
@@ -237,11 +249,45 @@ def _train(args: argparse.Namespace) -> int:
     try:
         rows = args.examples.read_text(encoding="utf-8").splitlines()
         examples = [Example.from_json(json.loads(row)) for row in rows if row.strip()]
+        if args.probe:
+            return _train_probe(args, examples)
         verifier = train(examples, seed=args.seed)
     except (OSError, ValueError, KeyError) as exc:
         raise InputError(f"{args.examples}: {exc}") from exc
     verifier.save(args.output)
     print(f"{verifier.version} from {len(examples)} examples → {args.output}", file=sys.stderr)
+    return 0
+
+
+def _train_probe(args: argparse.Namespace, examples: list) -> int:  # type: ignore[type-arg]
+    from juiz.engines.cpu import native_bf16
+    from juiz.engines.models import resolve_model
+    from juiz.judging.probe import DEFAULT_CUT, DEFAULT_LAYER, StateReader, fit_probe
+    from juiz.runtime.settings import Settings
+
+    if args.every < 1:
+        raise InputError("must be 1 or more", source="--every")
+    cut = DEFAULT_CUT if args.cut is None else args.cut
+    if not 0 < cut < 1:
+        raise InputError("must be between 0 and 1", source="--cut")
+    model = args.model or Settings.from_env(None).model  # the worker's judge: a probe reads that model's states
+    layer = DEFAULT_LAYER if args.layer is None else args.layer
+    started = time.perf_counter()
+    reader = StateReader(resolve_model(model), (layer,), dtype="bfloat16" if native_bf16() else "float32")
+    if layer > reader.model.config.num_hidden_layers:
+        raise InputError(f"{model} has {reader.model.config.num_hidden_layers} layers", source="--layer")
+
+    def progress(done: int, groups: int) -> None:
+        elapsed = time.perf_counter() - started
+        print(f"\rreading claims: {done}/{groups} passages, {elapsed:.0f}s", end="", file=sys.stderr)
+
+    probe = fit_probe(reader, examples, model=model, layer=layer, cut=cut, every=args.every, progress=progress)
+    probe.save(args.output)
+    print(
+        f"\n{probe.version} ({model}, layer {layer}) from {probe.trained_on['examples']} examples → {args.output}",
+        file=sys.stderr,
+    )
+    print(f"apply it: juiz score ITEMS --metric answer_relevance --metric groundedness --verifier {args.output}")
     return 0
 
 
