@@ -35,12 +35,16 @@ from typing import Any
 import numpy as np
 from sklearn.metrics import roc_auc_score
 
+import prompts
 from bench.common import RESULTS, WORK, save, table
+from bench.labelled import CELLS
 from bench.verifier import CORRECT, FALSE, RUNS, _figures, _verdict, cells_table
 from juiz.engines.models import DEFAULT_MODEL, resolve_model
-from juiz.judging.probe import PROMPT_HASH, Probe, feature_matrix, train
+from juiz.judging.check_rule import apply_rule
+from juiz.judging.probe import PROMPT_HASH, Probe, claim_groups, feature_matrix, train
 from juiz.judging.sentences import split_sentences
 from juiz.judging.synthetic import SUPPORTED, Example, Passage, build_examples
+from schemas.judgement import MetricResult
 
 LAYERS = (8, 14, 20, 24, 28)  # of Qwen2.5-1.5B's 28; 28 is the last (after the final norm)
 CACHE = WORK / "probe"
@@ -63,26 +67,36 @@ class Group:
         return hashlib.sha256(blob).hexdigest()[:16]
 
 
-def judgements(split: str) -> list[dict[str, Any]]:
-    with gzip.open(RESULTS / "judgements" / f"{RUNS[split]}.jsonl.gz", "rt") as recorded:
+def judgements(split: str, graded: str | None = None) -> list[dict[str, Any]]:
+    """A split's recorded judgements: `graded` names the file (default: bench.verifier's run of the split)."""
+    with gzip.open(RESULTS / "judgements" / f"{graded or RUNS[split]}.jsonl.gz", "rt") as recorded:
         return [json.loads(line) for line in recorded]
 
 
+def rescored(recorded: list[dict[str, Any]], cell: str) -> list[dict[str, Any]]:
+    """The judgements with each metric's score as the cell's prompts' rules give it from the same checks (a cell whose
+    prompts only refit the cuts of the graded one, e.g. checks-14 on a checks-13 grading)."""
+    versions = CELLS[cell].versions
+    out = []
+    for j in recorded:
+        metrics = dict(j["metrics"])
+        for metric in ("answer_relevance", "groundedness"):
+            result = MetricResult.model_validate(metrics[metric])
+            assert result.provenance is not None and result.checks is not None, f"{j['id']}: {metric} has no checks"
+            name, version, lang = prompts.parse_prompt_id(result.provenance.prompt)
+            outcome = apply_rule(prompts.load(name, versions.get(name, version), lang or "en"), result.checks)
+            metrics[metric] = {**metrics[metric], "score": outcome.score}
+        out.append({**j, "metrics": metrics})
+    return out
+
+
 def synthetic_groups(split: str, stride: int = SYNTHETIC_STRIDE) -> tuple[list[Group], list[list[Example]]]:
-    """The split's synthetic examples grouped by the passage they were made from, each group under one context (that
-    of its first example, in a shuffled order so the true passage isn't always [1])."""
+    """The split's synthetic examples grouped as `juiz train --probe` groups them (juiz.judging.probe.claim_groups)."""
     recorded = judgements(split)
     passages = [Passage(s["text"], s.get("source") or j["id"]) for j in recorded for s in j["context"] or []]
-    by_passage: dict[str, list[Example]] = defaultdict(list)
-    for example in build_examples(passages, seed=SEED):
-        by_passage[example.passages[0]].append(example)
-    groups, examples = [], []
-    for passage, rows in list(by_passage.items())[::stride]:
-        context = list(rows[0].passages)
-        random.Random(f"{SEED}:{passage}").shuffle(context)  # per passage: the same whatever the stride
-        groups.append(Group(tuple(context), tuple(e.claim for e in rows)))
-        examples.append(rows)
-    return groups, examples
+    grouped = claim_groups(build_examples(passages, seed=SEED), stride, SEED)
+    groups = [Group(tuple(context), tuple(e.claim for e in rows)) for context, rows in grouped]
+    return groups, [rows for _, rows in grouped]
 
 
 def answer_groups(split: str) -> tuple[list[Group], dict[str, list[tuple[int, int]]]]:
@@ -173,7 +187,7 @@ class Split:
     recorded: list[dict[str, Any]]
 
 
-def load_split(split: str, stride: int = SYNTHETIC_STRIDE) -> Split:
+def load_split(split: str, stride: int = SYNTHETIC_STRIDE, graded: str | None = None, cell: str | None = None) -> Split:
     groups, examples = synthetic_groups(split, stride)
     states = _load(groups)
     rows = [e for g in examples for e in g]
@@ -187,7 +201,7 @@ def load_split(split: str, stride: int = SYNTHETIC_STRIDE) -> Split:
         train_hows=[e.how for e in rows],
         answer_hidden={i: np.stack([astates[g][0][k] for g, k in pos]) for i, pos in positions.items()},
         answer_p_yes={i: np.array([astates[g][1][k] for g, k in pos]) for i, pos in positions.items()},
-        recorded=judgements(split),
+        recorded=rescored(judgements(split, graded), cell) if cell else judgements(split, graded),
     )
 
 
@@ -271,10 +285,14 @@ def evaluate(
     chosen: str | None,
     test_cuts: tuple[float, float] | None,
     stride: int,
+    graded: dict[str, str] | None = None,
+    cell: str | None = None,
+    name: str | None = None,
 ) -> Path:
     """Dev: the bare P(Yes) and every probe configuration; test (once, at dev's choices) when test_cuts is given as
     (the bare P(Yes)'s cut, the probe's cut)."""
-    dev = load_split("dev", stride)
+    graded = graded or {}
+    dev = load_split("dev", stride, graded.get("dev"), cell)
     bare = _support(dev, None, None)
     sweep: dict[str, Any] = {}
     for layer_index, with_p_yes, c in configurations(cs):
@@ -295,6 +313,7 @@ def evaluate(
         "model": DEFAULT_MODEL,
         "reader": f"transformers {version('transformers')}, bfloat16, CPU",
         "synthetic_stride": stride,
+        "judge": {"graded": {split: graded.get(split) or RUNS[split] for split in RUNS}, "cell": cell},
     }
     probe.save(CACHE / "probe-dev.json")  # the artefact (git-ignored: 1,536 weights and a scaler)
     outcome["dev"] = {
@@ -311,7 +330,7 @@ def evaluate(
     _print_cells("dev, bare P(Yes)", outcome["dev"]["p_yes"]["cells"])
     _print_cells(f"dev, probe {best}", outcome["dev"]["probe"]["cells"])
     if test_cuts is not None:
-        test = load_split("test", stride)
+        test = load_split("test", stride, graded.get("test"), cell)
         bare = _support(test, None, None)
         probe = fit(test, "test", layer_index, with_p_yes, c)
         support = _support(test, probe, layer_index)
@@ -341,7 +360,7 @@ def evaluate(
     outcome["state_reading_runs"] = (
         [json.loads(line) for line in costs.read_text().splitlines()] if costs.exists() else []
     )
-    return save("probe" if test_cuts else "probe_dev", outcome)
+    return save(name or ("probe" if test_cuts else "probe_dev"), outcome)
 
 
 def _print_cells(title: str, cells: dict[str, Any]) -> None:
@@ -364,6 +383,13 @@ def main(argv: list[str] | None = None) -> None:
     ev.add_argument(
         "--test", help="P_YES_CUT,PROBE_CUT chosen on dev: also train on test's contexts and report test (once)"
     )
+    ev.add_argument(
+        "--graded",
+        default="",
+        help="split=judgements file stem, e.g. dev=dev_checks-13,test=test_checks-14 (default: bench.verifier's runs)",
+    )
+    ev.add_argument("--cell", help="grade the judgements under this cell's prompts' rules (e.g. checks-14)")
+    ev.add_argument("--name", help="the results file's name (default probe, or probe_dev without --test)")
     args = parser.parse_args(argv)
     if args.step == "states":
         read_states(args.split.split(","), args.budget_s)
@@ -378,6 +404,9 @@ def main(argv: list[str] | None = None) -> None:
         args.chosen,
         test_cuts,
         args.stride,
+        dict(pair.split("=", 1) for pair in args.graded.split(",") if pair),
+        args.cell,
+        args.name,
     )
 
 
