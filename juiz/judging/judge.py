@@ -193,7 +193,7 @@ class Judge:
                 }
             )
         log.debug("verifier read %d sentence(s) of %s in %.1fs", len(claims), triple.id, time.perf_counter() - started)
-        return verified(grounded, support, probe.cut)
+        return verified(grounded, claims, support, probe.cut)
 
     def _reader(self, probe: Probe) -> StateReader:
         key = (probe.model, probe.layer)

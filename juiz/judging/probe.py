@@ -256,18 +256,28 @@ def read_support(reader: StateReader, probe: Probe, passages: Sequence[str], cla
 
 # The grade an answer the verifier doesn't find supported keeps at most: 1 is I under every verdict rule juiz ships.
 CAPPED_SCORE = 1
+QUOTE_MAX_CHARS = 120
 
 
-def verified(result: MetricResult, support: Sequence[float], cut: float) -> MetricResult:
+def verified(result: MetricResult, claims: Sequence[str], support: Sequence[float], cut: float) -> MetricResult:
     """Groundedness as the judge graded it and the verifier read it: capped at CAPPED_SCORE when the least supported
-    sentence is below the cut; the reading recorded either way."""
+    sentence is below the cut, the explanation told why in the item's language; the reading recorded either way."""
     least = min(support)
     capped = result.status is MetricStatus.OK and result.score is not None and result.score > CAPPED_SCORE
     capped = capped and least < cut
     reading = VerifierReading(sentences=list(support), p_supported=least, capped=capped)
     if not capped:
         return result.model_copy(update={"verifier": reading})
-    note = f"verifier: least supported sentence P(supported) {least:.3f} below {cut:g}, grade {result.score} → 1"
+    sentence = claims[list(support).index(least)]
+    quoted = sentence if len(sentence) <= QUOTE_MAX_CHARS else sentence[: QUOTE_MAX_CHARS - 1] + "…"
+    portuguese = result.provenance is not None and result.provenance.prompt.endswith(".pt")
+    note = (
+        f"Um verificador treinado em frases do próprio corpus não encontra no contexto a frase “{quoted}” "
+        f"(P(sustentada) {least:.2f}, abaixo de {cut:g}): a nota passa de {result.score} para {CAPPED_SCORE}."
+        if portuguese
+        else f"A verifier trained on claims from the corpus finds the sentence “{quoted}” unsupported by the context "
+        f"(P(supported) {least:.2f}, below {cut:g}): the score goes from {result.score} to {CAPPED_SCORE}."
+    )
     expected = None if result.expected_score is None else min(result.expected_score, CAPPED_SCORE / 3)
     return result.model_copy(
         update={
@@ -275,7 +285,7 @@ def verified(result: MetricResult, support: Sequence[float], cut: float) -> Metr
             "score": CAPPED_SCORE,
             "normalized_score": round(CAPPED_SCORE / 3, 6),
             "expected_score": expected,
-            "supporting_evidence": f"{result.supporting_evidence}; {note}" if result.supporting_evidence else note,
+            "supporting_evidence": f"{result.supporting_evidence} {note}" if result.supporting_evidence else note,
         }
     )
 

@@ -18,12 +18,12 @@ from schemas import BatchOptions, Triple
 pytestmark = pytest.mark.engine
 
 DOCUMENTS = {
-    "tides.md": "The Moon's gravity pulls the ocean into a bulge on the side facing it. A second bulge forms on the far "
-    "side. As the Earth turns, most coasts see two high tides every 24 hours and 50 minutes.",
-    "coffee.md": "Caffeine blocks adenosine receptors in the brain. Its effect starts about 30 minutes after drinking "
-    "and lasts four to six hours. Decaf still holds 2 to 15 milligrams of caffeine per cup.",
-    "aqueducts.md": "Roman aqueducts ran on a gentle downward slope of less than one metre per kilometre. Gravity alone "
-    "moved the water. Where a valley lay in the way, the channel crossed it on arches built in 19 BC.",
+    "tides.md": "The Moon's gravity pulls the ocean into a bulge on the side facing it. A second bulge forms on the "
+    "far side. As the Earth turns, most coasts see two high tides every 24 hours and 50 minutes.",
+    "coffee.md": "Caffeine blocks adenosine receptors in the brain. Its effect starts about 30 minutes after "
+    "drinking and lasts four to six hours. Decaf still holds 2 to 15 milligrams of caffeine per cup.",
+    "aqueducts.md": "Roman aqueducts ran on a gentle downward slope of less than one metre per kilometre. Gravity "
+    "alone moved the water. Where a valley lay in the way, the channel crossed it on arches built in 19 BC.",
 }
 
 

@@ -90,7 +90,8 @@ def test_an_answer_with_a_sentence_the_verifier_finds_unsupported_gets_groundedn
     assert grounded.verifier is not None and grounded.verifier.capped
     assert grounded.verifier.sentences == pytest.approx([0.99, 0.01], abs=1e-3)
     assert grounded.verifier.p_supported == pytest.approx(0.01, abs=1e-3)
-    assert "verifier" in (grounded.supporting_evidence or "")
+    assert f"“Also, {UNSUPPORTED}.”" in (grounded.supporting_evidence or "")
+    assert (grounded.supporting_evidence or "").endswith("the score goes from 3 to 1.")
     assert grounded.provenance is not None and grounded.provenance.verifier is not None
     assert grounded.provenance.verifier.version == OPTIONS.verifier.version  # type: ignore[union-attr]
     assert result.label_source == "verdict" and result.automated_label == "I"
@@ -119,7 +120,8 @@ def test_a_verifier_that_cannot_read_fails_the_metric_with_its_reason() -> None:
 
 def test_a_verifier_for_another_model_is_refused_before_any_engine_work() -> None:
     engine = FakeEngine(_yes, model_id="another-model")
-    with pytest.raises(PromptError, match="verifier .* reads the states of fake-judge"):
+    refused = r"verifier probe-\w+ reads the states of fake-judge; this judge is another-model"
+    with pytest.raises(PromptError, match=refused):
         Judge(engine).grade([_triple("Air scatters blue light.")], OPTIONS)
     assert engine.calls == []
 
@@ -142,3 +144,10 @@ def test_the_result_cache_keys_on_the_verifier() -> None:
         for options in (OPTIONS, without, stricter)
     }
     assert len(keys) == 3
+
+
+def test_the_cap_is_told_in_the_items_language() -> None:
+    options = OPTIONS.model_copy(update={"lang": "pt"})
+    (result,) = _judge(FakeReader()).grade([_triple(f"O ar espalha a luz azul. E {UNSUPPORTED}.")], options)
+    told = result.metrics["groundedness"].supporting_evidence or ""  # type: ignore[index]
+    assert f"a frase “E {UNSUPPORTED}.”" in told and told.endswith("a nota passa de 3 para 1.")
