@@ -314,6 +314,7 @@ QUALITY = (
     ("judge_quality_test_checks-14", "The default judge (checks-14) on the labelled test split"),
     ("judge_quality_test_checks-12_zen4", "Test split: checks-12, the default before, on the same Zen 4"),
     ("judge_quality_test", "Judge quality on the labelled test split (`make bench`'s cells)"),
+    ("judge_quality_test_checks-14_llamacpp", "Test split: the default judge (checks-14) on llama.cpp, Q4_K_M"),
     ("judge_quality_dev_checks-14_llamacpp", "Dev split: the default judge (checks-14) on llama.cpp, Q4_K_M"),
     ("judge_quality_dev_checks-12", "Dev split: checks-12, graded again with its judgements kept"),
     ("judge_quality_dev_checks-13", "Dev split: checks-13 (checks-14's conversations at checks-8's cuts)"),
@@ -322,6 +323,8 @@ QUALITY = (
 )
 
 PERFORMANCE = (
+    "engine_pairs_test_checks-14_sapphire_rapids",
+    "rule_fit_checks-14_llamacpp",
     "engine_pairs_dev_checks-14_zen4",
     "progress_line_demo_auto_zen4_checks14_after_2",
     "progress_line_demo_auto_zen4_checks14_before_2",
