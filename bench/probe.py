@@ -335,6 +335,9 @@ def evaluate(
         probe = fit(test, "test", layer_index, with_p_yes, c)
         support = _support(test, probe, layer_index)
         probe.save(CACHE / "probe-test.json")
+        # The same design trained on the other topics (dev's contexts): a probe that never saw the split's corpus.
+        from_dev = fit(dev, "dev", layer_index, with_p_yes, c)
+        support_from_dev = _support(test, from_dev, layer_index)
         outcome["test"] = {
             "synthetic_examples": len(test.train_labels),
             "p_yes": {
@@ -349,6 +352,13 @@ def evaluate(
                 "auc_correct_vs_false": _auc(test, support),
                 "cells": _cells(test, support, [test_cuts[1]], "probe"),
             },
+            "probe_trained_on_dev": {
+                "chosen": best,
+                "cut": test_cuts[1],
+                "version": from_dev.version,
+                "auc_correct_vs_false": _auc(test, support_from_dev),
+                "cells": _cells(test, support_from_dev, [test_cuts[1]], "probe_from_dev"),
+            },
         }
         print(
             f"test AUC correct vs false: bare P(Yes) {outcome['test']['p_yes']['auc_correct_vs_false']}, probe "
@@ -356,6 +366,7 @@ def evaluate(
         )
         _print_cells("test, bare P(Yes)", outcome["test"]["p_yes"]["cells"])
         _print_cells(f"test, probe {best}", outcome["test"]["probe"]["cells"])
+        _print_cells(f"test, probe {best} trained on dev's contexts", outcome["test"]["probe_trained_on_dev"]["cells"])
     costs = CACHE / "cost.jsonl"
     outcome["state_reading_runs"] = (
         [json.loads(line) for line in costs.read_text().splitlines()] if costs.exists() else []

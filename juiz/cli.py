@@ -157,7 +157,7 @@ def build_parser(extra: Sequence[Command] = ()) -> argparse.ArgumentParser:
     )
     train.add_argument("--model", default=None, help="--probe: the judge model read (default: the judge's)")
     train.add_argument("--layer", type=int, default=None, help="--probe: the hidden layer read (default 20)")
-    train.add_argument("--cut", type=float, default=None, help="--probe: P(supported) below which it vetoes (0.05)")
+    train.add_argument("--cut", type=float, default=None, help="--probe: P(supported) below which it vetoes (0.02)")
     train.add_argument(
         "--every", type=int, default=1, help="--probe: read one passage's claims in so many (1: all), to save time"
     )

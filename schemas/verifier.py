@@ -40,7 +40,6 @@ class VerifierSpec(BaseModel):
     weights: list[float] = Field(min_length=1)
     bias: float
     cut: float = Field(
-        default=0.05,
         gt=0,
         lt=1,
         description="An answer whose least supported sentence reads below this has groundedness at most 1.",

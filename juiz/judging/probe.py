@@ -44,8 +44,9 @@ USER_PREFIX = (
 USER_SUFFIX = "{claim}\n</claim>"
 PROMPT_HASH = hashlib.sha256("\n".join((SYSTEM, USER_PREFIX, USER_SUFFIX)).encode()).hexdigest()[:12]
 SUFFIX_BATCH = 16
-# The operating point chosen on the dev split (docs/research: the verifier probe).
-DEFAULT_CUT = 0.05
+# The operating point chosen on the dev split with the default judge: the cut of its best κ and ρ there (a higher
+# one vetoes correct answers that paraphrase or compute).
+DEFAULT_CUT = 0.02
 FORMAT = PROBE_FORMAT
 
 
