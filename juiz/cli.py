@@ -279,7 +279,7 @@ def _train_probe(args: argparse.Namespace, examples: list) -> int:  # type: igno
 
     def progress(done: int, groups: int) -> None:
         elapsed = time.perf_counter() - started
-        print(f"\rreading claims: {done}/{groups} passages, {elapsed:.0f}s", end="", file=sys.stderr)
+        print(f"\rreading claims: {done}/{groups} passages, {elapsed:.0f}s", end="", file=sys.stderr, flush=True)
 
     probe = fit_probe(reader, examples, model=model, layer=layer, cut=cut, every=args.every, progress=progress)
     probe.save(args.output)

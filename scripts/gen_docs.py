@@ -391,6 +391,8 @@ PERFORMANCE = (
     "on_paper",
     "store_full",
     "intake_memory",
+    "probe_checks-14",
+    "probe_dev_checks-14",
     "verifier",
     "probe",
 )
