@@ -95,3 +95,56 @@ def _csrf(html: str) -> str:
     match = re.search(r'name="_csrf_token" value="([^"]+)"', html)
     assert match
     return match.group(1)
+
+
+def _verifier(**changes: object) -> dict[str, object]:
+    """A probe's JSON as `juiz train --probe` writes it (made up: one feature, P(Yes) alone)."""
+    from juiz.judging.probe import PROMPT_HASH
+    from schemas.verifier import probe_version
+
+    spec: dict[str, object] = {
+        "model": "qwen2.5-coder-1.5b-instruct",
+        "prompt_hash": PROMPT_HASH,
+        "layer": None,
+        "with_p_yes": True,
+        "mean": [0.0],
+        "scale": [1.0],
+        "weights": [1.0],
+        "bias": 0.0,
+        "cut": 0.02,
+    }
+    spec["version"] = probe_version(str(spec["model"]), None, PROMPT_HASH, [1.0], 0.0)
+    return spec | changes
+
+
+def test_a_verifier_without_groundedness_or_altered_is_422_and_nothing_is_stored(
+    client: TestClient[Litestar], redis: Redis
+) -> None:
+    alone = client.post("/v1/batches", json={"items": triples(1), "options": {"verifier": _verifier()}})
+    assert alone.status_code == 422, alone.text
+    assert "verifier reads groundedness" in alone.text
+    altered = client.post(
+        "/v1/batches",
+        json={"items": triples(1), "options": {"metrics": ["groundedness"], "verifier": _verifier(bias=2.0)}},
+    )
+    assert altered.status_code == 422, altered.text
+    assert altered.json()["field"].startswith("options.verifier") and "altered" in altered.text
+    assert not [k for k in juiz_keys(redis) if ":batch:" in k]
+    accepted = client.post(
+        "/v1/batches", json={"items": triples(1), "options": {"metrics": ["groundedness"], "verifier": _verifier()}}
+    )
+    assert accepted.status_code == 202, accepted.text
+
+
+def test_a_verifier_for_another_judge_fails_the_items_with_the_reason_at_the_worker(
+    client: TestClient[Litestar], settings: Settings, run_worker: Callable[..., bool]
+) -> None:
+    """The API can't know the workers' judge; the worker refuses the probe before any engine work, item by item."""
+    options = {"metrics": ["answer_relevance", "groundedness"], "verifier": _verifier()}
+    submitted = client.post("/v1/batches", json={"items": triples(2), "options": options})
+    assert submitted.status_code == 202, submitted.text
+    run_worker(settings)
+    results = client.get(f"/v1/batches/{submitted.json()['id']}/results").json()["items"]
+    assert [r["status"] for r in results] == ["failed", "failed"]
+    refused = "reads the states of qwen2.5-coder-1.5b-instruct; this judge is fake-engine"
+    assert all(refused in r["error"] for r in results)
