@@ -188,6 +188,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--keep-results", action="store_true", help="keep every graded result in the file (to compare grades)"
     )
+    parser.add_argument(
+        "--seeds-engine",
+        choices=ENGINES,
+        default=None,
+        help="the seeds' first run on this engine instead of auto's pick (to check the pick on a new CPU)",
+    )
+    parser.add_argument("--name", default=None, help="a suffix for the results file (e.g. the CPU)")
     parser.add_argument("--one", default=None, help=argparse.SUPPRESS)  # child: one engine
     parser.add_argument("--out", type=Path, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -205,7 +212,9 @@ def main(argv: list[str] | None = None) -> int:
     elif not (cuda_present() or native_bf16()):
         # the real thing: a machine's figures don't overwrite another kind's
         name += "_no_bf16_cpu" if avx512() else "_avx2_cpu"
-    default_engine: str | None = None
+    if args.name:
+        name += f"_{args.name}"
+    default_engine: str | None = args.seeds_engine
     if args.without_bf16:
         os.environ["JUIZ_DTYPE"] = "float32"  # the children (and `juiz score`) inherit it; llama.cpp ignores it
         default_engine = "llamacpp"
@@ -239,6 +248,7 @@ def main(argv: list[str] | None = None) -> int:
                 "agreement": side,
                 "seeds_score": seeds,
                 "seeds_auto_over_vllm": ratio,
+                "seeds_first_engine": default_engine or "auto",
                 "per_engine": {
                     e: {k: v for k, v in d.items() if k != "results" or args.keep_results}
                     for e, d in per_engine.items()
