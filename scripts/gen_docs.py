@@ -323,6 +323,8 @@ QUALITY = (
 )
 
 PERFORMANCE = (
+    "progress_line_demo_auto_sapphire_rapids_amx",
+    "engines_seeds_sapphire_rapids",
     "engine_pairs_test_checks-14_sapphire_rapids",
     "rule_fit_checks-14_llamacpp",
     "engine_pairs_dev_checks-14_zen4",
