@@ -29,7 +29,7 @@ from juiz.judging.passages import numbered, within_budget
 from juiz.judging.plan import COT_REQUEST, FAST_REQUEST, SEGMENT_COT_REQUEST, ItemPlan, plan_item, shows_context
 from juiz.judging.probe import Probe, StateReader, claims_of, read_support, verified
 from juiz.judging.progress import PROMPT_CHARS, REPLY_CHARS, Progress
-from juiz.runtime.errors import EngineDeadError, TransientEngineError
+from juiz.runtime.errors import EngineDeadError, JuizError, TransientEngineError
 from schemas import BatchOptions, Judgement, Provenance, Segment, Triple
 from schemas.judgement import NEEDS_CONTEXT, CheckResult, MetricResult, MetricStatus, SegmentGrade
 
@@ -182,7 +182,7 @@ class Judge:
             probe = Probe.from_spec(options.verifier)
             started = time.perf_counter()
             support = read_support(self._reader(probe), probe, context_segments(triple.context), claims)
-        except (ValueError, OSError, RuntimeError) as exc:
+        except (JuizError, ValueError, OSError, RuntimeError) as exc:  # e.g. the model never pulled, out of memory
             return grounded.model_copy(
                 update={
                     "status": MetricStatus.FAILED,

@@ -16,7 +16,7 @@ from juiz.judging.judge import Judge
 from juiz.judging.plan import plan_item
 from juiz.judging.probe import PROMPT_HASH, States
 from juiz.judging.result_cache import cache_key
-from juiz.runtime.errors import PromptError
+from juiz.runtime.errors import ModelError, PromptError
 from schemas import BatchOptions, Triple, VerifierSpec
 from schemas.judgement import MetricStatus
 from schemas.verifier import probe_version
@@ -45,13 +45,13 @@ def _spec(model: str = MODEL, cut: float = 0.05) -> VerifierSpec:
 class FakeReader:
     """A FAKE state reader: P(Yes) 0.01 for the claim UNSUPPORTED, 0.99 for any other; no hidden state."""
 
-    def __init__(self, fails: bool = False) -> None:
+    def __init__(self, fails: Exception | None = None) -> None:
         self.fails = fails
         self.read_claims: list[str] = []
 
     def read(self, passages: Sequence[str], claims: Sequence[str]) -> States:
-        if self.fails:
-            raise RuntimeError("out of memory")
+        if self.fails is not None:
+            raise self.fails
         self.read_claims += claims
         p_yes = np.array([0.01 if UNSUPPORTED in c.lower() else 0.99 for c in claims], dtype=np.float32)
         return States((), np.zeros((len(claims), 0, 1), dtype=np.float32), p_yes)
@@ -110,11 +110,14 @@ def test_an_answer_the_verifier_finds_supported_keeps_the_judges_grade() -> None
     assert result.automated_label == unverified.automated_label
 
 
-def test_a_verifier_that_cannot_read_fails_the_metric_with_its_reason() -> None:
-    (result,) = _judge(FakeReader(fails=True)).grade([_triple("Air scatters blue light.")], OPTIONS)
+@pytest.mark.parametrize(
+    "error", [RuntimeError("out of memory"), ModelError("qwen2.5-coder-1.5b-instruct was never pulled")]
+)
+def test_a_verifier_that_cannot_read_fails_the_metric_with_its_reason(error: Exception) -> None:
+    (result,) = _judge(FakeReader(fails=error)).grade([_triple("Air scatters blue light.")], OPTIONS)
     grounded = result.metrics["groundedness"]  # type: ignore[index]
     assert grounded.status is MetricStatus.FAILED and grounded.score is None
-    assert "verifier" in (grounded.error or "") and "out of memory" in (grounded.error or "")
+    assert "verifier" in (grounded.error or "") and str(error) in (grounded.error or "")
     assert result.automated_label is None  # no verdict made up from the judge's unverified grade
 
 
