@@ -11,8 +11,11 @@ Reading the states is one forward pass per claim; the passages come first in the
 the same passages share one prefix, computed once and reused (transformers' KV cache, batched suffixes). torch and
 transformers are imported only by `StateReader`: grading never loads them unless a probe is selected.
 
-The artefact is a JSON file (model, layer, prompt hash, scaler, weights, how it was trained); results name its
-version in their provenance. Not the default: see docs/research/2026-11-28-verifier-probe.md.
+The artefact is `schemas.VerifierSpec` as JSON (model, layer, prompt hash, scaler, weights, cut, how it was trained):
+`juiz train --probe` writes it (`fit_probe`), and a batch's `options.verifier` makes the judge read every answer
+sentence with it after the engine's checks and cap groundedness at 1 below its cut (`verified`); results name its
+version in their provenance. Not the default: it costs a second runtime for a small gain
+(docs/research/2026-11-29-the-verifier-in-grading.md).
 """
 
 from __future__ import annotations
