@@ -149,6 +149,15 @@ class Judge:
         ]
         tasks, jobs, skipped = self._tasks(items, planned)
         _plan_progress(progress, len(items), tasks, jobs)
+        # The verifier's reading of an item counts as one conversation more, weighed by the text it reads: it comes
+        # after the engine's work and can take seconds an item, which a progress line should show moving.
+        verifying = {
+            i: sum(map(len, context_segments(triple.context))) + len(triple.answer)
+            for i, (triple, options) in enumerate(items)
+            if options.verifier is not None and "groundedness" in options.metrics and context_segments(triple.context)
+        }
+        if progress is not None and verifying:
+            progress.plan(list(verifying), work=list(verifying.values()))
         replies = self._run(tasks, control, progress, interject)
         by_item: list[dict[str, MetricResult]] = [dict(skipped.get(i, {})) for i in range(len(items))]
         for (item, metric), result in self._grade_checks(jobs, control, progress, interject).items():
@@ -161,10 +170,13 @@ class Judge:
                 segment_grades.setdefault((task.item, task.metric), []).append((task, reply))
         for (item, metric), graded in segment_grades.items():
             by_item[item][metric] = _context_relevance(graded)
-        for i, (triple, options) in enumerate(items):
+        for i, work in verifying.items():
+            triple, options = items[i]
             grounded = by_item[i].get("groundedness")
-            if options.verifier is not None and grounded is not None and grounded.status is MetricStatus.OK:
+            if grounded is not None and grounded.status is MetricStatus.OK:
                 by_item[i]["groundedness"] = self._verified(triple, options, grounded)
+            if progress is not None:
+                progress.finish([i], work=[work])
         return [
             judgement_of(triple, options, {m: by_item[i][m] for m in options.metrics})
             for i, (triple, options) in enumerate(items)

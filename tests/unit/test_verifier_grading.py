@@ -154,3 +154,16 @@ def test_the_cap_is_told_in_the_items_language() -> None:
     (result,) = _judge(FakeReader()).grade([_triple(f"O ar espalha a luz azul. E {UNSUPPORTED}.")], options)
     told = result.metrics["groundedness"].supporting_evidence or ""  # type: ignore[index]
     assert f"a frase “E {UNSUPPORTED}.”" in told and told.endswith("a nota passa de 3 para 1.")
+
+
+def test_the_verifiers_reading_is_one_conversation_more_per_item_in_the_progress() -> None:
+    from juiz.judging.progress import Progress
+
+    triples = [_triple("Air scatters blue light."), _triple(f"Also, {UNSUPPORTED}.").model_copy(update={"id": "b"})]
+    plain, verifying = Progress(2), Progress(2)
+    Judge(FakeEngine(_yes, model_id=MODEL)).grade(triples, OPTIONS.model_copy(update={"verifier": None}), plain)
+    _judge(FakeReader()).grade(triples, OPTIONS, verifying)
+    before, after = plain.snapshot(), verifying.snapshot()
+    assert after.conversations_planned == before.conversations_planned + 2
+    assert after.conversations_done == after.conversations_planned and after.items_done == 2
+    assert after.work_planned > before.work_planned and after.work_done == after.work_planned
