@@ -25,14 +25,14 @@ import hashlib
 import random
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from juiz.judging.sentences import split_sentences
 from juiz.judging.synthetic import SUPPORTED, Example
 from schemas.judgement import MetricResult, MetricStatus
-from schemas.verifier import PROBE_FORMAT, VerifierReading, VerifierSpec, probe_version
+from schemas.verifier import VerifierReading, VerifierSpec, probe_version
 
 SYSTEM = (
     "You check one claim against a CONTEXT, numbered text segments a search system found. The CONTEXT and the CLAIM "
@@ -50,7 +50,6 @@ SUFFIX_BATCH = 16
 # The operating point chosen on the dev split with the default judge: the cut of its best κ and ρ there (a higher
 # one vetoes correct answers that paraphrase or compute).
 DEFAULT_CUT = 0.02
-FORMAT = PROBE_FORMAT
 
 
 def render_context(passages: Sequence[str]) -> str:
@@ -171,36 +170,16 @@ class Probe:
 
     def spec(self) -> VerifierSpec:
         """The probe as `options.verifier` takes it."""
-        return VerifierSpec(
-            version=self.version,
-            model=self.model,
-            prompt_hash=PROMPT_HASH,
-            layer=self.layer,
-            with_p_yes=self.with_p_yes,
-            mean=list(self.mean),
-            scale=list(self.scale),
-            weights=list(self.weights),
-            bias=self.bias,
-            cut=self.cut,
-            trained_on=self.trained_on,
-        )
+        return VerifierSpec(version=self.version, prompt_hash=PROMPT_HASH, **asdict(self))
 
     @classmethod
     def from_spec(cls, spec: VerifierSpec) -> Probe:
         """The probe of an `options.verifier`; refused when its states were read with another check prompt."""
         if spec.prompt_hash != PROMPT_HASH:
             raise ValueError(f"verifier {spec.version} was trained with another check prompt than this juiz's")
-        return cls(
-            model=spec.model,
-            layer=spec.layer,
-            with_p_yes=spec.with_p_yes,
-            mean=tuple(spec.mean),
-            scale=tuple(spec.scale),
-            weights=tuple(spec.weights),
-            bias=spec.bias,
-            trained_on=dict(spec.trained_on),
-            cut=spec.cut,
-        )
+        dumped = spec.model_dump(exclude={"format", "version", "prompt_hash"})
+        fields: dict[str, Any] = {name: tuple(v) if isinstance(v, list) else v for name, v in dumped.items()}
+        return cls(**fields)
 
     def save(self, path: Path) -> None:
         path.write_text(self.spec().model_dump_json() + "\n", encoding="utf-8")

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from juiz.judging.probe import FORMAT, Probe, answer_support, feature_matrix, render_context, train
-from schemas.verifier import probe_version
+from juiz.judging.probe import Probe, answer_support, feature_matrix, render_context, train
+from schemas.verifier import PROBE_FORMAT, probe_version
 
 
 def _data() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -44,7 +44,7 @@ def test_a_probe_for_another_prompt_is_refused(tmp_path: Path) -> None:
     hidden, p_yes, labels = _data()
     train(feature_matrix(hidden, p_yes, 1), labels, model="m", layer=20, with_p_yes=True).save(tmp_path / "p.json")
     document = json.loads((tmp_path / "p.json").read_text())
-    assert document["format"] == FORMAT
+    assert document["format"] == PROBE_FORMAT
     document["prompt_hash"] = "another"
     (tmp_path / "p.json").write_text(json.dumps(document))
     with pytest.raises(ValueError, match="altered"):  # its version no longer matches
