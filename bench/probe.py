@@ -332,11 +332,11 @@ def evaluate(
     if test_cuts is not None:
         test = load_split("test", stride, graded.get("test"), cell)
         bare = _support(test, None, None)
+        # The same design trained on the other topics (dev's contexts): a probe that never saw the split's corpus.
+        from_dev = probe
         probe = fit(test, "test", layer_index, with_p_yes, c)
         support = _support(test, probe, layer_index)
         probe.save(CACHE / "probe-test.json")
-        # The same design trained on the other topics (dev's contexts): a probe that never saw the split's corpus.
-        from_dev = fit(dev, "dev", layer_index, with_p_yes, c)
         support_from_dev = _support(test, from_dev, layer_index)
         outcome["test"] = {
             "synthetic_examples": len(test.train_labels),
