@@ -152,9 +152,11 @@ class Judge:
         # The verifier's reading of an item counts as one conversation more, weighed by the text it reads: it comes
         # after the engine's work and can take seconds an item, which a progress line should show moving.
         verifying = {
-            i: sum(map(len, context_segments(triple.context))) + len(triple.answer)
+            i: sum(map(len, segments)) + len(triple.answer)
             for i, (triple, options) in enumerate(items)
-            if options.verifier is not None and "groundedness" in options.metrics and context_segments(triple.context)
+            if options.verifier is not None
+            and "groundedness" in options.metrics
+            and (segments := context_segments(triple.context))
         }
         if progress is not None and verifying:
             progress.plan(list(verifying), work=list(verifying.values()))
