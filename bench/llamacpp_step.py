@@ -3,12 +3,14 @@ how long a streamed request waits between two reports of its prompt's progress, 
 
     flock /tmp/juiz-heavy.lock python -m bench.llamacpp_step                      # steps 2048 and 512, the judge
     flock /tmp/juiz-heavy.lock python -m bench.llamacpp_step --steps 2048,1024,512 --prompts 3
+    flock /tmp/juiz-heavy.lock python -m bench.llamacpp_step --steps 256 --repack          # repacked weights or not
 
 The prompts are the first conversations `juiz score` sends for the seeds (their check-based default: the references'
 prompts, 1,300-1,500 tokens), each asked as a one-token check through the engine, one at a time, streamed as the worker
 streams it, with a nonce ahead of it so every run computes it whole.
-The steps run in an A B B A order (one engine start each), so a drift in the machine's load falls on both. Writes
-bench/results/llamacpp_step[_NAME].json with the machine.
+With `--repack`, each step runs twice, without and with llama.cpp's repacked weights (`JUIZ_LLAMACPP_REPACK`), and each
+run also writes 128 tokens (the references' decode). The runs go in an A B B A order (one engine start each), so a
+drift in the machine's load falls on both. Writes bench/results/llamacpp_step[_NAME].json with the machine.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from typing import Any
 from bench.common import save
 from bench.fake_worker import fake_reply
 from bench.progress_line import SEEDS
-from juiz.engines.base import CallControl, Conversation
+from juiz.engines.base import CallControl, Conversation, GenerationRequest
 from juiz.engines.cpu import cpu_flags
 from juiz.engines.fake import FakeEngine
 from juiz.engines.llamacpp_engine import LlamaCppEngine, server_config
@@ -67,18 +69,31 @@ def one_prompt(engine: LlamaCppEngine, conversation: Conversation) -> dict[str, 
     }
 
 
-def run_step(model: str, step: int, prompts: list[Conversation]) -> dict[str, Any]:
-    """A server with this step; each prompt made new (a nonce ahead of it), so none is served from a cache."""
-    engine = LlamaCppEngine(server_config(resolve_gguf(model), model, max_model_len=8192, batch_tokens=step))
+def decode_speed(engine: LlamaCppEngine, tokens: int = 128) -> float:
+    """Tokens written per second after a short new prompt."""
+    story = [{"role": "user", "content": f"Run {time.time_ns()}. Tell a long story about a lighthouse keeper."}]
+    began = time.monotonic()
+    (completion,) = engine.generate([story], GenerationRequest(max_tokens=tokens, logprobs=0))
+    return round(completion.reply_tokens / (time.monotonic() - began), 2)
+
+
+def run_step(model: str, variant: str, prompts: list[Conversation], *, decode: bool) -> dict[str, Any]:
+    """A server with this step (and repacked weights or not); each prompt made new (a nonce ahead of it), so none is
+    served from a cache."""
+    step, repack = int(variant.split("/")[0]), variant.endswith("/repack")
+    config = server_config(resolve_gguf(model), model, max_model_len=8192, batch_tokens=step, repack=repack)
+    engine = LlamaCppEngine(config)
     try:
         runs = []
         for conversation in prompts:
             nonce = f"Run {time.time_ns()}. "
             fresh = [{**conversation[0], "content": nonce + conversation[0]["content"]}, *conversation[1:]]
             runs.append(one_prompt(engine, fresh))
+            if decode:
+                runs[-1]["decode_tokens_per_s"] = decode_speed(engine)
     finally:
         engine.close()
-    return {"step": step, "runs": runs}
+    return {"variant": variant, "runs": runs}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -86,29 +101,37 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--model", default=DEFAULT_MODEL)
     parser.add_argument("--steps", default="2048,512", help="step sizes to compare, the first one the reference")
     parser.add_argument("--prompts", type=int, default=2, help="seed conversations per run")
+    parser.add_argument("--repack", action="store_true", help="each step without and with repacked weights")
     parser.add_argument("--name", default="", help="a suffix for the results file (e.g. the machine's kind)")
     args = parser.parse_args(argv)
-    steps = [int(s) for s in args.steps.split(",")]
+    steps = args.steps.split(",")
+    variants = [v for step in steps for v in ((step, step + "/repack") if args.repack else (step,))]
     prompts = seed_prompts(args.prompts)
-    order = steps + steps[::-1]  # A B B A
-    runs = [run_step(args.model, step, prompts) for step in order]
+    order = variants + variants[::-1]  # A B B A
+    runs = [run_step(args.model, variant, prompts, decode=args.repack) for variant in order]
     figures: dict[str, Any] = {"model": args.model, "order": order, "steps": {}}
-    for step in steps:
-        mine = [r for run in runs if run["step"] == step for r in run["runs"]]
+    for variant in variants:
+        mine = [r for run in runs if run["variant"] == variant for r in run["runs"]]
         tokens = sum(r["prompt_tokens"] for r in mine)
         seconds = sum(r["seconds"] for r in mine)
-        figures["steps"][str(step)] = {
+        figures["steps"][variant] = {
             "prompt_tokens_per_s": round(tokens / seconds, 1),
             "longest_progress_wait_s": max(r["longest_wait_s"] for r in mine),
             "median_prompt_s": round(statistics.median(r["seconds"] for r in mine), 2),
             "runs": mine,
         }
-        print(f"step {step}: {figures['steps'][str(step)]}")
-    reference = figures["steps"][str(steps[0])]["prompt_tokens_per_s"]
-    for step in steps[1:]:
-        speed = figures["steps"][str(step)]["prompt_tokens_per_s"]
-        figures["steps"][str(step)]["speed_vs_first"] = round(speed / reference, 3)
-        print(f"step {step}: {speed / reference:.3f} x the speed of step {steps[0]}")
+        if args.repack:
+            figures["steps"][variant]["decode_tokens_per_s"] = round(
+                statistics.mean(r["decode_tokens_per_s"] for r in mine), 2
+            )
+        print(f"{variant}: {figures['steps'][variant]}")
+    reference = figures["steps"][variants[0]]
+    for variant in variants[1:]:
+        mine = figures["steps"][variant]
+        mine["speed_vs_first"] = round(mine["prompt_tokens_per_s"] / reference["prompt_tokens_per_s"], 3)
+        if args.repack:
+            mine["decode_vs_first"] = round(mine["decode_tokens_per_s"] / reference["decode_tokens_per_s"], 3)
+        print(f"{variant}: {mine['speed_vs_first']:.3f} x the prompt speed of {variants[0]}")
     figures["cpu_flags"] = sorted(f for f in cpu_flags() if f.startswith(("avx", "amx", "fma", "f16c")))
     save("llamacpp_step" + (f"_{args.name}" if args.name else ""), figures)
     return 0

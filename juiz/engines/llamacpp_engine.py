@@ -45,8 +45,11 @@ BACKEND = "llamacpp"
 # Candidates read at a check's first reply token. llama.cpp sorts the whole vocabulary for them either way; past the
 # 100th candidate a token's probability is below 1e-3 on the development judge's check prompts.
 WORD_TOP_LOGPROBS = 100
-# Requests in flight per slot: one being computed and one queued, so a slot never waits for the client.
-REQUESTS_PER_SLOT = 2
+# Requests in flight per slot. One: the server defers a request for a busy slot, and when any slot frees it retries
+# the oldest deferred one, deferring it again at the back if its slot is still busy, so a second request in flight could
+# run after the next one sent: an item's last check after another kind's prompt had replaced the item in the slot, its
+# context computed again. The client's round trip between two requests is milliseconds; a check is seconds.
+REQUESTS_PER_SLOT = 1
 # A request to our own server waits for the one ahead of it in its slot: on a busy 2-core machine a 1.5B judge's
 # long prompt took minutes. A call's deadline (CallControl) still bounds it; this only catches a server that hangs.
 LOCAL_REQUEST_TIMEOUT_S = 3600.0
@@ -74,6 +77,7 @@ class ServerConfig:
     threads: int
     cache_ram_mib: int  # host memory for prompts a slot swapped out (llama.cpp's prompt cache in RAM)
     batch_tokens: int = BATCH_TOKENS  # prompt tokens computed in one step, over all slots (n_batch)
+    repack: bool = False  # weights re-laid out at load for the CPU's vector kernels (llama.cpp's "extra buffers")
 
     @property
     def kv_tokens(self) -> int:
@@ -89,6 +93,7 @@ def server_config(
     threads: int = 0,
     cache_ram_mib: int = 0,
     batch_tokens: int = BATCH_TOKENS,
+    repack: bool = False,
     cores: int | None = None,
 ) -> ServerConfig:
     """The server for this machine: `slots` and `threads` 0 mean one per core; `batch_tokens` 0 means llama.cpp's
@@ -102,6 +107,7 @@ def server_config(
         threads=threads or cores,
         cache_ram_mib=cache_ram_mib,
         batch_tokens=batch_tokens,
+        repack=repack,
     )
 
 
@@ -130,6 +136,7 @@ def common_params(config: ServerConfig) -> Any:
     if config.batch_tokens:
         params.n_batch = config.batch_tokens
         params.n_ubatch = min(params.n_ubatch, config.batch_tokens)  # llama.cpp's own rule, said outright
+    params.no_extra_bufts = not config.repack
     params.cpuparams.n_threads = config.threads
     params.cpuparams_batch.n_threads = config.threads
     params.n_threads_http = config.slots * REQUESTS_PER_SLOT + 2

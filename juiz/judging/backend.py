@@ -120,6 +120,7 @@ def _llamacpp_engine(settings: Settings, say: Say) -> LlamaCppEngine:
             threads=settings.llamacpp_threads,
             cache_ram_mib=settings.llamacpp_cache_ram_mib,
             batch_tokens=settings.llamacpp_batch_tokens,
+            repack=settings.llamacpp_repack,
         )
     )
     warm = Judge(engine).warm_up()

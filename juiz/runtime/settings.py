@@ -182,6 +182,12 @@ class Settings(BaseSettings):
         "step: 256 tokens of the 1.5B judge's prompt took 8-9 s on a 2-core AVX2 CPU, 512 took 16-22 s, at the same "
         "speed.",
     )
+    llamacpp_repack: bool = Field(
+        False,
+        description="llamacpp back end: re-lay the weights out at load for the CPU's interleaved kernels (llama.cpp's "
+        "repacking). Off: on a 2-core AVX2 CPU the 1.5B judge's Q4_K_M prompt was computed 1.15-1.24x faster "
+        "without it (bench.llamacpp_step --repack), and written no slower.",
+    )
     cpu_kv_cache_gib: int = Field(
         2,
         ge=1,

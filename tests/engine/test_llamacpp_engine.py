@@ -9,7 +9,9 @@ from typing import Any
 import httpx
 import pytest
 
+from bench.fake_worker import fake_reply
 from juiz.engines.base import CallControl, GenerationRequest
+from juiz.engines.fake import FakeEngine
 from juiz.engines.llamacpp_engine import BATCH_TOKENS
 from juiz.engines.models import TEST_MODEL
 from juiz.engines.openai_server import StreamedReply
@@ -54,6 +56,48 @@ def test_a_shared_prefix_is_computed_once_and_reported_as_cached(tiny_llamacpp_e
     # be spread over the slots, each computing it once; every later conversation in a slot reuses it.
     slots = tiny_llamacpp_engine.config.slots
     assert sum(c.cached_prompt_tokens > 200 for c in completions) >= len(conversations) - slots
+
+
+def test_an_items_checks_are_served_the_context_its_reference_left_in_a_slot(tiny_llamacpp_engine: Any) -> None:
+    """The judge's two calls for three long items over two slots, as it sends them: the references, then every check
+    (the item's own, and the per-sentence ones under another system message). A slot holds the item its reference
+    read (or gets it back from the prompt cache in RAM), so at most one item's context is computed again by its checks.
+    With two requests in flight per slot, the server ran an item's last check after a later request of its slot had
+    replaced the item: the context computed again for two of the three items."""
+    calls: list[tuple[list[Any], Any]] = []
+
+    class Recording(FakeEngine):
+        def generate(self, conversations: Any, request: Any, control: Any = None) -> Any:
+            calls.append((list(conversations), request))
+            return super().generate(conversations, request, control)
+
+    def context(n: int) -> str:
+        return " ".join(
+            f"[{k + 1}] Station {n} logs reading {k} at depth {k * n} metres, then rests." for k in range(40)
+        )
+
+    triples = [
+        Triple(
+            id=f"t{n}",
+            question=f"What does station {n} log?",
+            context=context(n),
+            answer=f"Station {n} logs readings at growing depths. It rests after each one. Nothing else is said.",
+        )
+        for n in range(1, 4)
+    ]
+    Judge(Recording(fake_reply)).grade(triples, BatchOptions(metrics=["answer_relevance"]))
+    (references, _), (checks, _) = calls[0], calls[-1]
+    assert len(references) == 3 and len(checks) > 12
+    tiny_llamacpp_engine.generate(references, GenerationRequest(max_tokens=1, logprobs=0))
+    completions = tiny_llamacpp_engine.generate(checks, CHECK_REQUEST)
+    assert all(c.error is None for c in completions)
+    with_context = [
+        c
+        for conversation, c in zip(checks, completions, strict=True)
+        if "station" in conversation[-1]["content"] and "at depth" in conversation[-1]["content"]
+    ]
+    recomputed = [c for c in with_context if c.prompt_tokens - c.cached_prompt_tokens > c.prompt_tokens / 2]
+    assert len(recomputed) <= 1, [(c.prompt_tokens, c.cached_prompt_tokens) for c in with_context]
 
 
 def test_results_record_llama_cpp_and_the_quantisation(tiny_llamacpp_engine: Any) -> None:

@@ -61,6 +61,15 @@ def test_the_step_is_the_settings_and_0_leaves_llama_cpps_own() -> None:
     assert Settings.from_env({"JUIZ_LLAMACPP_BATCH_TOKENS": "1024"}).llamacpp_batch_tokens == 1024
 
 
+def test_weights_are_repacked_only_when_the_settings_ask() -> None:
+    pytest.importorskip("xllamacpp")
+    plain = common_params(server_config(Path("m.gguf"), "judge", max_model_len=1024, cores=2))
+    repacked = common_params(server_config(Path("m.gguf"), "judge", max_model_len=1024, repack=True, cores=2))
+    assert plain.no_extra_bufts is True and repacked.no_extra_bufts is False
+    assert Settings.from_env({}).llamacpp_repack is False
+    assert Settings.from_env({"JUIZ_LLAMACPP_REPACK": "true"}).llamacpp_repack is True
+
+
 @pytest.mark.parametrize(
     ("request_", "streamed"),
     [(CHECK_REQUEST, True), (COT_REQUEST, True), (dataclasses.replace(COT_REQUEST, n=3, temperature=1.0), False)],
