@@ -323,6 +323,15 @@ QUALITY = (
 )
 
 PERFORMANCE = (
+    "engines_seeds_avx2_cpu_avx2_zen3_one_in_flight_no_repack",
+    "progress_line_demo_auto_avx2_zen3_ab_before_1",
+    "progress_line_demo_auto_avx2_zen3_ab_after_1",
+    "progress_line_demo_auto_avx2_zen3_ab_after_2",
+    "progress_line_demo_auto_avx2_zen3_ab_before_2",
+    "seeds_calls_llamacpp_avx2_zen3_one_in_flight_no_repack",
+    "seeds_calls_llamacpp_avx2_zen3",
+    "llamacpp_step_repack_avx2_zen3",
+    "progress_line_demo_auto_avx2_zen3_checks14",
     "progress_line_demo_auto_sapphire_rapids_amx",
     "engines_seeds_sapphire_rapids",
     "engine_pairs_test_checks-14_sapphire_rapids",
