@@ -185,8 +185,8 @@ class Settings(BaseSettings):
     llamacpp_repack: bool = Field(
         False,
         description="llamacpp back end: re-lay the weights out at load for the CPU's interleaved kernels (llama.cpp's "
-        "repacking). Off: on a 2-core AVX2 CPU the 1.5B judge's Q4_K_M prompt was computed 1.15-1.24x faster "
-        "without it (bench.llamacpp_step --repack), and written no slower.",
+        "repacking). Off: on a 2-core AVX2 CPU the 1.5B judge's Q4_K_M prompts were computed 1.17x and its replies "
+        "written 1.08x faster without it (bench.llamacpp_step --repack).",
     )
     cpu_kv_cache_gib: int = Field(
         2,
