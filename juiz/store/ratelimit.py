@@ -17,14 +17,19 @@ from juiz.store.keys import PREFIX
 WINDOW_S = 60
 
 
+def now() -> float:
+    """The limiter's clock, a module function so that a test can hold it inside one window."""
+    return time.time()
+
+
 def _key(who: str, window: int) -> str:
     return f"{PREFIX}:ratelimit:{who}:{window}"
 
 
-def _retry_after(count: int, limit: int, window: int, now: float) -> int | None:
+def _retry_after(count: int, limit: int, window: int, at: float) -> int | None:
     if count <= limit:
         return None
-    return max(1, int((window + 1) * WINDOW_S - now) + 1)
+    return max(1, int((window + 1) * WINDOW_S - at) + 1)
 
 
 class RateCounts:
@@ -35,21 +40,21 @@ class RateCounts:
         self.async_redis = async_redis
 
     def hit(self, who: str, limit: int) -> int | None:
-        now = time.time()
-        window = int(now // WINDOW_S)
+        at = now()
+        window = int(at // WINDOW_S)
         with self.redis.pipeline(transaction=True) as pipe:
             pipe.incr(_key(who, window))
             pipe.expire(_key(who, window), WINDOW_S * 2)
             count, _ = pipe.execute()
-        return _retry_after(int(count), limit, window, now)
+        return _retry_after(int(count), limit, window, at)
 
     async def ahit(self, who: str, limit: int) -> int | None:
         if self.async_redis is None:
             raise RuntimeError("RateCounts.ahit needs the asyncio client")
-        now = time.time()
-        window = int(now // WINDOW_S)
+        at = now()
+        window = int(at // WINDOW_S)
         async with self.async_redis.pipeline(transaction=False) as pipe:  # one round trip; INCR is atomic on its own
             pipe.incr(_key(who, window))
             pipe.expire(_key(who, window), WINDOW_S * 2)
             count, _ = await pipe.execute()
-        return _retry_after(int(count), limit, window, now)
+        return _retry_after(int(count), limit, window, at)

@@ -4,6 +4,7 @@ client, and real RQ workers in burst mode on a FAKE engine (the one real-engine 
 from __future__ import annotations
 
 import signal
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -15,6 +16,7 @@ from redis import Redis
 
 from bench.fake_worker import FakeWorkerEngine
 from juiz.runtime.settings import Settings
+from juiz.store import ratelimit
 from service.app import create_app
 from tests.integration.fake_workers import Workers
 from tests.integration.helpers import REDIS_SERVER, AofRedis, make_settings, redis_server
@@ -66,6 +68,14 @@ def redis(redis_url: str) -> Iterator[Redis]:
     yield client
     client.flushdb()
     client.close()
+
+
+@pytest.fixture
+def one_rate_window(monkeypatch: pytest.MonkeyPatch) -> float:
+    """Hold the rate limiter's clock mid-minute, so that a test's requests can't straddle two windows."""
+    held = (time.time() // ratelimit.WINDOW_S) * ratelimit.WINDOW_S + ratelimit.WINDOW_S / 2
+    monkeypatch.setattr(ratelimit, "now", lambda: held)
+    return held
 
 
 @pytest.fixture
