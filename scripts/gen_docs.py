@@ -323,6 +323,10 @@ QUALITY = (
 )
 
 PERFORMANCE = (
+    "progress_line_demo_llamacpp_zen4_llamacpp_first_wave_after_1",
+    "progress_line_demo_llamacpp_zen4_llamacpp_first_wave_before_1",
+    "progress_line_demo_auto_zen4_first_wave_after_1",
+    "progress_line_demo_auto_zen4_first_wave_before_1",
     "engines_seeds_avx2_cpu_avx2_zen3_one_in_flight_no_repack",
     "progress_line_demo_auto_avx2_zen3_ab_before_1",
     "progress_line_demo_auto_avx2_zen3_ab_after_1",
