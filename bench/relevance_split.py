@@ -1,14 +1,18 @@
 """Answer relevance split from completeness, measured on saved judgements without the engine.
 
-checks-8's answer relevance multiplies its item checks (answers the question, specific, only an answer) by *covers*,
-how many of the judge's own reference points the answer states: a relevant answer that leaves points out sinks, and
-relevance becomes completeness. Here the same recorded checks are read three ways, each by its prompt's own rule
-(juiz.judging.check_rule):
+The default answer relevance (checks-14; checks-8 before it) multiplies its item checks (answers the question,
+specific, only an answer) by *covers*, how many of the judge's own reference points the answer states: a relevant
+answer that leaves points out sinks, and relevance becomes completeness. Here the same recorded checks are read three
+ways, each by its prompt's own rule (juiz.judging.check_rule):
 
-- relevance alone: `answer_relevance@checks-9`, checks-8 without covers and its weights;
-- completeness: `completeness@checks-1`, covers weighted by point_needed, a metric of its own;
-- the verdict over the triad: C when relevance, completeness and groundedness (checks-4) all reach score 3, P when
-  they all reach 2 (`TRIAD_VERDICT`), against today's verdict (checks-8 and checks-4, DEFAULT_VERDICT).
+- relevance alone (`--relevance`: `answer_relevance@checks-15`, checks-14 without covers and its weights);
+- completeness (`--completeness`: `completeness@checks-2`, covers weighted by point_needed, a metric of its own);
+- the verdict over the triad: C when relevance, completeness and groundedness all reach score 3, P when they all
+  reach 2 (`TRIAD_VERDICT`), against today's verdict (`--whole` and `--grounded`, DEFAULT_VERDICT).
+
+Each pair of versions asks the same conversations as the whole answer relevance it splits (checks-9 and
+completeness@checks-1 split checks-8: `--dev dev_checks-8.jsonl.gz --test test_checks-9.jsonl.gz --whole checks-8
+--grounded checks-4 --relevance checks-9 --completeness checks-1 --name relevance_split` is the 2026-11-28 reading).
 
 Every cut is fitted on dev (relevance's cut for score 2 by balanced accuracy of relevant vs not; the other cuts by
 the verdict's quadratic κ with every class weighted equally; completeness's cut for score 1 by its own ρ) and read by
@@ -18,9 +22,9 @@ rubric quotes and injected or hostile answers do not; false answers address the 
 are wrong, not whether they are relevant, so they are left out of the relevance figures (and counted as relevant in
 a second row).
 
-    .venv/bin/python -m bench.relevance_split [--dev JUDGEMENTS] [--test JUDGEMENTS]
+    .venv/bin/python -m bench.relevance_split [--dev JUDGEMENTS] [--test JUDGEMENTS] [--name NAME]
 
-Writes bench/results/relevance_split.json.
+Writes bench/results/relevance_split_<whole>.json (or NAME.json).
 """
 
 from __future__ import annotations
@@ -50,11 +54,26 @@ from schemas.judgement import MetricResult, MetricStatus
 from schemas.labels import LabelClass, LabelMapping
 
 JUDGEMENTS = RESULTS / "judgements"
-DEV = JUDGEMENTS / "dev_checks-8.jsonl.gz"
-TEST = JUDGEMENTS / "test_checks-9.jsonl.gz"
-# The prompts each recorded item's checks are read under (every one of them asks a subset of checks-8's conversations).
-TODAY = {"answer_relevance": "checks-8", "groundedness": "checks-4"}
-RELEVANCE, COMPLETENESS = ("answer_relevance", "checks-9"), ("completeness", "checks-1")
+# The default judge's gradings: checks-13 asks checks-14's conversations.
+DEV = JUDGEMENTS / "dev_checks-13.jsonl.gz"
+TEST = JUDGEMENTS / "test_checks-14.jsonl.gz"
+
+
+@dataclass(frozen=True)
+class Reading:
+    """The prompt versions a recorded grading's checks are read under (each asks a subset of `whole`'s
+    conversations)."""
+
+    whole: str = "checks-14"  # today's answer relevance
+    grounded: str = "checks-8"
+    relevance: str = "checks-15"  # answer relevance alone
+    completeness: str = "checks-2"
+
+    @property
+    def today(self) -> dict[str, str]:
+        return {"answer_relevance": self.whole, "groundedness": self.grounded}
+
+
 RELEVANT = CORRECT | {"partial"}
 NOT_RELEVANT = {"off_topic", "word_salad", "quotes_rubric"} | REFUSALS | INJECTED
 # Relevance alone: two classes on the judge's scale, relevant from score 2 (P or C under the default mapping).
@@ -79,17 +98,17 @@ class Split:
     vetoed: dict[str, np.ndarray]
 
 
-def load(path: Path) -> Split:
+def load(path: Path, reading: Reading) -> Split:
     text = gzip.decompress(path.read_bytes()).decode("utf-8") if path.suffix == ".gz" else path.read_text("utf-8")
     judgements = [Judgement.model_validate_json(line) for line in text.splitlines()]
     extra = [j.model_extra or {} for j in judgements]
     strength: dict[str, list[float]] = {}
     vetoed: dict[str, list[bool]] = {}
     read_as = {
-        "answer_relevance": ("answer_relevance", TODAY["answer_relevance"]),
-        "groundedness": ("groundedness", TODAY["groundedness"]),
-        "relevance": RELEVANCE,
-        "completeness": COMPLETENESS,
+        "answer_relevance": ("answer_relevance", reading.whole),
+        "groundedness": ("groundedness", reading.grounded),
+        "relevance": ("answer_relevance", reading.relevance),
+        "completeness": ("completeness", reading.completeness),
     }
     for j in judgements:
         for key, (metric, version) in read_as.items():
@@ -113,10 +132,10 @@ def load(path: Path) -> Split:
 Cuts = dict[str, tuple[float, float, float]]
 
 
-def today_cuts() -> Cuts:
-    """The released rules' cuts (checks-8's answer relevance, checks-4's groundedness): nothing is refitted."""
+def today_cuts(reading: Reading) -> Cuts:
+    """The released rules' cuts (today's answer relevance and groundedness): nothing is refitted."""
     out: Cuts = {}
-    for key, version in TODAY.items():
+    for key, version in reading.today.items():
         rule = prompts.load(key, version, "en").rule
         assert rule is not None
         out[key] = rule.cuts
@@ -156,7 +175,7 @@ def triad_scores(split: Split, rows: Sequence[int], cuts: Cuts) -> dict[str, np.
     }
 
 
-def fit(split: Split, rows: Sequence[int]) -> Cuts:
+def fit(split: Split, rows: Sequence[int], reading: Reading) -> Cuts:
     """The triad's cuts from these (dev) rows; groundedness keeps its released cuts."""
     rows = list(rows)
     y = split.y[rows]
@@ -174,7 +193,7 @@ def fit(split: Split, rows: Sequence[int]) -> Cuts:
     values = [accuracy_at(c) for c in grid]
     best_runs = [c for c, v in zip(grid, values, strict=True) if v == max(values)]
     c2 = best_runs[len(best_runs) // 2]
-    grounded = today_cuts()["groundedness"]
+    grounded = today_cuts(reading)["groundedness"]
     # Completeness's own cuts first (its ρ picks the cut for score 1), then the verdict's C gates.
     own, _, _ = fit_cut_arrays(
         y, split.strength["completeness"][rows], split.vetoed["completeness"][rows], balanced=True
@@ -237,9 +256,11 @@ def agreement_row(judgements: list[Judgement], mapping: LabelMapping, signal: An
     }
 
 
-def relevance_rows(judgements: list[Judgement], split: Split, rows: Sequence[int], false_relevant: bool) -> dict:
-    """Relevance alone against relevance-only labels: today's answer relevance and checks-9's, by the expected score
-    (AUC) and at each one's score 2 (balanced accuracy, κ)."""
+def relevance_rows(
+    judgements: list[Judgement], split: Split, rows: Sequence[int], false_relevant: bool, reading: Reading
+) -> dict:
+    """Relevance alone against relevance-only labels: today's answer relevance and relevance alone, by the expected
+    score (AUC) and at each one's score 2 (balanced accuracy, κ)."""
     kept, binary = relevant_of(split, rows, false_relevant)
     position = {i: n for n, i in enumerate(rows)}
     chosen = [judgements[position[i]] for i in kept]
@@ -248,7 +269,10 @@ def relevance_rows(judgements: list[Judgement], split: Split, rows: Sequence[int
         for j, b in zip(chosen, binary, strict=True)
     ]
     out: dict[str, Any] = {}
-    for name, metric in (("checks-8 answer relevance", "answer_relevance"), ("checks-9 relevance alone", "relevance")):
+    for name, metric in (
+        (f"{reading.whole} answer relevance", "answer_relevance"),
+        (f"{reading.relevance} relevance alone", "relevance"),
+    ):
         expected = [float((j.metrics or {})[metric].expected_score or 0.0) for j in labelled]
         said = [int(((j.metrics or {})[metric].score or 0) >= 2) for j in labelled]
         row = agreement_row(labelled, BINARY, metric_signal(metric, BINARY))
@@ -280,8 +304,10 @@ def shares(split: Split, rows: Sequence[int], decided: Sequence[int]) -> dict[st
     }
 
 
-def measure(split: Split, rows: Sequence[int], cuts: Cuts) -> dict[str, Any]:
-    today = today_cuts()
+def measure(split: Split, rows: Sequence[int], cuts: Cuts, reading: Reading) -> dict[str, Any]:
+    today = today_cuts(reading)
+    verdict_today = f"verdict, today ({reading.whole} + {reading.grounded})"
+    completeness = f"completeness {reading.completeness}"
     judgements = as_judgements(split, rows, cuts, today)
     mapping = LabelMapping()
     today_rule = mapping.model_copy(update={"verdict": list(DEFAULT_VERDICT)})
@@ -292,33 +318,35 @@ def measure(split: Split, rows: Sequence[int], cuts: Cuts) -> dict[str, Any]:
         for j in judgements
     ]
     out: dict[str, Any] = {
-        "verdict, today (checks-8 + checks-4)": agreement_row(judgements, today_rule, verdict_signal(today_rule)),
+        verdict_today: agreement_row(judgements, today_rule, verdict_signal(today_rule)),
         "verdict, triad (relevance + completeness + groundedness)": agreement_row(
             as_triad, triad, verdict_signal(triad)
         ),
-        "answer relevance checks-8": agreement_row(judgements, mapping, metric_signal("answer_relevance", mapping)),
-        "completeness checks-1": agreement_row(judgements, mapping, metric_signal("completeness", mapping)),
-        "answer relevance checks-9, relevance alone (vs C/P/I)": agreement_row(
+        f"answer relevance {reading.whole}": agreement_row(
+            judgements, mapping, metric_signal("answer_relevance", mapping)
+        ),
+        completeness: agreement_row(judgements, mapping, metric_signal("completeness", mapping)),
+        f"answer relevance {reading.relevance}, relevance alone (vs C/P/I)": agreement_row(
             judgements, mapping, metric_signal("relevance", mapping)
         ),
     }
-    today_classes = verdict_of({m: scores(split.strength[m][rows], split.vetoed[m][rows], today[m]) for m in TODAY})
+    today_classes = verdict_of(
+        {m: scores(split.strength[m][rows], split.vetoed[m][rows], today[m]) for m in reading.today}
+    )
     triad_classes = verdict_of(triad_scores(split, rows, cuts))
-    out["verdict, today (checks-8 + checks-4)"]["categories"] = shares(split, rows, list(today_classes))
+    out[verdict_today]["categories"] = shares(split, rows, list(today_classes))
     out["verdict, triad (relevance + completeness + groundedness)"]["categories"] = shares(
         split, rows, list(triad_classes)
     )
-    out["relevance"] = relevance_rows(judgements, split, rows, false_relevant=False)
-    out["relevance, false answers as relevant"] = relevance_rows(judgements, split, rows, false_relevant=True)
+    out["relevance"] = relevance_rows(judgements, split, rows, False, reading)
+    out["relevance, false answers as relevant"] = relevance_rows(judgements, split, rows, True, reading)
     c_rows = [n for n, i in enumerate(rows) if split.y[i] >= 1]
     co_expected = [float((judgements[n].metrics or {})["completeness"].expected_score or 0.0) for n in c_rows]
-    out["completeness checks-1"]["auc_correct_vs_partial"] = _auc(
-        [int(split.y[rows[n]] == 2) for n in c_rows], co_expected
-    )
+    out[completeness]["auc_correct_vs_partial"] = _auc([int(split.y[rows[n]] == 2) for n in c_rows], co_expected)
     return out
 
 
-def cross_validated(split: Split) -> dict[str, Any]:
+def cross_validated(split: Split, reading: Reading) -> dict[str, Any]:
     """Each fold's cuts fitted on the other topics; the verdict and the relevance cut read on the held topics."""
     topics = sorted(set(split.topic))
     rows = list(range(len(split.y)))
@@ -328,7 +356,7 @@ def cross_validated(split: Split) -> dict[str, Any]:
         held = {t for n, t in enumerate(topics) if n % FOLDS == k}
         train = [i for i in rows if split.topic[i] not in held]
         test = [i for i in rows if split.topic[i] in held]
-        cuts = fit(split, train)
+        cuts = fit(split, train, reading)
         triad[test] = verdict_of(triad_scores(split, test, cuts))
         relevant[test] = triad_scores(split, test, cuts)["answer_relevance"] >= 2
     kept, binary = relevant_of(split, rows)
@@ -346,23 +374,36 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dev", type=Path, default=DEV)
     parser.add_argument("--test", type=Path, default=TEST)
+    default = Reading()
+    parser.add_argument("--whole", default=default.whole, help="today's answer relevance version")
+    parser.add_argument("--grounded", default=default.grounded, help="today's groundedness version")
+    parser.add_argument("--relevance", default=default.relevance, help="answer relevance alone")
+    parser.add_argument("--completeness", default=default.completeness)
+    parser.add_argument("--name", help="the results file's name (default relevance_split_<whole>)")
     args = parser.parse_args(argv)
-    dev, test = load(args.dev), load(args.test)
-    cuts = fit(dev, range(len(dev.y)))
+    reading = Reading(args.whole, args.grounded, args.relevance, args.completeness)
+    dev, test = load(args.dev, reading), load(args.test, reading)
+    cuts = fit(dev, range(len(dev.y)), reading)
     report: dict[str, Any] = {
         "dev": args.dev.name,
         "test": args.test.name,
         "cuts": {k: [float(c) for c in v] for k, v in cuts.items()},
-        "today_cuts": {k: [float(c) for c in v] for k, v in today_cuts().items()},
-        "dev_cross_validated": cross_validated(dev),
+        "reading": {
+            "answer_relevance": reading.whole,
+            "groundedness": reading.grounded,
+            "relevance": reading.relevance,
+            "completeness": reading.completeness,
+        },
+        "today_cuts": {k: [float(c) for c in v] for k, v in today_cuts(reading).items()},
+        "dev_cross_validated": cross_validated(dev, reading),
         "splits": {
-            "dev": measure(dev, range(len(dev.y)), cuts),
-            "test": measure(test, range(len(test.y)), cuts),
+            "dev": measure(dev, range(len(dev.y)), cuts, reading),
+            "test": measure(test, range(len(test.y)), cuts, reading),
         },
     }
     released = {
-        key: prompts.load(*prompt, "en").rule
-        for key, prompt in (("relevance", RELEVANCE), ("completeness", COMPLETENESS))
+        "relevance": prompts.load("answer_relevance", reading.relevance, "en").rule,
+        "completeness": prompts.load("completeness", reading.completeness, "en").rule,
     }
     report["released_cuts_match"] = all(rule is not None and rule.cuts == cuts[key] for key, rule in released.items())
     print(
@@ -389,7 +430,7 @@ def main(argv: list[str] | None = None) -> int:
         for name, row in figures.items():
             if "categories" in row:
                 print(split_name, name, row["categories"])
-    save("relevance_split", report)
+    save(args.name or f"relevance_split_{reading.whole}", report)
     return 0
 
 

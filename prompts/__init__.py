@@ -26,13 +26,14 @@ Mode = Literal["cot", "fast"]
 # of one sentence or point asks before it, so only that sentence or point is new to the engine; groundedness's
 # checks-8 asks each sentence of the answer beside the context segments it is about, in the same layout), else the
 # chain-of-thought juiz-1. Chosen on agreement with the labels at the lowest cost (docs/research/). Completeness
-# (checks-1) asks checks-8's key points as a metric of its own, in the very same conversations; requested beside
-# answer relevance checks-9 (relevance alone), the verdict reads the three (juiz.agreement.labels.TRIAD_VERDICT).
+# (checks-2) asks checks-14's key points as a metric of its own, in the very same conversations, so grading it beside
+# the default answer relevance costs no conversation more; answer relevance checks-15 is checks-14 without them
+# (relevance alone). Requested together, the verdict reads the triad (juiz.agreement.labels.TRIAD_VERDICT).
 DEFAULT_VERSIONS = {
     "answer_relevance": "checks-14",
     "groundedness": "checks-8",
     "context_relevance": "juiz-1",
-    "completeness": "checks-1",
+    "completeness": "checks-2",
 }
 LANGUAGES = ("en", "pt")
 # Where a check's layout places its question and how to answer (PromptTemplate.render_check), if it does.

@@ -47,14 +47,22 @@ def item() -> Triple:
     return Triple(id="q1-a0", question=QUESTION, answer="Paris is the capital of France.", context=CONTEXT)
 
 
-def test_completeness_asks_answer_relevance_checks_8s_reference_and_points_word_for_word() -> None:
+@pytest.mark.parametrize(
+    ("whole", "relevance", "completeness"),
+    [("checks-8", "checks-9", "checks-1"), ("checks-14", "checks-15", "checks-2")],
+)
+def test_completeness_asks_answer_relevances_reference_and_points_word_for_word(
+    whole: str, relevance: str, completeness: str
+) -> None:
+    """completeness and relevance alone split one answer-relevance version's checks between them, conversation for
+    conversation, so a batch grading both sends what that version alone sends."""
     for lang in ("en", "pt"):
         eight, nine, complete = (
             prompts.load(m, v, lang)
             for m, v in (
-                ("answer_relevance", "checks-8"),
-                ("answer_relevance", "checks-9"),
-                ("completeness", "checks-1"),
+                ("answer_relevance", whole),
+                ("answer_relevance", relevance),
+                ("completeness", completeness),
             )
         )
         fields = {"question": QUESTION, "context": CONTEXT, "answer": "Paris."}
@@ -125,8 +133,26 @@ def test_completeness_without_a_context_is_skipped_and_the_verdict_falls_back_to
     assert result.label_source == "answer_relevance"
 
 
-@pytest.mark.parametrize("version", ["checks-9"])
+def test_the_default_completeness_beside_the_default_answer_relevance_sends_no_conversation_more() -> None:
+    """completeness@checks-2 asks checks-14's reference and points: grading it beside the default answer relevance
+    costs nothing more (checks-1, checks-8's, wrote a reference and asked the points again in its own layout)."""
+    triples = [item(), item().model_copy(update={"id": "q1-a1", "answer": "It is Paris, with two million people."})]
+    sent = {}
+    for name, metrics in (
+        ("relevance", ["answer_relevance", "groundedness"]),
+        ("with completeness", ["answer_relevance", "completeness", "groundedness"]),
+    ):
+        engine = FakeEngine(states_the_capital_only)
+        [graded, _] = Judge(engine).grade(triples, BatchOptions(metrics=metrics, lang="en"))
+        sent[name] = sum(engine.calls)
+    assert prompts.DEFAULT_VERSIONS["completeness"] == "checks-2"
+    assert sent["with completeness"] == sent["relevance"]
+    complete = (graded.metrics or {})["completeness"]
+    assert complete.status is MetricStatus.OK and complete.checks
+    assert complete.provenance is not None and complete.provenance.prompt == "completeness@checks-2.en"
+
+
+@pytest.mark.parametrize("version", ["checks-9", "checks-15"])
 def test_relevance_alone_is_selectable_and_not_the_default(version: str) -> None:
     assert prompts.DEFAULT_VERSIONS["answer_relevance"] == "checks-14"
-    assert prompts.DEFAULT_VERSIONS["completeness"] == "checks-1"
     assert prompts.load("answer_relevance", version, "pt").rule == prompts.load("answer_relevance", version, "en").rule

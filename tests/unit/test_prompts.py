@@ -22,7 +22,7 @@ def test_every_version_exists_in_both_languages() -> None:
         "answer_relevance": "checks-14",
         "groundedness": "checks-8",
         "context_relevance": "juiz-1",  # no check-based prompt for it
-        "completeness": "checks-1",  # graded only when requested
+        "completeness": "checks-2",  # graded only when requested
     }
 
 
