@@ -315,6 +315,10 @@ QUALITY = (
     ("judge_quality_test_checks-12_zen4", "Test split: checks-12, the default before, on the same Zen 4"),
     ("judge_quality_test", "Judge quality on the labelled test split (`make bench`'s cells)"),
     ("judge_quality_test_checks-14_llamacpp", "Test split: the default judge (checks-14) on llama.cpp, Q4_K_M"),
+    (
+        "judge_quality_dev_checks-14_llamacpp_norepack",
+        "Dev split: the default judge on llama.cpp, plain weights, one request per slot",
+    ),
     ("judge_quality_dev_checks-14_llamacpp", "Dev split: the default judge (checks-14) on llama.cpp, Q4_K_M"),
     ("judge_quality_dev_checks-12", "Dev split: checks-12, graded again with its judgements kept"),
     ("judge_quality_dev_checks-13", "Dev split: checks-13 (checks-14's conversations at checks-8's cuts)"),
@@ -323,6 +327,7 @@ QUALITY = (
 )
 
 PERFORMANCE = (
+    "engine_pairs_dev_llamacpp_repack_vs_plain_zen4",
     "progress_line_demo_llamacpp_zen4_llamacpp_first_wave_after_1",
     "progress_line_demo_llamacpp_zen4_llamacpp_first_wave_before_1",
     "progress_line_demo_auto_zen4_first_wave_after_1",
