@@ -149,9 +149,8 @@ def test_docs_pages_load_only_what_juiz_serves(client: TestClient[Litestar]) -> 
     assert client.get("/schema/openapi.json").status_code == 200
 
 
-def test_rate_limit_per_tenant_answers_429_with_retry_after(
-    make_client: MakeClient, redis_url: str, one_rate_window: float
-) -> None:
+@pytest.mark.usefixtures("one_rate_window")
+def test_rate_limit_per_tenant_answers_429_with_retry_after(make_client: MakeClient, redis_url: str) -> None:
     settings = make_settings(redis_url, rate_limit_per_minute=3, api_keys="alice:key-a,bob:key-b")
     client = make_client(settings)
     alice, bob = {"Authorization": "Bearer key-a"}, {"Authorization": "Bearer key-b"}

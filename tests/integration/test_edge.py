@@ -39,7 +39,8 @@ def test_the_web_page_keeps_its_own_stricter_policy(client: TestClient[Litestar]
     assert "script-src 'self';" in csp and "unsafe-inline" not in csp
 
 
-def test_503_and_429_carry_retry_after(make_client: MakeClient, redis_url: str, one_rate_window: float) -> None:
+@pytest.mark.usefixtures("one_rate_window")
+def test_503_and_429_carry_retry_after(make_client: MakeClient, redis_url: str) -> None:
     dead = make_client(make_settings(f"redis://127.0.0.1:{free_port()}/0", retry_after_s=7))
     for response in (dead.get("/v1/batches/" + "0" * 32), dead.get("/ready", headers=METRICS_HEADERS)):
         assert response.status_code == 503 and response.headers["retry-after"] == "7", response.text

@@ -218,7 +218,8 @@ def test_cross_origin_posts_are_refused(client: TestClient[Litestar]) -> None:
     assert response.status_code == 403
 
 
-def test_sign_in_attempts_are_rate_limited(make_client: MakeClient, redis_url: str, one_rate_window: float) -> None:
+@pytest.mark.usefixtures("one_rate_window")
+def test_sign_in_attempts_are_rate_limited(make_client: MakeClient, redis_url: str) -> None:
     client = make_client(make_settings(redis_url, api_keys="alice:alice-key-0123456789", rate_limit_per_minute=3))
     codes = [client.post("/ui/signin", data={"api_key": f"guess-{n}"}).status_code for n in range(4)]
     assert codes == [401, 401, 401, 429]
@@ -249,9 +250,8 @@ def test_an_upload_over_max_body_bytes_is_refused(make_client: MakeClient, redis
     assert response.status_code == 413
 
 
-def test_page_uploads_count_against_the_tenants_rate_limit(
-    make_client: MakeClient, redis_url: str, one_rate_window: float
-) -> None:
+@pytest.mark.usefixtures("one_rate_window")
+def test_page_uploads_count_against_the_tenants_rate_limit(make_client: MakeClient, redis_url: str) -> None:
     limited = make_settings(redis_url, api_keys=",".join(f"{t}:{k}" for t, k in KEYS.items()), rate_limit_per_minute=2)
     client = make_client(limited)
     csrf = sign_in(client, "alice")  # the sign-in counts against the client address, not the tenant
