@@ -86,6 +86,12 @@ CELLS = {
     # checks-14: checks-13's conversations with both metrics' cuts refitted to them on dev (answer relevance checks-14,
     # groundedness checks-8).
     "checks-14": Cell("checks-14", "fast", {"answer_relevance": "checks-14", "groundedness": "checks-8"}),
+    # checks-16: checks-14 with a reference of only the key points that answer the question (answer relevance
+    # checks-16, groundedness checks-8).
+    "checks-16": Cell("checks-16", "fast", {"answer_relevance": "checks-16", "groundedness": "checks-8"}),
+    # checks-17: checks-14's conversations, each key point read half from the judge's covers and half from the share of
+    # its words the answer uses (answer relevance checks-17, groundedness checks-8).
+    "checks-17": Cell("checks-17", "fast", {"answer_relevance": "checks-17", "groundedness": "checks-8"}),
 }
 # What `make bench` grades: the default judge, the chain-of-thought baseline beside it, and context relevance (fast-v2);
 # the earlier answer-relevance-only cells (cot-v1, fast-v1) and the other check versions are opt-in.

@@ -10,7 +10,7 @@ the runs already made, and the figures are the ones the engine would give with a
 
 Prints, per objective (unweighted quadratic κ: rule-2; every class weighted equally: rule-3; and "verdict": answer
 relevance's rule-3 cuts held, groundedness's cuts fitted on the default verdict's agreement, every class weighted
-equally), the cuts fitted on dev and, for dev and test, each metric's and the default verdict's Spearman ρ, quadratic
+equally; and answer relevance's cuts fitted on that verdict, groundedness's released cuts held), the cuts fitted on dev and, for dev and test, each metric's and the default verdict's Spearman ρ, quadratic
 κ and per-class recall. Writes bench/results/rule_fit.json.
 
 `--dev` (or `--test`) may also name the judgements `bench.judge_quality --save-judgements` kept
@@ -39,6 +39,7 @@ from bench.judge_quality import _spearman
 from bench.labelled import CELLS, CLASSES, labelled_set
 from juiz.agreement.labels import DEFAULT_VERDICT
 from juiz.judging.check_rule import apply_rule
+from juiz.judging.word_overlap import with_word_shares
 from schemas import Judgement
 
 METRICS = ("answer_relevance", "groundedness")
@@ -82,7 +83,8 @@ def rescored(path: Path, cell: str) -> dict[str, Any]:
             result = (j.metrics or {})[metric]
             assert result.provenance is not None and result.checks is not None, f"{path.name}: {metric} has no checks"
             name, version, lang = prompts.parse_prompt_id(result.provenance.prompt)
-            outcome = apply_rule(prompts.load(name, versions.get(name, version), lang or "en"), result.checks)
+            template = prompts.load(name, versions.get(name, version), lang or "en")
+            outcome = apply_rule(template, with_word_shares(template, result.checks, j.answer))
             assert outcome.ok and outcome.strength is not None, f"{path.name}: {j.id}'s {metric} is not graded"
             strengths.append(outcome.strength)
             vetoes.append("vetoed:" in outcome.supporting_evidence)
@@ -106,6 +108,30 @@ def fit_gate_cuts(y: np.ndarray, held: np.ndarray, strength: np.ndarray, vetoed:
         return _spearman([float(t) for t in y], [float(s) for s in scores(strength, vetoed, (c1, *best))]) or -1.0
 
     c1 = max((c for c in GRID if c < best[0]), key=rho_of)
+    return (c1, *best)
+
+
+def fit_relevance_cuts(
+    y: np.ndarray, strength: np.ndarray, vetoed: np.ndarray, held: np.ndarray
+) -> tuple[float, float, float]:
+    """Answer relevance's cuts that make the default verdict agree best with the labels by its quadratic κ as
+    `bench.judge_quality` reports it (unweighted: with every class weighted equally the optimum on dev sat at the
+    grid's floor, letting a quarter of the I answers through to P on a flat plateau), groundedness's scores `held` at
+    its prompt's own cuts: the mirror of `fit_gate_cuts`, for a design that changes only how answer relevance reads
+    its checks. The grid reaches down to 0.10: a reading on another scale (rule-8's blend of P(yes) and word shares
+    sits lower) must not be clipped at the older grid's 0.30."""
+    grid = [round(x, 2) for x in np.arange(0.10, 0.96, 0.01)]
+
+    def kappa_of(pair: tuple[float, float]) -> float:
+        decided = verdict({"answer_relevance": scores(strength, vetoed, (0.0, *pair)) * 1.0, "groundedness": held})
+        return float(cohen_kappa_score(y, decided, weights="quadratic", labels=[0, 1, 2]))
+
+    best = max(itertools.combinations(grid, 2), key=lambda pair: (kappa_of(pair), -(pair[1] - pair[0])))
+
+    def rho_of(c1: float) -> float:
+        return _spearman([float(t) for t in y], [float(s) for s in scores(strength, vetoed, (c1, *best))]) or -1.0
+
+    c1 = max((c for c in grid if c <= best[0]), key=rho_of)
     return (c1, *best)
 
 
@@ -144,6 +170,13 @@ def measure(run: dict[str, Any], cuts: dict[str, tuple[float, ...]]) -> dict[str
     return out
 
 
+def released_cuts(cell: str, metric: str) -> tuple[float, ...]:
+    """The cuts the cell's prompt for this metric was released with."""
+    rule = prompts.load(metric, CELLS[cell].versions[metric], "en").rule
+    assert rule is not None, f"{cell}'s {metric} prompt has no rule"
+    return rule.cuts
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--dev", type=Path, default=DEV, help="a recorded dev run (cuts are fitted on dev only)")
@@ -154,12 +187,21 @@ def main(argv: list[str] | None = None) -> int:
     dev, test = recorded(args.dev, args.cell), recorded(args.test, args.cell)
     report: dict[str, Any] = {"dev": args.dev.name, "test": args.test.name, "cell": args.cell, "objectives": {}}
     rows = []
-    objectives = ("unweighted κ (rule-2)", "classes weighted equally (rule-3)", "verdict (groundedness as its gate)")
+    objectives = (
+        "unweighted κ (rule-2)",
+        "classes weighted equally (rule-3)",
+        "verdict (groundedness as its gate)",
+        "verdict (answer relevance, groundedness's cuts held)",
+    )
     for objective in objectives:
         cuts = {m: fit_cut_arrays(dev["y"], *dev[m], balanced=objective != objectives[0])[0] for m in METRICS}
         if objective == objectives[2]:
             held = scores(*dev["answer_relevance"], cuts["answer_relevance"]) * 1.0
             cuts["groundedness"] = fit_gate_cuts(dev["y"], held, *dev["groundedness"])
+        if objective == objectives[3]:
+            cuts["groundedness"] = released_cuts(args.cell, "groundedness")
+            held = scores(*dev["groundedness"], cuts["groundedness"]) * 1.0
+            cuts["answer_relevance"] = fit_relevance_cuts(dev["y"], *dev["answer_relevance"], held)
         section = {"cuts": cuts, "dev": measure(dev, cuts), "test": measure(test, cuts)}
         report["objectives"][objective] = section
         for split in ("dev", "test"):

@@ -75,7 +75,10 @@ class CheckSpec:
     per-sentence check, a per-point check asking the same question of the judge's own reference points; the
     sentences are then read against what this judge says of text written for the asker on the same item, in the same
     language (juiz.judging.check_rule). `weighted_by`: for a per-point check, a per-point check whose P(yes) weighs each
-    point (e.g. "does a complete answer have to state this point?")."""
+    point (e.g. "does a complete answer have to state this point?"). `words_weight`: for a per-point check, how much of
+    each point's value is the share of the point's words the answer uses (juiz.judging.word_overlap) instead of the
+    judge's P(yes): the two read the same thing with different errors (the small judge misses a point a dense answer
+    states; the words miss a paraphrase)."""
 
     name: str
     question: str
@@ -89,6 +92,7 @@ class CheckSpec:
     yes_means: YesMeans = "good"
     baseline: str | None = None
     weighted_by: str | None = None
+    words_weight: float | None = None
 
     @property
     def shares_item_prefix(self) -> bool:
@@ -322,6 +326,12 @@ def _linked(checks: tuple[CheckSpec, ...], rule: CheckRule, where: str) -> tuple
                 raise PromptSchemaError(
                     f"{where}: {check.name}.{key} names {other!r}, which is no per-point check here"
                 )
+        if check.words_weight is not None:
+            if check.ask != "per_point":
+                raise PromptSchemaError(f"{where}: {check.name}.words_weight is for a check asked per_point")
+            weight = check.words_weight
+            if isinstance(weight, bool) or not isinstance(weight, int | float) or not 0 < weight < 1:
+                raise PromptSchemaError(f"{where}: {check.name}.words_weight must be a number between 0 and 1, not {weight!r}")
     return checks
 
 

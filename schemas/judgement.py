@@ -116,6 +116,13 @@ class CheckResult(BaseModel):
         default=None, description="What this check was about: one sentence of the answer, or the judge's reference."
     )
     error: str | None = None
+    words: float | None = Field(
+        default=None,
+        ge=0,
+        le=1,
+        description="For a per-point check whose prompt reads the answer's wording too (`words_weight`): the share of "
+        "the point's words the answer uses, counted, not asked.",
+    )
 
     @property
     def value(self) -> float | None:

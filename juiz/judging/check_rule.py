@@ -6,7 +6,9 @@ grader?", which this judge reads far better than its positive twin). A check ask
 as the minimum (or mean, as the rule says) over the sentences; one asked per point of the judge's own
 reference, as the mean (or minimum) over the points, or (`weighted_by`) as the mean weighted by another per-point
 check (rule-7: how much of the judge's reference the answer states, each point weighed by whether a complete answer
-has to state it). A per-sentence check may be read against a `baseline`, the same question asked of the judge's own
+has to state it); a per-point check with a `words_weight` (rule-8) reads each point as that blend of the judge's
+P(yes) and the share of the point's words the answer uses (juiz.judging.word_overlap). A per-sentence check may be
+read against a `baseline`, the same question asked of the judge's own
 reference points (`check_values`). Then, in order:
 
 1. **Vetoes first.** `veto` checks are the minority flags that must be able to sink an answer on their own (refuses,
@@ -82,18 +84,29 @@ def _read(results: Sequence[CheckResult], name: str) -> list[CheckResult]:
     return [r for r in results if r.name == name and r.status is CheckStatus.OK and r.value is not None]
 
 
+def read_value(spec: prompts.CheckSpec, result: CheckResult) -> float:
+    """One read check's value as the rule uses it: for a check with a `words_weight`, its value blended with the
+    share of the point's words the answer uses (juiz.judging.word_overlap), which the judge's result must carry."""
+    assert result.value is not None
+    if spec.words_weight is None:
+        return result.value
+    if result.words is None:
+        raise ValueError(f"{spec.name} reads the answer's words, but {result.target!r} has no word share counted")
+    return (1.0 - spec.words_weight) * result.value + spec.words_weight * result.words
+
+
 def _aggregate(values: Sequence[float], how: str) -> float:
     return min(values) if how == "min" else statistics.fmean(values)
 
 
-def _weighted_mean(read: Sequence[CheckResult], weights: Sequence[CheckResult]) -> float:
-    """A per-point check's mean with each point weighed by another per-point check's P(yes) for the same point (a
-    point whose weight was not read counts half); the plain mean when every weight is 0."""
+def _weighted_mean(values: Sequence[float], read: Sequence[CheckResult], weights: Sequence[CheckResult]) -> float:
+    """A per-point check's mean (`values`, one per `read` point) with each point weighed by another per-point check's
+    P(yes) for the same point (a point whose weight was not read counts half); the plain mean when every weight is 0."""
     weight = {w.target: w.p_yes for w in weights if w.p_yes is not None}
     each = [weight.get(r.target, 0.5) for r in read]
     if sum(each) <= 0:
-        return statistics.fmean(r.value for r in read if r.value is not None)
-    return sum(w * (r.value or 0.0) for w, r in zip(each, read, strict=True)) / sum(each)
+        return statistics.fmean(values)
+    return sum(w * v for w, v in zip(each, values, strict=True)) / sum(each)
 
 
 def aggregated(
@@ -105,12 +118,12 @@ def aggregated(
     read = _read(results, spec.name)
     if not read:
         return None
-    values = [r.value for r in read if r.value is not None]
+    values = [read_value(spec, r) for r in read]
     if spec.ask == "per_sentence":
         return _aggregate(values, template.rule.sentence_aggregate)
     if spec.ask == "per_point":
         if spec.weighted_by is not None:
-            return _weighted_mean(read, _read(results, spec.weighted_by))
+            return _weighted_mean(values, read, _read(results, spec.weighted_by))
         return _aggregate(values, _point_aggregate(template, spec))
     return values[0]
 
@@ -188,6 +201,9 @@ def _shown(template: prompts.PromptTemplate, results: Sequence[CheckResult], nam
         how = {"min": "max", "mean": "mean"}[how]
     if spec.weighted_by is not None:
         how = f"mean weighted by {spec.weighted_by}"
+    if spec.words_weight is not None:
+        words = ", ".join(f"{r.words:.2f}" for r in results if r.name == name and r.words is not None)
+        each += f"; blended {spec.words_weight:.2f} with the share of each point's words the answer uses: {words}"
     return f"{shown} ({how} of {len(each_target)} {what}: {each})"
 
 

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import prompts
-from juiz.judging.check_rule import RuleOutcome, baseline_gap, check_values, veto_values
+from juiz.judging.check_rule import RuleOutcome, baseline_gap, check_values, read_value, veto_values
 from schemas.judgement import CheckResult, CheckStatus
 
 QUOTE_MAX_CHARS = 120
@@ -108,10 +108,10 @@ def _quote(text: str | None) -> str:
     return flat if len(flat) <= QUOTE_MAX_CHARS else flat[: QUOTE_MAX_CHARS - 1].rstrip() + "…"
 
 
-def _weakest(results: Sequence[CheckResult], name: str) -> CheckResult | None:
-    """The answer's sentence (or the judge's point) this check reads worst."""
-    read = [r for r in results if r.name == name and r.status is CheckStatus.OK and r.value is not None]
-    return min(read, key=lambda r: r.value or 0.0, default=None)
+def _weakest(spec: prompts.CheckSpec, results: Sequence[CheckResult]) -> CheckResult | None:
+    """The answer's sentence (or the judge's point) this check reads worst, as the rule reads it."""
+    read = [r for r in results if r.name == spec.name and r.status is CheckStatus.OK and r.value is not None]
+    return min(read, key=lambda r: read_value(spec, r), default=None)
 
 
 def explain(template: prompts.PromptTemplate, results: Sequence[CheckResult], outcome: RuleOutcome) -> Explanation:
@@ -135,7 +135,7 @@ def explain(template: prompts.PromptTemplate, results: Sequence[CheckResult], ou
     if vetoed_by:
         spec = specs[vetoed_by[0]]
         evidence.append(text["vetoed"].format(what=_good(spec, lang)))
-        if spec.ask == "per_sentence" and (weakest := _weakest(results, spec.name)) is not None:
+        if spec.ask == "per_sentence" and (weakest := _weakest(spec, results)) is not None:
             evidence.append(text["vetoed_sentence"].format(target=_quote(weakest.target)).strip())
         if spec.baseline is not None and baseline_gap(template, results, spec) is not None:
             evidence.append(text["vetoed_baseline"].strip())
@@ -147,12 +147,12 @@ def explain(template: prompts.PromptTemplate, results: Sequence[CheckResult], ou
                 evidence.append(text[key].format(what=_listed(said, text)))
         for spec in scored:
             if spec.ask == "per_point" and spec.name in values:
-                weakest = _weakest(results, spec.name)
+                weakest = _weakest(spec, results)
                 if weakest is not None:
                     share = round(100 * values[spec.name])
                     evidence.append(text["points"].format(share=share, target=_quote(weakest.target)))
             elif spec.ask == "per_sentence" and spec.role != "veto" and spec.name in values:
-                weakest = _weakest(results, spec.name)
+                weakest = _weakest(spec, results)
                 if weakest is not None:
                     evidence.append(text["sentence"].format(target=_quote(weakest.target)))
     cuts = ", ".join(f"{c:.2f}" for c in rule.cuts)

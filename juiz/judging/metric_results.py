@@ -15,6 +15,7 @@ from juiz.judging.checks import CheckJob
 from juiz.judging.explain import explain
 from juiz.judging.parsing import expected_score, parse_reply
 from juiz.judging.samples import combine_samples
+from juiz.judging.word_overlap import with_word_shares
 from schemas import Provenance
 from schemas.judgement import CheckResult, CheckStatus, MetricResult, MetricStatus
 
@@ -60,7 +61,9 @@ def sampled_fields(completion: Completion, request: GenerationRequest) -> dict[s
 def checks_result(
     job: CheckJob, checks: list[CheckResult], reference: str | None, latency_s: float, provenance: Provenance
 ) -> MetricResult:
-    """A check-based metric's result: the rule's grade (juiz.judging.check_rule), the checks, the reference."""
+    """A check-based metric's result: the rule's grade (juiz.judging.check_rule), the checks (with the answer's word
+    shares where the prompt reads them), the reference."""
+    checks = with_word_shares(job.template, checks, job.fields["answer"])
     common: dict[str, Any] = {
         "latency_s": latency_s,
         "provenance": provenance,
