@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import gzip
 from pathlib import Path
-from typing import Any
 
 import prompts
 from bench.common import save, table
@@ -65,7 +64,9 @@ def regraded(judgement: Judgement, cell: Cell) -> Judgement:
         recorded = prompts.load(metric, recorded_version, lang or "en")
         target = prompts.load(metric, version, lang or "en")
         if not same_conversations(recorded, target):
-            raise DifferentConversations(f"{metric}@{version} asks other conversations than {metric}@{recorded_version}")
+            raise DifferentConversations(
+                f"{metric}@{version} asks other conversations than {metric}@{recorded_version}"
+            )
         provenance = result.provenance.model_copy(
             update={"prompt": f"{metric}@{version}.{target.lang}", "prompt_sha256": target.sha256}
         )
@@ -122,11 +123,8 @@ def main(argv: list[str] | None = None) -> int:
     label = verdict_signal(with_default_verdict(LabelMapping()))
     moved = sum(label(a) != label(b) for a, b in zip(after, before, strict=True))
     print(f"{moved} of {len(triples)} items change their automated label")
-    save(
-        args.name or f"regrade_{split}_{args.cell}",
-        {"judgements": args.judgements.name, "split": split, "recorded_cell": source.name, "cell": args.cell,
-         "moved": moved, "rows": rows},  # fmt: skip
-    )
+    report = {"judgements": args.judgements.name, "split": split, "recorded_cell": source.name, "cell": args.cell}
+    save(args.name or f"regrade_{split}_{args.cell}", {**report, "moved": moved, "rows": rows})
     return 0
 
 

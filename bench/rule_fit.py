@@ -10,8 +10,9 @@ the runs already made, and the figures are the ones the engine would give with a
 
 Prints, per objective (unweighted quadratic κ: rule-2; every class weighted equally: rule-3; and "verdict": answer
 relevance's rule-3 cuts held, groundedness's cuts fitted on the default verdict's agreement, every class weighted
-equally; and answer relevance's cuts fitted on that verdict, groundedness's released cuts held), the cuts fitted on dev and, for dev and test, each metric's and the default verdict's Spearman ρ, quadratic
-κ and per-class recall. Writes bench/results/rule_fit.json.
+equally; and answer relevance's cuts fitted on the verdict's quadratic κ, groundedness's released cuts held), the
+cuts fitted on dev and, for dev and test, each metric's and the default verdict's Spearman ρ, quadratic κ and
+per-class recall. Writes bench/results/rule_fit.json.
 
 `--dev` (or `--test`) may also name the judgements `bench.judge_quality --save-judgements` kept
 (bench/work/judgements/<split>_<cell>.jsonl, or a gzipped copy committed in bench/results/judgements): each item's

@@ -331,7 +331,9 @@ def _linked(checks: tuple[CheckSpec, ...], rule: CheckRule, where: str) -> tuple
                 raise PromptSchemaError(f"{where}: {check.name}.words_weight is for a check asked per_point")
             weight = check.words_weight
             if isinstance(weight, bool) or not isinstance(weight, int | float) or not 0 < weight < 1:
-                raise PromptSchemaError(f"{where}: {check.name}.words_weight must be a number between 0 and 1, not {weight!r}")
+                raise PromptSchemaError(
+                    f"{where}: {check.name}.words_weight must be a number between 0 and 1, not {weight!r}"
+                )
     return checks
 
 

@@ -36,7 +36,9 @@ def share(point: str, answer: str) -> float:
     return len(wanted & content_words(answer)) / len(wanted) if wanted else 0.0
 
 
-def with_word_shares(template: prompts.PromptTemplate, results: Sequence[CheckResult], answer: str) -> list[CheckResult]:
+def with_word_shares(
+    template: prompts.PromptTemplate, results: Sequence[CheckResult], answer: str
+) -> list[CheckResult]:
     """The results, each read point of a check with a `words_weight` carrying its `words` share of the answer."""
     counted = {c.name for c in template.checks if c.words_weight is not None}
     return [
