@@ -95,7 +95,7 @@ CELLS = {
 }
 # What `make bench` grades: the default judge, the chain-of-thought baseline beside it, and context relevance (fast-v2);
 # the earlier answer-relevance-only cells (cot-v1, fast-v1) and the other check versions are opt-in.
-DEFAULT_CELLS = ("checks-14", "cot-v2", "fast-v2")
+DEFAULT_CELLS = ("checks-17", "cot-v2", "fast-v2")
 
 
 def _judgements_path(split: str, cell: Cell, engine: str = "vllm") -> Path:

@@ -8,7 +8,7 @@ from them by the grading code itself (juiz.judging.metric_results.checks_result)
 every metric the target cell names is regraded under its version (in each item's language), the verdict is taken
 again, and the rows are `bench.judge_quality`'s (`rag_rows`), printed beside the recorded cell's.
 
-    .venv/bin/python -m bench.regrade JUDGEMENTS --cell checks-17 [--name NAME]
+    .venv/bin/python -m bench.regrade JUDGEMENTS --cell checks-17 [--baseline checks-14] [--name NAME]
 
 JUDGEMENTS is a `bench.judge_quality --save-judgements` file (bench/work/judgements/<split>_<cell>.jsonl, or a gzipped
 copy in bench/results/judgements); the split is its name's first part. Refuses a target version whose conversations
@@ -95,6 +95,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("judgements", type=Path)
     parser.add_argument("--cell", required=True, choices=sorted(CELLS))
+    parser.add_argument(
+        "--baseline", choices=sorted(CELLS), help="the cell to print beside it (default: the one that graded the file)"
+    )
     parser.add_argument("--name", default=None, help="the results file's name (bench/results/NAME.json)")
     args = parser.parse_args(argv)
     split = args.judgements.name.split("_", 1)[0]
@@ -109,21 +112,23 @@ def main(argv: list[str] | None = None) -> int:
     except DifferentConversations as exc:
         parser.error(str(exc))
     source = recorded_cell(before[0])
-    rows = {
-        source.name: rag_rows(source, triples, before, 0.0),
-        args.cell: rag_rows(CELLS[args.cell], triples, after, 0.0),
-    }
+    if args.baseline is not None and args.baseline != source.name:
+        source = CELLS[args.baseline]
+        before = [regraded(j, source) for j in before]
+    rows = [*rag_rows(source, triples, before, 0.0), *rag_rows(CELLS[args.cell], triples, after, 0.0)]
     printed = [
-        [cell, r["metric"], *(r.get(k) for k in SHOWN)]
-        for cell, cell_rows in rows.items()
-        for r in cell_rows
+        [r["cell"], r["metric"], *(r.get(k) for k in SHOWN)]
+        for r in rows
         if r.get("signal", "score") == "score" and r["metric"] in ("verdict", "answer_relevance")
     ]
     print(table(printed, ["cell", "metric", *SHOWN]))
     label = verdict_signal(with_default_verdict(LabelMapping()))
     moved = sum(label(a) != label(b) for a, b in zip(after, before, strict=True))
     print(f"{moved} of {len(triples)} items change their automated label")
-    report = {"judgements": args.judgements.name, "split": split, "recorded_cell": source.name, "cell": args.cell}
+    report = {"judgements": args.judgements.name, "split": split, "baseline": source.name, "cell": args.cell}
+    # The judge and engine are the recorded grading's (this run only re-reads its replies).
+    first = next(iter((before[0].metrics or {}).values())).provenance
+    report |= {"model": first.model if first else "?", "engine": first.engine if first else None, "items": len(triples)}
     save(args.name or f"regrade_{split}_{args.cell}", {**report, "moved": moved, "rows": rows})
     return 0
 

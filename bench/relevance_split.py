@@ -1,12 +1,13 @@
 """Answer relevance split from completeness, measured on saved judgements without the engine.
 
-The default answer relevance (checks-14; checks-8 before it) multiplies its item checks (answers the question,
-specific, only an answer) by *covers*, how many of the judge's own reference points the answer states: a relevant
-answer that leaves points out sinks, and relevance becomes completeness. Here the same recorded checks are read three
-ways, each by its prompt's own rule (juiz.judging.check_rule):
+The default answer relevance (checks-17, on checks-14's conversations; checks-8 before them) multiplies its item
+checks (answers the question, specific, only an answer) by *covers*, how many of the judge's own reference points the
+answer states: a relevant answer that leaves points out sinks, and relevance becomes completeness. Here the same
+recorded checks are read three ways, each by its prompt's own rule (juiz.judging.check_rule):
 
 - relevance alone (`--relevance`: `answer_relevance@checks-15`, checks-14 without covers and its weights);
-- completeness (`--completeness`: `completeness@checks-2`, covers weighted by point_needed, a metric of its own);
+- completeness (`--completeness`: `completeness@checks-3`, covers weighted by point_needed, each point read half from
+  the judge and half from its words as checks-17 reads it, a metric of its own);
 - the verdict over the triad: C when relevance, completeness and groundedness all reach score 3, P when they all
   reach 2 (`TRIAD_VERDICT`), against today's verdict (`--whole` and `--grounded`, DEFAULT_VERDICT).
 
@@ -55,7 +56,7 @@ from schemas.judgement import MetricResult, MetricStatus
 from schemas.labels import LabelClass, LabelMapping
 
 JUDGEMENTS = RESULTS / "judgements"
-# The default judge's gradings: checks-13 asks checks-14's conversations.
+# The default judge's gradings: checks-13 asks checks-14's (and checks-17's) conversations.
 DEV = JUDGEMENTS / "dev_checks-13.jsonl.gz"
 TEST = JUDGEMENTS / "test_checks-14.jsonl.gz"
 
@@ -65,10 +66,10 @@ class Reading:
     """The prompt versions a recorded grading's checks are read under (each asks a subset of `whole`'s
     conversations)."""
 
-    whole: str = "checks-14"  # today's answer relevance
+    whole: str = "checks-17"  # today's answer relevance
     grounded: str = "checks-8"
     relevance: str = "checks-15"  # answer relevance alone
-    completeness: str = "checks-2"
+    completeness: str = "checks-3"
 
     @property
     def today(self) -> dict[str, str]:

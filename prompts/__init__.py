@@ -19,21 +19,22 @@ from prompts.neutralise import neutralise
 Mode = Literal["cot", "fast"]
 
 # The version a metric uses when a request names none: check-based prompts where there are (yes/no checks read from
-# token probabilities, see juiz.judging.checks; answer relevance's checks-14 scales its item checks by how many key
-# points of the judge's own answer from the context the answer states, weighted by whether a complete answer must
-# state them, and vetoes an answer with a sentence that speaks to a grader more than the judge's own points do; its
-# reference and item checks share one system message, so the question and context are computed once, and a check asked
-# of one sentence or point asks before it, so only that sentence or point is new to the engine; groundedness's
+# token probabilities, see juiz.judging.checks; answer relevance's checks-17 scales its item checks by how many key
+# points of the judge's own answer from the context the answer states, each read half from the judge and half from
+# the share of the point's words the answer uses, weighted by whether a complete answer must state them, and vetoes an
+# answer with a sentence that speaks to a grader more than the judge's own points do; its reference and item checks
+# share one system message, so the question and context are computed once, and a check asked of one sentence or point
+# asks before it, so only that sentence or point is new to the engine; groundedness's
 # checks-8 asks each sentence of the answer beside the context segments it is about, in the same layout), else the
 # chain-of-thought juiz-1. Chosen on agreement with the labels at the lowest cost (docs/research/). Completeness
-# (checks-2) asks checks-14's key points as a metric of its own, in the very same conversations, so grading it beside
-# the default answer relevance costs no conversation more; answer relevance checks-15 is checks-14 without them
-# (relevance alone). Requested together, the verdict reads the triad (juiz.agreement.labels.TRIAD_VERDICT).
+# (checks-3) reads checks-17's key points the same way as a metric of its own, in the very same conversations, so
+# grading it beside the default answer relevance costs no conversation more; answer relevance checks-15 is checks-14
+# without them (relevance alone). Requested together, the verdict reads the triad (juiz.agreement.labels.TRIAD_VERDICT).
 DEFAULT_VERSIONS = {
-    "answer_relevance": "checks-14",
+    "answer_relevance": "checks-17",
     "groundedness": "checks-8",
     "context_relevance": "juiz-1",
-    "completeness": "checks-2",
+    "completeness": "checks-3",
 }
 LANGUAGES = ("en", "pt")
 # Where a check's layout places its question and how to answer (PromptTemplate.render_check), if it does.

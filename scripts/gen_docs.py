@@ -311,7 +311,15 @@ def judge_quality_table(data: dict[str, Any]) -> str:
 # Agreement tables, in this order: the default judge's own test grading and the one it replaced on the same machine,
 # `make bench`'s cells on test, and the dev runs that chose the default.
 QUALITY = (
-    ("judge_quality_test_checks-14", "The default judge (checks-14) on the labelled test split"),
+    (
+        "regrade_test_checks-17",
+        "The default judge (checks-17) on the labelled test split, beside checks-14: the same conversations, read from "
+        "checks-14's kept grading (vLLM bf16, Zen 4) by `bench.regrade`",
+    ),
+    ("regrade_test_checks-17_llamacpp", "The same on llama.cpp's kept test grading (Q4_K_M, Sapphire Rapids)"),
+    ("regrade_dev_checks-17", "Dev split: checks-17 beside checks-14 (checks-13's kept grading, vLLM bf16)"),
+    ("regrade_dev_checks-17_llamacpp", "Dev split on llama.cpp: checks-17 beside checks-14 (plain weights, Zen 4)"),
+    ("judge_quality_test_checks-14", "Test split: checks-14, the default before, graded by the engine"),
     ("judge_quality_test_checks-12_zen4", "Test split: checks-12, the default before, on the same Zen 4"),
     ("judge_quality_test", "Judge quality on the labelled test split (`make bench`'s cells)"),
     ("judge_quality_test_checks-14_llamacpp", "Test split: the default judge (checks-14) on llama.cpp, Q4_K_M"),

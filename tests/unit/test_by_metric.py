@@ -19,7 +19,7 @@ from schemas import BatchOptions, Judgement, LabelMapping, Segment, Triple
 
 ALL = ["answer_relevance", "groundedness", "context_relevance"]
 # The fake replies below are CoT grades (and the report shows the CoT text): these tests pin the CoT prompts, as the
-# defaults for answer relevance and groundedness are check-based (checks-14, checks-8).
+# defaults for answer relevance and groundedness are check-based (checks-17, checks-8).
 COT = {"answer_relevance": "answer_relevance@juiz-1", "groundedness": "groundedness@juiz-1"}
 CONTEXT = [Segment(text="Paris is the capital of France.", source="geo.mp4"), Segment(text="Cows eat grass.")]
 

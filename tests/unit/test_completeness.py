@@ -49,7 +49,11 @@ def item() -> Triple:
 
 @pytest.mark.parametrize(
     ("whole", "relevance", "completeness"),
-    [("checks-8", "checks-9", "checks-1"), ("checks-14", "checks-15", "checks-2")],
+    [
+        ("checks-8", "checks-9", "checks-1"),
+        ("checks-14", "checks-15", "checks-2"),
+        ("checks-17", "checks-15", "checks-3"),
+    ],
 )
 def test_completeness_asks_answer_relevances_reference_and_points_word_for_word(
     whole: str, relevance: str, completeness: str
@@ -134,8 +138,9 @@ def test_completeness_without_a_context_is_skipped_and_the_verdict_falls_back_to
 
 
 def test_the_default_completeness_beside_the_default_answer_relevance_sends_no_conversation_more() -> None:
-    """completeness@checks-2 asks checks-14's reference and points: grading it beside the default answer relevance
-    costs nothing more (checks-1, checks-8's, wrote a reference and asked the points again in its own layout)."""
+    """completeness@checks-3 asks checks-17's (checks-14's) reference and points: grading it beside the default answer
+    relevance costs nothing more (checks-1, checks-8's, wrote a reference and asked the points again in its own
+    layout)."""
     triples = [item(), item().model_copy(update={"id": "q1-a1", "answer": "It is Paris, with two million people."})]
     sent = {}
     for name, metrics in (
@@ -145,14 +150,14 @@ def test_the_default_completeness_beside_the_default_answer_relevance_sends_no_c
         engine = FakeEngine(states_the_capital_only)
         [graded, _] = Judge(engine).grade(triples, BatchOptions(metrics=metrics, lang="en"))
         sent[name] = sum(engine.calls)
-    assert prompts.DEFAULT_VERSIONS["completeness"] == "checks-2"
+    assert prompts.DEFAULT_VERSIONS["completeness"] == "checks-3"
     assert sent["with completeness"] == sent["relevance"]
     complete = (graded.metrics or {})["completeness"]
     assert complete.status is MetricStatus.OK and complete.checks
-    assert complete.provenance is not None and complete.provenance.prompt == "completeness@checks-2.en"
+    assert complete.provenance is not None and complete.provenance.prompt == "completeness@checks-3.en"
 
 
 @pytest.mark.parametrize("version", ["checks-9", "checks-15"])
 def test_relevance_alone_is_selectable_and_not_the_default(version: str) -> None:
-    assert prompts.DEFAULT_VERSIONS["answer_relevance"] == "checks-14"
+    assert prompts.DEFAULT_VERSIONS["answer_relevance"] == "checks-17"
     assert prompts.load("answer_relevance", version, "pt").rule == prompts.load("answer_relevance", version, "en").rule

@@ -17,7 +17,7 @@ from schemas import BatchOptions, JudgementStatus, Triple
 from schemas.judgement import CheckStatus
 
 # Tests of chain-of-thought behaviour (reply grammar, parsed criteria, fast mode's digit, one call per mode) pin the
-# CoT prompt; the defaults are check-based (checks-14, checks-8). Tests of what holds whatever the prompt run with both.
+# CoT prompt; the defaults are check-based (checks-17, checks-8). Tests of what holds whatever the prompt run with both.
 COT = BatchOptions(prompt="answer_relevance@juiz-1")
 BOTH_PROMPTS = pytest.mark.parametrize("options", [BatchOptions(), COT], ids=["default", "cot"])
 

@@ -40,7 +40,7 @@ def graded_with_progress(options: BatchOptions, items: list[Triple]) -> tuple[Wa
 
 
 def test_check_based_items_plan_their_reference_checks_once_the_references_are_written() -> None:
-    """checks-14 (the default): wave 1 writes each item's reference; the checks asked of its points are planned only
+    """checks-17 (the default): wave 1 writes each item's reference; the checks asked of its points are planned only
     then, so `planned` grows and says it is planned so far until it is complete."""
     items = triples()[:2]
     engine, seen = graded_with_progress(BatchOptions(), items)
