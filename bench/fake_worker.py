@@ -153,10 +153,18 @@ def _score(user: str) -> int:
     return int(marker.groups()[-1]) % 4 if marker else 2  # the tag's number: its last group, in either pattern
 
 
+# The judge's own reference, as the FAKE writes it: points of short words only, so no share of their words is counted
+# (juiz.judging.word_overlap) and the scale checks' P(yes) alone reads them, as `fake_reply` assumes.
+FAKE_REFERENCE = "- it is so\n- so it is\n- as it was"
+
+
 def fake_reply(conversation: Conversation) -> str:
     """A well-formed judge reply whose score depends on the item's tag, so results differ between items: a CoT grade,
-    or for a check prompt's yes/no question `p=<P(yes)>` (FakeEngine's word probabilities) giving the same score."""
+    or for a check prompt's yes/no question `p=<P(yes)>` (FakeEngine's word probabilities) giving the same score; for
+    a check prompt's reference, FAKE_REFERENCE."""
     user = conversation[-1]["content"]
+    if user.rstrip().endswith(_reference_requests()):
+        return FAKE_REFERENCE
     score = _score(user)
     if prompts.asks_yes_no(user):
         metric, role, yes_means = next(

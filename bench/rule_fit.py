@@ -132,7 +132,7 @@ def fit_relevance_cuts(
     def rho_of(c1: float) -> float:
         return _spearman([float(t) for t in y], [float(s) for s in scores(strength, vetoed, (c1, *best))]) or -1.0
 
-    c1 = max((c for c in grid if c <= best[0]), key=rho_of)
+    c1 = max((c for c in grid if c < best[0]), key=rho_of)
     return (c1, *best)
 
 

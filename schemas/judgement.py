@@ -121,7 +121,8 @@ class CheckResult(BaseModel):
         ge=0,
         le=1,
         description="For a per-point check whose prompt reads the answer's wording too (`words_weight`): the share of "
-        "the point's words the answer uses, counted, not asked.",
+        "the point's words the answer uses, counted, not asked; null for a point with no word to count (the judge's "
+        "reading stands alone).",
     )
 
     @property

@@ -86,12 +86,11 @@ def _read(results: Sequence[CheckResult], name: str) -> list[CheckResult]:
 
 def read_value(spec: prompts.CheckSpec, result: CheckResult) -> float:
     """One read check's value as the rule uses it: for a check with a `words_weight`, its value blended with the
-    share of the point's words the answer uses (juiz.judging.word_overlap), which the judge's result must carry."""
+    share of the point's words the answer uses (juiz.judging.word_overlap.with_word_shares counts it into the result
+    before the rule is applied); a point with no word to count is read by the judge alone."""
     assert result.value is not None
-    if spec.words_weight is None:
+    if spec.words_weight is None or result.words is None:
         return result.value
-    if result.words is None:
-        raise ValueError(f"{spec.name} reads the answer's words, but {result.target!r} has no word share counted")
     return (1.0 - spec.words_weight) * result.value + spec.words_weight * result.words
 
 
@@ -202,7 +201,11 @@ def _shown(template: prompts.PromptTemplate, results: Sequence[CheckResult], nam
     if spec.weighted_by is not None:
         how = f"mean weighted by {spec.weighted_by}"
     if spec.words_weight is not None:
-        words = ", ".join(f"{r.words:.2f}" for r in results if r.name == name and r.words is not None)
+        words = ", ".join(
+            "–" if r.words is None else f"{r.words:.2f}"
+            for r in results
+            if r.name == name and r.status is CheckStatus.OK and r.target
+        )
         each += f"; blended {spec.words_weight:.2f} with the share of each point's words the answer uses: {words}"
     return f"{shown} ({how} of {len(each_target)} {what}: {each})"
 

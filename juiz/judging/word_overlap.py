@@ -30,20 +30,23 @@ def content_words(text: str) -> set[str]:
     return {w[:STEM] for w in WORD.findall(plain) if len(w) >= MIN_LETTERS or any(ch.isdigit() for ch in w)}
 
 
-def share(point: str, answer: str) -> float:
-    """The share of the point's content words the answer uses (0 when the point has none)."""
+def share(point: str, answer: str) -> float | None:
+    """The share of the point's content words the answer uses; None when the point has none to count (the judge's
+    reading of it then stands alone)."""
     wanted = content_words(point)
-    return len(wanted & content_words(answer)) / len(wanted) if wanted else 0.0
+    return len(wanted & content_words(answer)) / len(wanted) if wanted else None
 
 
 def with_word_shares(
     template: prompts.PromptTemplate, results: Sequence[CheckResult], answer: str
 ) -> list[CheckResult]:
-    """The results, each read point of a check with a `words_weight` carrying its `words` share of the answer."""
+    """The results, each read point of a check with a `words_weight` carrying its `words` share of the answer (None
+    for a point with no word to count)."""
     counted = {c.name for c in template.checks if c.words_weight is not None}
-    return [
-        r.model_copy(update={"words": round(share(r.target, answer), 6)})
-        if r.name in counted and r.status is CheckStatus.OK and r.target is not None
-        else r
-        for r in results
-    ]
+    out = []
+    for r in results:
+        if r.name in counted and r.status is CheckStatus.OK and r.target is not None:
+            words = share(r.target, answer)
+            r = r.model_copy(update={"words": None if words is None else round(words, 6)})
+        out.append(r)
+    return out
