@@ -312,6 +312,10 @@ def judge_quality_table(data: dict[str, Any]) -> str:
 # `make bench`'s cells on test, and the dev runs that chose the default.
 QUALITY = (
     (
+        "judge_quality_test_checks-17_checks-14",
+        "The default judge (checks-17) and checks-14 graded side by side on the labelled test split (vLLM bf16)",
+    ),
+    (
         "regrade_test_checks-17",
         "The default judge (checks-17) on the labelled test split, beside checks-14: the same conversations, read from "
         "checks-14's kept grading (vLLM bf16, Zen 4) by `bench.regrade`",
