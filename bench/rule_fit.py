@@ -27,6 +27,7 @@ import argparse
 import gzip
 import itertools
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -93,39 +94,26 @@ def rescored(path: Path, cell: str) -> dict[str, Any]:
     return out
 
 
-def fit_gate_cuts(y: np.ndarray, held: np.ndarray, strength: np.ndarray, vetoed: np.ndarray) -> tuple[float, ...]:
-    """Groundedness's cuts that make the default verdict agree best with the labels (every class weighted equally),
-    answer relevance's scores `held`: the cuts for scores 2 and 3 by the verdict's quadratic κ (ties: the narrower
-    pair), the cut for score 1 (which the verdict never sees: 0 and 1 are both I) by groundedness's own ρ."""
-    weights = (len(y) / (3 * np.bincount(y, minlength=3)))[y]
-
-    def kappa_of(pair: tuple[float, float]) -> float:
-        decided = verdict({"answer_relevance": held, "groundedness": scores(strength, vetoed, (0.0, *pair)) * 1.0})
-        return float(cohen_kappa_score(y, decided, weights="quadratic", labels=[0, 1, 2], sample_weight=weights))
-
-    best = max(itertools.combinations(GRID, 2), key=lambda pair: (kappa_of(pair), -(pair[1] - pair[0])))
-
-    def rho_of(c1: float) -> float:
-        return _spearman([float(t) for t in y], [float(s) for s in scores(strength, vetoed, (c1, *best))]) or -1.0
-
-    c1 = max((c for c in GRID if c < best[0]), key=rho_of)
-    return (c1, *best)
-
-
-def fit_relevance_cuts(
-    y: np.ndarray, strength: np.ndarray, vetoed: np.ndarray, held: np.ndarray
+def fit_on_verdict(
+    y: np.ndarray,
+    metric: str,
+    strength: np.ndarray,
+    vetoed: np.ndarray,
+    held: np.ndarray,
+    *,
+    balanced: bool,
+    grid: Sequence[float] = GRID,
 ) -> tuple[float, float, float]:
-    """Answer relevance's cuts that make the default verdict agree best with the labels by its quadratic κ as
-    `bench.judge_quality` reports it (unweighted: with every class weighted equally the optimum on dev sat at the
-    grid's floor, letting a quarter of the I answers through to P on a flat plateau), groundedness's scores `held` at
-    its prompt's own cuts: the mirror of `fit_gate_cuts`, for a design that changes only how answer relevance reads
-    its checks. The grid reaches down to 0.10: a reading on another scale (rule-8's blend of P(yes) and word shares
-    sits lower) must not be clipped at the older grid's 0.30."""
-    grid = [round(x, 2) for x in np.arange(0.10, 0.96, 0.01)]
+    """One metric's cuts that make the default verdict agree best with the labels, the other metric's scores `held`:
+    the cuts for scores 2 and 3 by the verdict's quadratic κ (every class weighted equally when `balanced`; ties: the
+    narrower pair), the cut for score 1 (which the verdict never sees: 0 and 1 are both I) below them by the metric's
+    own ρ."""
+    other = next(m for m in METRICS if m != metric)
+    weights = (len(y) / (3 * np.bincount(y, minlength=3)))[y] if balanced else None
 
     def kappa_of(pair: tuple[float, float]) -> float:
-        decided = verdict({"answer_relevance": scores(strength, vetoed, (0.0, *pair)) * 1.0, "groundedness": held})
-        return float(cohen_kappa_score(y, decided, weights="quadratic", labels=[0, 1, 2]))
+        decided = verdict({metric: scores(strength, vetoed, (0.0, *pair)) * 1.0, other: held})
+        return float(cohen_kappa_score(y, decided, weights="quadratic", labels=[0, 1, 2], sample_weight=weights))
 
     best = max(itertools.combinations(grid, 2), key=lambda pair: (kappa_of(pair), -(pair[1] - pair[0])))
 
@@ -134,6 +122,26 @@ def fit_relevance_cuts(
 
     c1 = max((c for c in grid if c < best[0]), key=rho_of)
     return (c1, *best)
+
+
+def fit_gate_cuts(y: np.ndarray, held: np.ndarray, strength: np.ndarray, vetoed: np.ndarray) -> tuple[float, ...]:
+    """Groundedness's cuts on the default verdict (every class weighted equally), answer relevance's scores `held`."""
+    return fit_on_verdict(y, "groundedness", strength, vetoed, held, balanced=True)
+
+
+# Answer relevance's cuts on the verdict reach down to 0.10: a reading on another scale (rule-8's blend of P(yes) and
+# word shares sits lower) must not be clipped at GRID's 0.30.
+WIDE_GRID = [round(x, 2) for x in np.arange(0.10, 0.96, 0.01)]
+
+
+def fit_relevance_cuts(
+    y: np.ndarray, strength: np.ndarray, vetoed: np.ndarray, held: np.ndarray
+) -> tuple[float, float, float]:
+    """Answer relevance's cuts on the default verdict's quadratic κ as `bench.judge_quality` reports it (unweighted:
+    with every class weighted equally the optimum on dev sat at the grid's floor, letting a quarter of the I answers
+    through to P on a flat plateau), groundedness's scores `held` at its prompt's own cuts: for a design that changes
+    only how answer relevance reads its checks."""
+    return fit_on_verdict(y, "answer_relevance", strength, vetoed, held, balanced=False, grid=WIDE_GRID)
 
 
 def scores(strength: np.ndarray, vetoed: np.ndarray, cuts: tuple[float, ...]) -> np.ndarray:
