@@ -3,6 +3,7 @@ bench.judge_quality, bench.calibration_quality, bench.check_report and bench.rul
 
 from __future__ import annotations
 
+import gzip
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -110,6 +111,12 @@ def save_judgements(split: str, cell: Cell, results: Sequence[Judgement], engine
     with open(path, "w", encoding="utf-8") as out:
         out.writelines(r.model_dump_json() + "\n" for r in results)
     return path
+
+
+def read_judgements(path: Path) -> list[Judgement]:
+    """A kept grading: bench/work's as `save_judgements` wrote it, or a gzipped copy (bench/results/judgements)."""
+    raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
+    return [Judgement.model_validate_json(line) for line in raw.decode("utf-8").splitlines() if line.strip()]
 
 
 def saved_judgements(split: str, cell: Cell, triples: Sequence[Triple], model: str) -> list[Judgement] | None:

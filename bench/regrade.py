@@ -19,13 +19,12 @@ bench/results/regrade_<split>_<cell>.json (or NAME.json).
 from __future__ import annotations
 
 import argparse
-import gzip
 from pathlib import Path
 
 import prompts
 from bench.common import save, table
 from bench.judge_quality import rag_rows
-from bench.labelled import CELLS, Cell, labelled_set
+from bench.labelled import CELLS, Cell, labelled_set, read_judgements
 from juiz.agreement.labels import with_default_verdict
 from juiz.agreement.statistics import verdict_signal
 from juiz.judging.checks import CheckJob
@@ -84,11 +83,6 @@ def recorded_cell(judgement: Judgement) -> Cell:
         if m.provenance is not None
     }
     return next(c for c in CELLS.values() if c.versions == versions)
-
-
-def read_judgements(path: Path) -> list[Judgement]:
-    raw = gzip.decompress(path.read_bytes()) if path.suffix == ".gz" else path.read_bytes()
-    return [Judgement.model_validate_json(line) for line in raw.decode("utf-8").splitlines() if line.strip()]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -31,7 +31,6 @@ Writes bench/results/relevance_split_<whole>.json (or NAME.json).
 from __future__ import annotations
 
 import argparse
-import gzip
 import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -45,7 +44,7 @@ import prompts
 from bench.check_report import GRID, fit_cut_arrays
 from bench.common import RESULTS, save, table
 from bench.judge_quality import CORRECT, FALSE, FALSE_IN_CONTEXT, INJECTED, REFUSALS, _auc, _spearman
-from bench.labelled import CLASSES
+from bench.labelled import CLASSES, read_judgements
 from bench.rule_fit import scores
 from juiz.agreement.labels import DEFAULT_VERDICT, TRIAD_VERDICT
 from juiz.agreement.statistics import compute_agreement, metric_signal, verdict_signal
@@ -101,8 +100,7 @@ class Split:
 
 
 def load(path: Path, reading: Reading) -> Split:
-    text = gzip.decompress(path.read_bytes()).decode("utf-8") if path.suffix == ".gz" else path.read_text("utf-8")
-    judgements = [Judgement.model_validate_json(line) for line in text.splitlines()]
+    judgements = read_judgements(path)
     extra = [j.model_extra or {} for j in judgements]
     strength: dict[str, list[float]] = {}
     vetoed: dict[str, list[bool]] = {}

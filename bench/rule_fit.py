@@ -24,7 +24,6 @@ by its least supported sentence).
 from __future__ import annotations
 
 import argparse
-import gzip
 import itertools
 import json
 from collections.abc import Sequence
@@ -38,11 +37,10 @@ import prompts
 from bench.check_report import GRID, fit_cut_arrays
 from bench.common import RESULTS, save, table
 from bench.judge_quality import _spearman
-from bench.labelled import CELLS, CLASSES, labelled_set
+from bench.labelled import CELLS, CLASSES, labelled_set, read_judgements
 from juiz.agreement.labels import DEFAULT_VERDICT
 from juiz.judging.check_rule import apply_rule
 from juiz.judging.word_overlap import with_word_shares
-from schemas import Judgement
 
 METRICS = ("answer_relevance", "groundedness")
 # The default judge's recorded runs (answer relevance checks-8, groundedness checks-4).
@@ -75,9 +73,7 @@ def rescored(path: Path, cell: str) -> dict[str, Any]:
     versions = CELLS[cell].versions
     split = path.name.split("_", 1)[0]
     labels = {t.id: t.manual_label for t in labelled_set(split, None)}
-    # Committed gradings are gzipped (bench/results/judgements); bench/work's are as judge_quality wrote them.
-    text = gzip.decompress(path.read_bytes()).decode("utf-8") if path.suffix == ".gz" else path.read_text("utf-8")
-    judgements = [Judgement.model_validate_json(line) for line in text.splitlines()]
+    judgements = read_judgements(path)
     out: dict[str, Any] = {"y": np.array([CLASSES[str(labels[j.id])] for j in judgements])}
     for metric in METRICS:
         strengths, vetoes = [], []

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 
 import prompts
-from bench.labelled import CELLS
-from bench.regrade import DifferentConversations, read_judgements, regraded, same_conversations
+from bench.labelled import CELLS, read_judgements
+from bench.regrade import DifferentConversations, regraded, same_conversations
 from juiz.engines.fake import FakeEngine
 from juiz.judging.check_rule import apply_rule, check_values
 from juiz.judging.checks import CheckJob
