@@ -35,16 +35,16 @@ from typing import Any
 import numpy as np
 from sklearn.metrics import roc_auc_score
 
-import prompts
 from bench.common import RESULTS, WORK, save, table
 from bench.labelled import CELLS
+from bench.regrade import regraded
 from bench.verifier import CORRECT, FALSE, RUNS, _figures, _verdict, cells_table
+from juiz.engines.cpu import native_bf16
 from juiz.engines.models import DEFAULT_MODEL, resolve_model
-from juiz.judging.check_rule import apply_rule
 from juiz.judging.probe import PROMPT_HASH, Probe, claim_groups, feature_matrix, train
 from juiz.judging.sentences import split_sentences
 from juiz.judging.synthetic import SUPPORTED, Example, Passage, build_examples
-from schemas.judgement import MetricResult
+from schemas import Judgement
 
 LAYERS = (8, 14, 20, 24, 28)  # of Qwen2.5-1.5B's 28; 28 is the last (after the final norm)
 CACHE = WORK / "probe"
@@ -63,7 +63,7 @@ class Group:
 
     @property
     def key(self) -> str:
-        blob = json.dumps([PROMPT_HASH, self.passages, self.claims], ensure_ascii=False).encode()
+        blob = json.dumps([PROMPT_HASH, reader_dtype(), self.passages, self.claims], ensure_ascii=False).encode()
         return hashlib.sha256(blob).hexdigest()[:16]
 
 
@@ -74,20 +74,9 @@ def judgements(split: str, graded: str | None = None) -> list[dict[str, Any]]:
 
 
 def rescored(recorded: list[dict[str, Any]], cell: str) -> list[dict[str, Any]]:
-    """The judgements with each metric's score as the cell's prompts' rules give it from the same checks (a cell whose
-    prompts only refit the cuts of the graded one, e.g. checks-14 on a checks-13 grading)."""
-    versions = CELLS[cell].versions
-    out = []
-    for j in recorded:
-        metrics = dict(j["metrics"])
-        for metric in ("answer_relevance", "groundedness"):
-            result = MetricResult.model_validate(metrics[metric])
-            assert result.provenance is not None and result.checks is not None, f"{j['id']}: {metric} has no checks"
-            name, version, lang = prompts.parse_prompt_id(result.provenance.prompt)
-            outcome = apply_rule(prompts.load(name, versions.get(name, version), lang or "en"), result.checks)
-            metrics[metric] = {**metrics[metric], "score": outcome.score}
-        out.append({**j, "metrics": metrics})
-    return out
+    """The judgements as the cell's prompts grade the same replies (bench.regrade: new cuts, a rule, the answer's words
+    read beside the judge's; e.g. checks-17 on a checks-14 grading)."""
+    return [regraded(Judgement.model_validate(j), CELLS[cell]).model_dump(mode="json") for j in recorded]
 
 
 def synthetic_groups(split: str, stride: int = SYNTHETIC_STRIDE) -> tuple[list[Group], list[list[Example]]]:
@@ -118,6 +107,11 @@ def answer_groups(split: str) -> tuple[list[Group], dict[str, list[tuple[int, in
     return groups, positions
 
 
+def reader_dtype() -> str:
+    """As `juiz train --probe` reads: bf16 where the CPU computes it natively, float32 where it would be emulated."""
+    return "bfloat16" if native_bf16() else "float32"
+
+
 def _cached(group: Group) -> Path:
     return CACHE / f"{group.key}.npz"
 
@@ -138,7 +132,7 @@ def read_states(splits: list[str], budget_s: float) -> None:
         return
     CACHE.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()
-    reader = StateReader(resolve_model(DEFAULT_MODEL), LAYERS)
+    reader = StateReader(resolve_model(DEFAULT_MODEL), LAYERS, dtype=reader_dtype())
     loaded_s = time.perf_counter() - started
     claims = 0
     for n, group in enumerate(todo, start=1):
@@ -155,6 +149,7 @@ def read_states(splits: list[str], budget_s: float) -> None:
             break
     cost = {
         "split": split,
+        "dtype": reader_dtype(),
         "load_s": round(loaded_s, 1),
         "claims": claims,
         "tokens": reader.tokens_read,
@@ -311,7 +306,7 @@ def evaluate(
         "prompt_hash": PROMPT_HASH,
         "layers_read": list(LAYERS),
         "model": DEFAULT_MODEL,
-        "reader": f"transformers {version('transformers')}, bfloat16, CPU",
+        "reader": f"transformers {version('transformers')}, {reader_dtype()}, CPU",
         "synthetic_stride": stride,
         "judge": {"graded": {split: graded.get(split) or RUNS[split] for split in RUNS}, "cell": cell},
     }
