@@ -93,6 +93,9 @@ CELLS = {
     # checks-17: checks-14's conversations, each key point read half from the judge's covers and half from the share of
     # its words the answer uses (answer relevance checks-17, groundedness checks-8).
     "checks-17": Cell("checks-17", "fast", {"answer_relevance": "checks-17", "groundedness": "checks-8"}),
+    # checks-18: checks-17 with groundedness checks-9 (checks-8 and a veto asked of each sentence beside the whole
+    # context, its weakest sentence deciding).
+    "checks-18": Cell("checks-18", "fast", {"answer_relevance": "checks-17", "groundedness": "checks-9"}),
 }
 # What `make bench` grades: the default judge, the chain-of-thought baseline beside it, and context relevance (fast-v2);
 # the earlier answer-relevance-only cells (cot-v1, fast-v1) and the other check versions are opt-in.

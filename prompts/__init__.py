@@ -79,7 +79,9 @@ class CheckSpec:
     point (e.g. "does a complete answer have to state this point?"). `words_weight`: for a per-point check, how much of
     each point's value is the share of the point's words the answer uses (juiz.judging.word_overlap) instead of the
     judge's P(yes): the two read the same thing with different errors (the small judge misses a point a dense answer
-    states; the words miss a paraphrase)."""
+    states; the words miss a paraphrase). `aggregate`: for a per-sentence check, how its sentences combine ("min": the
+    weakest decides, as a veto that one bad sentence sinks; "mean"), where it differs from the rule's
+    `sentence_aggregate`."""
 
     name: str
     question: str
@@ -94,6 +96,7 @@ class CheckSpec:
     baseline: str | None = None
     weighted_by: str | None = None
     words_weight: float | None = None
+    aggregate: Literal["min", "mean"] | None = None
 
     @property
     def shares_item_prefix(self) -> bool:
@@ -326,6 +329,13 @@ def _linked(checks: tuple[CheckSpec, ...], rule: CheckRule, where: str) -> tuple
             if other not in per_point:
                 raise PromptSchemaError(
                     f"{where}: {check.name}.{key} names {other!r}, which is no per-point check here"
+                )
+        if check.aggregate is not None:
+            if check.ask != "per_sentence":
+                raise PromptSchemaError(f"{where}: {check.name}.aggregate is for a check asked per_sentence")
+            if check.aggregate not in _RULE_CHOICES["sentence_aggregate"]:
+                raise PromptSchemaError(
+                    f'{where}: {check.name}.aggregate must be "min" or "mean", not {check.aggregate!r}'
                 )
         if check.words_weight is not None:
             if check.ask != "per_point":

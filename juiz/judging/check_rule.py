@@ -119,7 +119,7 @@ def aggregated(
         return None
     values = [read_value(spec, r) for r in read]
     if spec.ask == "per_sentence":
-        return _aggregate(values, template.rule.sentence_aggregate)
+        return _aggregate(values, spec.aggregate or template.rule.sentence_aggregate)
     if spec.ask == "per_point":
         if spec.weighted_by is not None:
             return _weighted_mean(values, read, _read(results, spec.weighted_by))
@@ -194,7 +194,7 @@ def _shown(template: prompts.PromptTemplate, results: Sequence[CheckResult], nam
     assert template.rule is not None
     each = ", ".join(f"{p:.2f}" for p in each_target if p is not None)
     per_point = spec.ask == "per_point"
-    how: str = _point_aggregate(template, spec) if per_point else template.rule.sentence_aggregate
+    how: str = _point_aggregate(template, spec) if per_point else spec.aggregate or template.rule.sentence_aggregate
     what = "reference points" if per_point else "sentences"
     if spec.yes_means == "bad":
         how = {"min": "max", "mean": "mean"}[how]
