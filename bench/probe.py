@@ -33,8 +33,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from scipy.stats import spearmanr
 from sklearn.metrics import roc_auc_score
 
+import prompts
 from bench.common import RESULTS, WORK, save, table
 from bench.labelled import CELLS
 from bench.regrade import regraded
@@ -44,7 +46,7 @@ from juiz.engines.models import DEFAULT_MODEL, resolve_model
 from juiz.judging.probe import PROMPT_HASH, Probe, claim_groups, feature_matrix, train
 from juiz.judging.sentences import split_sentences
 from juiz.judging.synthetic import SUPPORTED, Example, Passage, build_examples
-from schemas import Judgement
+from schemas import Judgement, Triple
 
 LAYERS = (8, 14, 20, 24, 28)  # of Qwen2.5-1.5B's 28; 28 is the last (after the final norm)
 CACHE = WORK / "probe"
@@ -52,6 +54,9 @@ SEED = 0
 # One passage's claims in every SYNTHETIC_STRIDE: reading states runs at ~50 tokens/s on the 2-core machine, and all
 # of a split's ~95 passages (~1,250 claims, ~90k tokens) would take ~30 min per split.
 SYNTHETIC_STRIDE = 3
+# The prompt version whose whole-context check `engine` asks of the judge engine.
+ENGINE_VERSION = "checks-9"
+ENGINE_CHECK = "stated_by_context"
 
 
 @dataclass(frozen=True)
@@ -369,6 +374,75 @@ def evaluate(
     return save(name or ("probe" if test_cuts else "probe_dev"), outcome)
 
 
+def engine_p_yes(split: str, graded: str | None = None, version: str = ENGINE_VERSION) -> Path:
+    """groundedness@VERSION's whole-context check (`stated_by_context`) asked of every answer sentence by the judge
+    engine `auto` picks (the product's conversations, as the judge renders them, in each item's language as its kept
+    grading was graded), in one call. Per item, each sentence's P(yes), kept under CACHE."""
+    from juiz.judging.backend import build_engine
+    from juiz.judging.checks import CHECK_REQUEST, CheckJob, read_check
+    from juiz.judging.judge import context_segments, shown_context
+    from juiz.runtime.settings import Settings
+    from schemas import BatchOptions
+
+    budget = BatchOptions().context_chars
+    asks = []
+    for n, row in enumerate(judgements(split, graded)):
+        triple = Triple.model_validate(row)
+        segments = context_segments(triple.context)
+        if not segments:
+            continue
+        recorded = row["metrics"]["groundedness"]["provenance"]["prompt"]
+        template = prompts.load("groundedness", version, prompts.parse_prompt_id(recorded)[2] or "en")
+        fields = {"question": triple.question, "answer": triple.answer}
+        fields["context"] = shown_context(triple, segments, budget)
+        job = CheckJob.plan(n, "groundedness", template, fields, segments)
+        asks += [(triple.id, a) for a in job.asks(None)[0] if a.check.name == ENGINE_CHECK]
+    engine = build_engine(Settings.from_env(None, model=DEFAULT_MODEL), say=print)
+    try:
+        began = time.perf_counter()
+        replies = engine.generate([a.conversation for _, a in asks], CHECK_REQUEST)
+        seconds = time.perf_counter() - began
+        origin = dict(engine.origin)
+    finally:
+        engine.close()
+    values: dict[str, list[float | None]] = defaultdict(list)
+    for (item, ask), reply in zip(asks, replies, strict=True):
+        values[item].append(read_check(ask, reply).p_yes)
+    out = CACHE / f"engine_{split}.json"
+    CACHE.mkdir(parents=True, exist_ok=True)
+    report = {"prompt": f"groundedness@{version}", "engine": origin, "seconds": round(seconds, 1), "p_yes": values}
+    out.write_text(json.dumps(report))
+    print(f"{split}: {len(asks)} sentences in {seconds:.0f} s on {origin or 'vllm'} -> {out}")
+    return out
+
+
+def engine_cells(split: str, cuts: list[float], graded: str | None, cell: str | None) -> dict[str, Any]:
+    """The whole-context check read by the engine beside the same question read by transformers (the probe's
+    wording): AUC and the verdict's figures at each cut, the least supported sentence deciding."""
+    kept = json.loads((CACHE / f"engine_{split}.json").read_text())
+    data = load_split(split, SYNTHETIC_STRIDE, graded, cell)
+    read: dict[str, list[float | None]] = kept["p_yes"]
+    engine = {item: min((v for v in values if v is not None), default=0.0) for item, values in read.items()}
+    reader = {item: float(v.min()) for item, v in data.answer_p_yes.items()}
+    pairs = [(reader[i], engine[i]) for i in engine if i in reader]
+    outcome = {
+        "split": split,
+        "prompt": kept["prompt"],
+        "engine": kept["engine"],
+        "engine_s": kept["seconds"],
+        "sentences": sum(len(v) for v in read.values()),
+        "unread": sum(v is None for values in read.values() for v in values),
+        "spearman_engine_vs_reader": round(float(spearmanr([a for a, _ in pairs], [b for _, b in pairs])[0]), 3),
+        "auc_correct_vs_false": {"reader": _auc(data, reader), "engine": _auc(data, engine)},
+        "reader": _cells(data, reader, cuts, "p_yes"),
+        "engine_cells": _cells(data, engine, cuts, "engine_p_yes"),
+    }
+    _print_cells(f"{split}, the probe's question read by transformers", outcome["reader"])
+    _print_cells(f"{split}, {kept['prompt']}'s stated_by_context read by the engine", outcome["engine_cells"])
+    print({k: outcome[k] for k in ("spearman_engine_vs_reader", "auc_correct_vs_false", "unread", "engine_s")})
+    return outcome
+
+
 def _print_cells(title: str, cells: dict[str, Any]) -> None:
     print(title + ":")
     print(cells_table(cells))
@@ -380,6 +454,15 @@ def main(argv: list[str] | None = None) -> None:
     states = sub.add_parser("states", help="read and cache hidden states (engine: run under the lock)")
     states.add_argument("--split", required=True, help="dev, test or dev,test (in that order)")
     states.add_argument("--budget-s", type=float, default=780.0, help="stop after this long (resumable)")
+    asked = sub.add_parser("engine", help="the bare check's P(Yes) asked of the judge engine (run under the lock)")
+    asked.add_argument("--split", required=True, choices=("dev", "test"))
+    asked.add_argument("--graded", default="", help="as evaluate's: the kept grading whose items and languages to ask")
+    cells = sub.add_parser("engine-cells", help="the bare check read by the engine beside transformers (no engine)")
+    cells.add_argument("--split", required=True, choices=("dev", "test"))
+    cells.add_argument("--p-yes-cuts", default="0.3,0.35,0.4,0.45,0.5")
+    cells.add_argument("--graded", default="", help="as evaluate's")
+    cells.add_argument("--cell", help="as evaluate's")
+    cells.add_argument("--name", help="the results file's name (default probe_engine_<split>)")
     ev = sub.add_parser("evaluate", help="fit on synthetic claims, apply to the recorded judgements (no engine)")
     ev.add_argument("--p-yes-cuts", default="0.3,0.35,0.4,0.45,0.5", help="dev: the bare P(Yes)'s cuts swept")
     ev.add_argument("--probe-cuts", default="0.02,0.05,0.08,0.1,0.15,0.2,0.3", help="dev: the probe's cuts swept")
@@ -399,6 +482,15 @@ def main(argv: list[str] | None = None) -> None:
     args = parser.parse_args(argv)
     if args.step == "states":
         read_states(args.split.split(","), args.budget_s)
+        return
+    if args.step == "engine":
+        engine_p_yes(args.split, dict(p.split("=", 1) for p in args.graded.split(",") if p).get(args.split))
+        return
+    if args.step == "engine-cells":
+        graded = dict(pair.split("=", 1) for pair in args.graded.split(",") if pair)
+        cuts = [float(c) for c in args.p_yes_cuts.split(",")]
+        outcome = engine_cells(args.split, cuts, graded.get(args.split), args.cell)
+        save(args.name or f"probe_engine_{args.split}", outcome)
         return
     test_cuts = None
     if args.test:
