@@ -32,6 +32,7 @@ from bench.verifier import _figures, _verdict
 from juiz.engines.base import Conversation, GenerationRequest
 from juiz.engines.models import DEFAULT_MODEL
 from juiz.judging.backend import build_engine
+from juiz.judging.judge import context_segments
 from juiz.judging.passages import numbered
 from juiz.judging.sentences import split_sentences
 from juiz.judging.synthetic import NUMBER
@@ -79,7 +80,7 @@ def blanks(triple: Triple) -> list[Blank]:
 
 def conversation(triple: Triple, blank: Blank) -> Conversation:
     lang = "pt" if triple.passthrough().get("lang") == "pt" else "en"
-    context = numbered(segments(triple), range(len(segments(triple))))
+    context = numbered(context_segments(triple.context), range(len(context_segments(triple.context))))
     user = (
         f"<question>\n{triple.question}\n</question>\n<context>\n{context}\n</context>\n"
         f"<sentence>\n{blank.blanked}\n</sentence>\n{ASK[lang]}"
@@ -91,11 +92,6 @@ def category(triple: Triple) -> str:
     return str(triple.passthrough().get("category", "?"))
 
 
-def segments(triple: Triple) -> list[str]:
-    context = triple.context or []
-    return [context] if isinstance(context, str) else [s.text for s in context]
-
-
 def digits(text: str) -> str:
     return re.sub(r"\D", "", text)
 
@@ -103,7 +99,7 @@ def digits(text: str) -> str:
 def disagrees(triple: Triple, blank: Blank, fill: str, *, original_absent: bool) -> bool:
     """Whether the judge filled the blank with a number of the context other than the answer's (and, with
     `original_absent`, only where the answer's number is not in the context)."""
-    context_numbers = {digits(n) for s in segments(triple) for n in NUMBER.findall(s)}
+    context_numbers = {digits(n) for s in context_segments(triple.context) for n in NUMBER.findall(s)}
     filled = [digits(n) for n in NUMBER.findall(fill)]
     if not filled or digits(blank.number) in filled:
         return False
