@@ -423,7 +423,7 @@ def engine_cells(split: str, cuts: list[float], graded: str | None, cell: str | 
     data = load_split(split, SYNTHETIC_STRIDE, graded, cell)
     read: dict[str, list[float | None]] = kept["p_yes"]
     engine = {item: min((v for v in values if v is not None), default=0.0) for item, values in read.items()}
-    reader = {item: float(v.min()) for item, v in data.answer_p_yes.items()}
+    reader = _support(data, None, None)
     pairs = [(reader[i], engine[i]) for i in engine if i in reader]
     outcome = {
         "split": split,
