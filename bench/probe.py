@@ -54,7 +54,7 @@ SEED = 0
 # One passage's claims in every SYNTHETIC_STRIDE: reading states runs at ~50 tokens/s on the 2-core machine, and all
 # of a split's ~95 passages (~1,250 claims, ~90k tokens) would take ~30 min per split.
 SYNTHETIC_STRIDE = 3
-# The prompt version whose whole-context check `engine` asks of the judge engine.
+# The prompt version whose whole-context check `engine` asks of the judge engine (`--version` asks another's).
 ENGINE_VERSION = "checks-9"
 ENGINE_CHECK = "stated_by_context"
 
@@ -218,15 +218,15 @@ def _support(data: Split, probe: Probe | None, layer_index: int | None) -> dict[
     return support
 
 
-def _auc(data: Split, support: dict[str, float]) -> float:
-    wanted = [(j["category"], support[j["id"]]) for j in data.recorded if j["category"] in CORRECT + FALSE]
+def _auc(recorded: list[dict[str, Any]], support: dict[str, float]) -> float:
+    wanted = [(j["category"], support[j["id"]]) for j in recorded if j["category"] in CORRECT + FALSE]
     return round(float(roc_auc_score([c in CORRECT for c, _ in wanted], [s for _, s in wanted])), 3)
 
 
-def _cells(data: Split, support: dict[str, float], cuts: list[float], veto: str) -> dict[str, Any]:
+def _cells(recorded: list[dict[str, Any]], support: dict[str, float], cuts: list[float], veto: str) -> dict[str, Any]:
     graded = [
         j
-        for j in data.recorded
+        for j in recorded
         if all(j["metrics"].get(m, {}).get("score") is not None for m in ("answer_relevance", "groundedness"))
     ]
     cells: dict[str, Any] = {}
@@ -299,10 +299,10 @@ def evaluate(
         probe = fit(dev, "dev", layer_index, with_p_yes, c)
         sweep[_name(layer_index, with_p_yes, c)] = {
             "synthetic_heldout_auc": _synthetic_auc(dev, layer_index, with_p_yes, c),
-            "auc_correct_vs_false": _auc(dev, _support(dev, probe, layer_index)),
+            "auc_correct_vs_false": _auc(dev.recorded, _support(dev, probe, layer_index)),
         }
     rows = [[name, v["synthetic_heldout_auc"], v["auc_correct_vs_false"]] for name, v in sweep.items()]
-    print(f"dev: bare P(Yes), real AUC correct vs false {_auc(dev, bare)}")
+    print(f"dev: bare P(Yes), real AUC correct vs false {_auc(dev.recorded, bare)}")
     print(table(rows, ["dev probe configuration", "synthetic held-out AUC", "real AUC correct vs false"]))
     best = chosen or max(sweep, key=lambda k: sweep[k]["auc_correct_vs_false"])
     layer_index, with_p_yes, c = next(cfg for cfg in configurations(cs) if _name(*cfg) == best)
@@ -318,13 +318,16 @@ def evaluate(
     probe.save(CACHE / "probe-dev.json")  # the artefact (git-ignored: 1,536 weights and a scaler)
     outcome["dev"] = {
         "synthetic_examples": len(dev.train_labels),
-        "p_yes": {"auc_correct_vs_false": _auc(dev, bare), "cells": _cells(dev, bare, cuts[0], "p_yes")},
+        "p_yes": {
+            "auc_correct_vs_false": _auc(dev.recorded, bare),
+            "cells": _cells(dev.recorded, bare, cuts[0], "p_yes"),
+        },
         "probe_sweep": sweep,
         "probe": {
             "chosen": best,
             "version": probe.version,
             "auc_correct_vs_false": sweep[best]["auc_correct_vs_false"],
-            "cells": _cells(dev, _support(dev, probe, layer_index), cuts[1], "probe"),
+            "cells": _cells(dev.recorded, _support(dev, probe, layer_index), cuts[1], "probe"),
         },
     }
     _print_cells("dev, bare P(Yes)", outcome["dev"]["p_yes"]["cells"])
@@ -342,22 +345,22 @@ def evaluate(
             "synthetic_examples": len(test.train_labels),
             "p_yes": {
                 "cut": test_cuts[0],
-                "auc_correct_vs_false": _auc(test, bare),
-                "cells": _cells(test, bare, [test_cuts[0]], "p_yes"),
+                "auc_correct_vs_false": _auc(test.recorded, bare),
+                "cells": _cells(test.recorded, bare, [test_cuts[0]], "p_yes"),
             },
             "probe": {
                 "chosen": best,
                 "cut": test_cuts[1],
                 "version": probe.version,
-                "auc_correct_vs_false": _auc(test, support),
-                "cells": _cells(test, support, [test_cuts[1]], "probe"),
+                "auc_correct_vs_false": _auc(test.recorded, support),
+                "cells": _cells(test.recorded, support, [test_cuts[1]], "probe"),
             },
             "probe_trained_on_dev": {
                 "chosen": best,
                 "cut": test_cuts[1],
                 "version": from_dev.version,
-                "auc_correct_vs_false": _auc(test, support_from_dev),
-                "cells": _cells(test, support_from_dev, [test_cuts[1]], "probe_from_dev"),
+                "auc_correct_vs_false": _auc(test.recorded, support_from_dev),
+                "cells": _cells(test.recorded, support_from_dev, [test_cuts[1]], "probe_from_dev"),
             },
         }
         print(
@@ -408,7 +411,7 @@ def engine_p_yes(split: str, graded: str | None = None, version: str = ENGINE_VE
     values: dict[str, list[float | None]] = defaultdict(list)
     for (item, ask), reply in zip(asks, replies, strict=True):
         values[item].append(read_check(ask, reply).p_yes)
-    out = CACHE / f"engine_{split}.json"
+    out = _engine_cache(split, version)
     CACHE.mkdir(parents=True, exist_ok=True)
     report = {"prompt": f"groundedness@{version}", "engine": origin, "seconds": round(seconds, 1), "p_yes": values}
     out.write_text(json.dumps(report))
@@ -416,30 +419,42 @@ def engine_p_yes(split: str, graded: str | None = None, version: str = ENGINE_VE
     return out
 
 
-def engine_cells(split: str, cuts: list[float], graded: str | None, cell: str | None) -> dict[str, Any]:
-    """The whole-context check read by the engine beside the same question read by transformers (the probe's
-    wording): AUC and the verdict's figures at each cut, the least supported sentence deciding."""
-    kept = json.loads((CACHE / f"engine_{split}.json").read_text())
-    data = load_split(split, SYNTHETIC_STRIDE, graded, cell)
+def _engine_cache(split: str, version: str) -> Path:
+    return CACHE / f"engine_{split}_{version}.json"
+
+
+def engine_cells(
+    split: str, cuts: list[float], graded: str | None, cell: str | None, version: str = ENGINE_VERSION
+) -> dict[str, Any]:
+    """The whole-context check read by the engine: AUC and the verdict's figures at each cut, the least supported
+    sentence deciding; beside the same question read by transformers (the probe's wording) where `states` has read
+    it."""
+    kept = json.loads(_engine_cache(split, version).read_text())
     read: dict[str, list[float | None]] = kept["p_yes"]
     engine = {item: min((v for v in values if v is not None), default=0.0) for item, values in read.items()}
-    reader = _support(data, None, None)
-    pairs = [(reader[i], engine[i]) for i in engine if i in reader]
-    outcome = {
+    recorded = rescored(judgements(split, graded), cell) if cell else judgements(split, graded)
+    outcome: dict[str, Any] = {
         "split": split,
         "prompt": kept["prompt"],
         "engine": kept["engine"],
         "engine_s": kept["seconds"],
         "sentences": sum(len(v) for v in read.values()),
         "unread": sum(v is None for values in read.values() for v in values),
-        "spearman_engine_vs_reader": round(float(spearmanr([a for a, _ in pairs], [b for _, b in pairs])[0]), 3),
-        "auc_correct_vs_false": {"reader": _auc(data, reader), "engine": _auc(data, engine)},
-        "reader": _cells(data, reader, cuts, "p_yes"),
-        "engine_cells": _cells(data, engine, cuts, "engine_p_yes"),
+        "auc_correct_vs_false": {"engine": _auc(recorded, engine)},
     }
-    _print_cells(f"{split}, the probe's question read by transformers", outcome["reader"])
+    if all(_cached(g).exists() for g in answer_groups(split)[0]):
+        data = load_split(split, SYNTHETIC_STRIDE, graded, cell)
+        reader = _support(data, None, None)
+        pairs = [(reader[i], engine[i]) for i in engine if i in reader]
+        outcome["spearman_engine_vs_reader"] = round(
+            float(spearmanr([a for a, _ in pairs], [b for _, b in pairs])[0]), 3
+        )
+        outcome["auc_correct_vs_false"]["reader"] = _auc(recorded, reader)
+        outcome["reader"] = _cells(recorded, reader, cuts, "p_yes")
+        _print_cells(f"{split}, the probe's question read by transformers", outcome["reader"])
+    outcome["engine_cells"] = _cells(recorded, engine, cuts, "engine_p_yes")
     _print_cells(f"{split}, {kept['prompt']}'s stated_by_context read by the engine", outcome["engine_cells"])
-    print({k: outcome[k] for k in ("spearman_engine_vs_reader", "auc_correct_vs_false", "unread", "engine_s")})
+    print({k: outcome.get(k) for k in ("spearman_engine_vs_reader", "auc_correct_vs_false", "unread", "engine_s")})
     return outcome
 
 
@@ -457,12 +472,14 @@ def main(argv: list[str] | None = None) -> None:
     asked = sub.add_parser("engine", help="the bare check's P(Yes) asked of the judge engine (run under the lock)")
     asked.add_argument("--split", required=True, choices=("dev", "test"))
     asked.add_argument("--graded", default="", help="as evaluate's: the kept grading whose items and languages to ask")
+    asked.add_argument("--version", default=ENGINE_VERSION, help="the groundedness prompt whose stated_by_context")
     cells = sub.add_parser("engine-cells", help="the bare check read by the engine beside transformers (no engine)")
     cells.add_argument("--split", required=True, choices=("dev", "test"))
     cells.add_argument("--p-yes-cuts", default="0.3,0.35,0.4,0.45,0.5")
     cells.add_argument("--graded", default="", help="as evaluate's")
     cells.add_argument("--cell", help="as evaluate's")
     cells.add_argument("--name", help="the results file's name (default probe_engine_<split>)")
+    cells.add_argument("--version", default=ENGINE_VERSION, help="as engine's")
     ev = sub.add_parser("evaluate", help="fit on synthetic claims, apply to the recorded judgements (no engine)")
     ev.add_argument("--p-yes-cuts", default="0.3,0.35,0.4,0.45,0.5", help="dev: the bare P(Yes)'s cuts swept")
     ev.add_argument("--probe-cuts", default="0.02,0.05,0.08,0.1,0.15,0.2,0.3", help="dev: the probe's cuts swept")
@@ -484,12 +501,13 @@ def main(argv: list[str] | None = None) -> None:
         read_states(args.split.split(","), args.budget_s)
         return
     if args.step == "engine":
-        engine_p_yes(args.split, dict(p.split("=", 1) for p in args.graded.split(",") if p).get(args.split))
+        graded = dict(pair.split("=", 1) for pair in args.graded.split(",") if pair)
+        engine_p_yes(args.split, graded.get(args.split), args.version)
         return
     if args.step == "engine-cells":
         graded = dict(pair.split("=", 1) for pair in args.graded.split(",") if pair)
         cuts = [float(c) for c in args.p_yes_cuts.split(",")]
-        outcome = engine_cells(args.split, cuts, graded.get(args.split), args.cell)
+        outcome = engine_cells(args.split, cuts, graded.get(args.split), args.cell, args.version)
         save(args.name or f"probe_engine_{args.split}", outcome)
         return
     test_cuts = None
