@@ -62,3 +62,27 @@ def test_an_aggregate_is_for_a_per_sentence_check_and_is_min_or_mean() -> None:
     whole = next(c for c in nine.checks if c.name == "stated_by_context")
     with pytest.raises(prompts.PromptSchemaError, match='aggregate must be "min" or "mean"'):
         prompts._linked((replace(whole, aggregate="max"),), nine.rule, "x")  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("lang", ["en", "pt"])
+def test_checks_10_asks_the_veto_after_answer_relevances_own_item_text(lang: str) -> None:
+    nine, ten = prompts.load("groundedness", "checks-9", lang), prompts.load("groundedness", "checks-10", lang)
+    relevance = prompts.load("answer_relevance", "checks-17", lang)
+    per_passage = [c for c in ten.checks if c.name == "sentence_in_passage"]
+    assert per_passage == [c for c in nine.checks if c.name == "sentence_in_passage"]
+    assert ten.rule is not None and nine.rule is not None and ten.rule.cuts == nine.rule.cuts
+    assert ten.system == relevance.system and ten.user == relevance.user
+    job = CheckJob.plan(0, "groundedness", ten, FIELDS, CONTEXT.split("\n\n"))
+    whole = [a for a in job.asks(None)[0] if a.check.name == "stated_by_context"]
+    assert [a.target for a in whole] == ["They filter about 18 litres a day.", "Most of it is reabsorbed."]
+    item = relevance.render_check(relevance.checks[0], **FIELDS)
+    shared = item[1]["content"][: item[1]["content"].index(relevance.checks[0].question)]
+    for ask in whole:  # answer relevance's system message and item text, then the question, then the one sentence
+        assert ask.check.shares_item_prefix and ask.prefix_key == job.prefix_key
+        assert ask.conversation[0] == item[0] and ask.conversation[1]["content"].startswith(shared)
+        assert (
+            ask.conversation[1]["content"]
+            .rstrip()
+            .endswith(f"{ask.target}\n</{'sentence' if lang == 'en' else 'frase'}>")
+        )
+    assert job.prefix_key == CheckJob.plan(0, "answer_relevance", relevance, FIELDS).prefix_key
