@@ -96,10 +96,13 @@ CELLS = {
     # checks-18: checks-17 with groundedness checks-9 (checks-8 and a veto asked of each sentence beside the whole
     # context, its weakest sentence deciding).
     "checks-18": Cell("checks-18", "fast", {"answer_relevance": "checks-17", "groundedness": "checks-9"}),
+    # checks-19: checks-17 with answer relevance's counted veto on an answer that only restates the question (answer
+    # relevance checks-19, groundedness checks-8).
+    "checks-19": Cell("checks-19", "fast", {"answer_relevance": "checks-19", "groundedness": "checks-8"}),
 }
 # What `make bench` grades: the default judge, the chain-of-thought baseline beside it, and context relevance (fast-v2);
 # the earlier answer-relevance-only cells (cot-v1, fast-v1) and the other check versions are opt-in.
-DEFAULT_CELLS = ("checks-17", "cot-v2", "fast-v2")
+DEFAULT_CELLS = ("checks-19", "cot-v2", "fast-v2")
 
 
 def _judgements_path(split: str, cell: Cell, engine: str = "vllm") -> Path:

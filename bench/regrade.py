@@ -41,11 +41,12 @@ class DifferentConversations(ValueError):
 
 def same_conversations(recorded: prompts.PromptTemplate, target: prompts.PromptTemplate) -> bool:
     """Whether the two versions send the engine the same text: system messages, layouts, reference, each check's
-    wording and worked examples (the rule, cuts, roles and how a check is read may differ)."""
+    wording and worked examples (the rule, cuts, roles and how a check is read may differ; a check counted from the
+    text is sent to no engine)."""
 
     def asked(t: prompts.PromptTemplate) -> tuple[object, ...]:
         checks = tuple((c.name, c.question, c.ask, c.user, c.system, c.examples, c.min_words, c.passages)
-                       for c in t.checks)  # fmt: skip
+                       for c in t.checks if c.ask != "counted")  # fmt: skip
         return (t.system, t.user, t.reference, t.user_reference, t.system_reference, t.reference_max_tokens,
                 t.reply_check, checks)  # fmt: skip
 
@@ -69,7 +70,9 @@ def regraded(judgement: Judgement, cell: Cell) -> Judgement:
         provenance = result.provenance.model_copy(
             update={"prompt": f"{metric}@{version}.{target.lang}", "prompt_sha256": target.sha256}
         )
-        job = CheckJob(item=0, metric=metric, template=target, fields={"answer": judgement.answer})
+        job = CheckJob(
+            item=0, metric=metric, template=target, fields={"question": judgement.question, "answer": judgement.answer}
+        )
         checks = [c.model_copy(update={"words": None}) for c in result.checks]
         metrics[metric] = checks_result(job, checks, result.reference, result.latency_s or 0.0, provenance)
     return judgement.model_copy(update={"metrics": metrics})

@@ -49,7 +49,7 @@ from bench.rule_fit import scores
 from juiz.agreement.labels import DEFAULT_VERDICT, TRIAD_VERDICT
 from juiz.agreement.statistics import compute_agreement, metric_signal, verdict_signal
 from juiz.judging.check_rule import apply_rule, banded
-from juiz.judging.word_overlap import with_word_shares
+from juiz.judging.word_overlap import with_counted
 from schemas import Judgement
 from schemas.judgement import MetricResult, MetricStatus
 from schemas.labels import LabelClass, LabelMapping
@@ -116,7 +116,7 @@ def load(path: Path, reading: Reading) -> Split:
             assert recorded.provenance is not None and recorded.checks is not None, f"{j.id}: {metric} has no checks"
             lang = prompts.parse_prompt_id(recorded.provenance.prompt)[2] or "en"
             template = prompts.load(metric, version, lang)
-            outcome = apply_rule(template, with_word_shares(template, recorded.checks, j.answer))
+            outcome = apply_rule(template, with_counted(template, recorded.checks, j.question, j.answer))
             assert outcome.ok and outcome.strength is not None, f"{j.id}: {key} is not graded: {outcome.error}"
             strength.setdefault(key, []).append(outcome.strength)
             vetoed.setdefault(key, []).append("vetoed:" in outcome.supporting_evidence)

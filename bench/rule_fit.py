@@ -40,7 +40,7 @@ from bench.judge_quality import _spearman
 from bench.labelled import CELLS, CLASSES, labelled_set, read_judgements
 from juiz.agreement.labels import DEFAULT_VERDICT
 from juiz.judging.check_rule import apply_rule
-from juiz.judging.word_overlap import with_word_shares
+from juiz.judging.word_overlap import with_counted
 
 METRICS = ("answer_relevance", "groundedness")
 # The default judge's recorded runs (answer relevance checks-8, groundedness checks-4).
@@ -82,7 +82,7 @@ def rescored(path: Path, cell: str) -> dict[str, Any]:
             assert result.provenance is not None and result.checks is not None, f"{path.name}: {metric} has no checks"
             name, version, lang = prompts.parse_prompt_id(result.provenance.prompt)
             template = prompts.load(name, versions.get(name, version), lang or "en")
-            outcome = apply_rule(template, with_word_shares(template, result.checks, j.answer))
+            outcome = apply_rule(template, with_counted(template, result.checks, j.question, j.answer))
             assert outcome.ok and outcome.strength is not None, f"{path.name}: {j.id}'s {metric} is not graded"
             strengths.append(outcome.strength)
             vetoes.append("vetoed:" in outcome.supporting_evidence)

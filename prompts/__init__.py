@@ -19,19 +19,20 @@ from prompts.neutralise import neutralise
 Mode = Literal["cot", "fast"]
 
 # The version a metric uses when a request names none: check-based prompts where there are (yes/no checks read from
-# token probabilities, see juiz.judging.checks; answer relevance's checks-17 scales its item checks by how many key
+# token probabilities, see juiz.judging.checks; answer relevance's checks-19 scales its item checks by how many key
 # points of the judge's own answer from the context the answer states, each read half from the judge and half from
-# the share of the point's words the answer uses, weighted by whether a complete answer must state them, and vetoes an
-# answer with a sentence that speaks to a grader more than the judge's own points do; its reference and item checks
-# share one system message, so the question and context are computed once, and a check asked of one sentence or point
-# asks before it, so only that sentence or point is new to the engine; groundedness's
-# checks-8 asks each sentence of the answer beside the context segments it is about, in the same layout), else the
-# chain-of-thought juiz-1. Chosen on agreement with the labels at the lowest cost (docs/research/). Completeness
-# (checks-3) reads checks-17's key points the same way as a metric of its own, in the very same conversations, so
-# grading it beside the default answer relevance costs no conversation more; answer relevance checks-15 is checks-14
-# without them (relevance alone). Requested together, the verdict reads the triad (juiz.agreement.labels.TRIAD_VERDICT).
+# the share of the point's words the answer uses, weighted by whether a complete answer must state them; it vetoes an
+# answer with a sentence that speaks to a grader more than the judge's own points do, and one that only restates the
+# question (counted from the words, not asked); its reference and item checks share one system message, so the
+# question and context are computed once, and a check asked of one sentence or point asks before it, so only that
+# sentence or point is new to the engine; groundedness's checks-8 asks each sentence of the answer beside the context
+# segments it is about, in the same layout), else the chain-of-thought juiz-1. Chosen on agreement with the labels at
+# the lowest cost (docs/research/). Completeness (checks-3) reads checks-19's key points the same way as a metric of
+# its own, in the very same conversations, so grading it beside the default answer relevance costs no conversation
+# more; answer relevance checks-15 is checks-14 without them (relevance alone; checks-20 with the restatement veto).
+# Requested together, the verdict reads the triad (juiz.agreement.labels.TRIAD_VERDICT).
 DEFAULT_VERSIONS = {
-    "answer_relevance": "checks-17",
+    "answer_relevance": "checks-19",
     "groundedness": "checks-8",
     "context_relevance": "juiz-1",
     "completeness": "checks-3",
@@ -49,7 +50,9 @@ class PromptSchemaError(ValueError):
     """A prompt file whose contents are not a prompt: the message names the file and the key."""
 
 
-CheckAsk = Literal["once", "per_sentence", "with_reference", "per_point"]
+CheckAsk = Literal["once", "per_sentence", "with_reference", "per_point", "counted"]
+# Checks asked of no engine: counted from the item's own text (juiz.judging.word_overlap), by name.
+COUNTED_CHECKS = ("adds_to_question",)
 CheckRole = Literal["veto", "core", "scale", "info"]
 YesMeans = Literal["good", "bad"]
 
@@ -81,7 +84,9 @@ class CheckSpec:
     judge's P(yes): the two read the same thing with different errors (the small judge misses a point a dense answer
     states; the words miss a paraphrase). `aggregate`: for a per-sentence check, how its sentences combine ("min": the
     weakest decides, as a veto that one bad sentence sinks; "mean"), where it differs from the rule's
-    `sentence_aggregate`."""
+    `sentence_aggregate`. A check asked `counted` is no conversation: its yes/no is counted from the item's text, by
+    its name (COUNTED_CHECKS; juiz.judging.word_overlap), e.g. whether the answer says more than the question's own
+    words."""
 
     name: str
     question: str
@@ -318,6 +323,10 @@ def _linked(checks: tuple[CheckSpec, ...], rule: CheckRule, where: str) -> tuple
     if rule.baseline_margin <= 0 and (read := [c.name for c in checks if c.baseline]):
         raise PromptSchemaError(f"{where}: {', '.join(read)} has a baseline: the rule needs a baseline_margin > 0")
     for check in checks:
+        if check.ask == "counted" and check.name not in COUNTED_CHECKS:
+            raise PromptSchemaError(
+                f"{where}: {check.name} is asked counted, but only {', '.join(COUNTED_CHECKS)} can be counted"
+            )
         for key, asked, other in (
             ("baseline", "per_sentence", check.baseline),
             ("weighted_by", "per_point", check.weighted_by),

@@ -101,7 +101,8 @@ class CheckResult(BaseModel):
     `p_yes` is P(yes) / (P(yes) + P(no)) at the reply's first token, over the single-token spellings of yes and no in
     English and Portuguese; `mass` is P(yes) + P(no), how much of the judge's probability the two answers held. Most
     checks are asked so that yes means good; `yes_means` "bad" marks one asked the other way round, whose `value` (how
-    good the answer is by this check) is then 1 − p_yes."""
+    good the answer is by this check) is then 1 − p_yes. A check the prompt counts from the item's text instead of
+    asking (e.g. whether the answer says more than the question's words) has p_yes 1 or 0 and mass 1."""
 
     name: str = Field(description="The check's name in its prompt file, e.g. attempts_answer.")
     question: str = Field(description="The question asked, as the prompt file words it (before filling in).")

@@ -86,7 +86,7 @@ def _read(results: Sequence[CheckResult], name: str) -> list[CheckResult]:
 
 def read_value(spec: prompts.CheckSpec, result: CheckResult) -> float:
     """One read check's value as the rule uses it: for a check with a `words_weight`, its value blended with the
-    share of the point's words the answer uses (juiz.judging.word_overlap.with_word_shares counts it into the result
+    share of the point's words the answer uses (juiz.judging.word_overlap.with_counted counts it into the result
     before the rule is applied); a point with no word to count is read by the judge alone."""
     assert result.value is not None
     if spec.words_weight is None or result.words is None:

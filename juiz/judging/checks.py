@@ -153,6 +153,8 @@ class CheckJob:
         unasked: list[CheckResult] = []
         for check in self.checks:
             key = self._prefix_key(check)
+            if check.ask == "counted":  # counted from the text when the result is read, never asked
+                continue
             if check.ask == "per_sentence":
                 for sentence in self._sentences_for(check):
                     shown = dict(self.fields, sentence=sentence)

@@ -15,7 +15,7 @@ from juiz.judging.checks import CheckJob
 from juiz.judging.explain import explain
 from juiz.judging.parsing import expected_score, parse_reply
 from juiz.judging.samples import combine_samples
-from juiz.judging.word_overlap import with_word_shares
+from juiz.judging.word_overlap import with_counted
 from schemas import Provenance
 from schemas.judgement import CheckResult, CheckStatus, MetricResult, MetricStatus
 
@@ -62,8 +62,8 @@ def checks_result(
     job: CheckJob, checks: list[CheckResult], reference: str | None, latency_s: float, provenance: Provenance
 ) -> MetricResult:
     """A check-based metric's result: the rule's grade (juiz.judging.check_rule), the checks (with the answer's word
-    shares where the prompt reads them), the reference."""
-    checks = with_word_shares(job.template, checks, job.fields["answer"])
+    shares where the prompt reads them, and the checks it counts from the text), the reference."""
+    checks = with_counted(job.template, checks, job.fields["question"], job.fields["answer"])
     common: dict[str, Any] = {
         "latency_s": latency_s,
         "provenance": provenance,
@@ -72,7 +72,9 @@ def checks_result(
     }
     # Failed (not a parse error) when the engine failed every check the score is made of; info checks may still have
     # been read, e.g. checks-8's per-point checks, which hold the question and reference points but not the answer.
-    scored = [c for c in checks if c.role != "info"]
+    # A check counted from the text never fails, so it doesn't count here.
+    counted = {spec.name for spec in job.template.checks if spec.ask == "counted"}
+    scored = [c for c in checks if c.role != "info" and c.name not in counted]
     if scored and all(c.status is CheckStatus.FAILED for c in scored):
         errors = dict.fromkeys(c.error for c in scored if c.error)
         return MetricResult(status=MetricStatus.FAILED, error="; ".join(e for e in errors if e)[:500], **common)

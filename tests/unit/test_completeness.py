@@ -157,7 +157,7 @@ def test_the_default_completeness_beside_the_default_answer_relevance_sends_no_c
     assert complete.provenance is not None and complete.provenance.prompt == "completeness@checks-3.en"
 
 
-@pytest.mark.parametrize("version", ["checks-9", "checks-15"])
+@pytest.mark.parametrize("version", ["checks-9", "checks-15", "checks-20"])
 def test_relevance_alone_is_selectable_and_not_the_default(version: str) -> None:
-    assert prompts.DEFAULT_VERSIONS["answer_relevance"] == "checks-17"
+    assert prompts.DEFAULT_VERSIONS["answer_relevance"] == "checks-19"
     assert prompts.load("answer_relevance", version, "pt").rule == prompts.load("answer_relevance", version, "en").rule

@@ -19,7 +19,7 @@ def test_every_version_exists_in_both_languages() -> None:
         for lang in prompts.LANGUAGES:
             assert f"answer_relevance@{version}.{lang}" in ids
     assert prompts.DEFAULT_VERSIONS == {
-        "answer_relevance": "checks-17",
+        "answer_relevance": "checks-19",
         "groundedness": "checks-8",
         "context_relevance": "juiz-1",  # no check-based prompt for it
         "completeness": "checks-3",  # graded only when requested
@@ -134,9 +134,9 @@ def test_language_detection(text: str, lang: str) -> None:
 
 
 def test_prompt_selection_auto_language_and_explicit_id() -> None:
-    assert select_prompt(BatchOptions(), "Qual é a capital de Portugal?").id == "answer_relevance@checks-17.pt"
-    assert select_prompt(BatchOptions(), "What is the capital of Portugal?").id == "answer_relevance@checks-17.en"
-    assert select_prompt(BatchOptions(lang="pt"), "What?").id == "answer_relevance@checks-17.pt"
+    assert select_prompt(BatchOptions(), "Qual é a capital de Portugal?").id == "answer_relevance@checks-19.pt"
+    assert select_prompt(BatchOptions(), "What is the capital of Portugal?").id == "answer_relevance@checks-19.en"
+    assert select_prompt(BatchOptions(lang="pt"), "What?").id == "answer_relevance@checks-19.pt"
     chosen = select_prompt(BatchOptions(prompt="answer_relevance@trulens-1"), "Qual é?")
     assert chosen.id == "answer_relevance@trulens-1.pt"
     pinned = select_prompt(BatchOptions(prompt="answer_relevance@trulens-1.en"), "Qual é?")

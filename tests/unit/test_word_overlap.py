@@ -15,7 +15,7 @@ from juiz.engines.fake import FakeEngine
 from juiz.judging.check_rule import apply_rule, check_values
 from juiz.judging.checks import CheckJob
 from juiz.judging.judge import Judge
-from juiz.judging.word_overlap import content_words, share, with_word_shares
+from juiz.judging.word_overlap import content_words, share, with_counted
 from schemas import BatchOptions, Triple
 from schemas.judgement import CheckResult, CheckStatus, MetricStatus
 
@@ -49,9 +49,9 @@ def test_only_checks_with_a_words_weight_get_word_shares() -> None:
     seventeen = prompts.load("answer_relevance", "checks-17", "en")
     fourteen = prompts.load("answer_relevance", "checks-14", "en")
     results = [covers(0.2, "Paris is the capital of France")]
-    [counted] = with_word_shares(seventeen, results, "Paris is France's capital.")
+    [counted] = with_counted(seventeen, results, "What is the capital of France?", "Paris is France's capital.")
     assert counted.words == 1.0
-    [untouched] = with_word_shares(fourteen, results, "Paris is France's capital.")
+    [untouched] = with_counted(fourteen, results, "What is the capital of France?", "Paris is France's capital.")
     assert untouched.words is None
 
 
