@@ -3,10 +3,11 @@
 Issue #37's target: answer relevance alone, against relevance-only judgements (correct and partial answers address
 the question; off-topic, refusals, word salad, rubric quotes and injected or hostile answers do not; false answers are
 left out, as in bench.relevance_split), reaches ROC AUC >= 0.9 and balanced accuracy >= 0.85 at its own cut on test.
-The same recorded checks are read four ways:
+The same recorded checks are read six ways:
 
-- `checks-17`, today's answer relevance (relevance times how many key points of the judge's own answer it states),
-  at its released cut for score 2;
+- `checks-17`, the answer relevance before checks-19 (relevance times how many key points of the judge's own answer it
+  states), and `checks-19`, today's (checks-17 with a veto counted from the words on an answer that only restates the
+  question), each at its released cut for score 2;
 - `checks-15`, relevance alone (checks-14's conversations without the key points), cut for score 2 refitted on dev;
 - `checks-18`, checks-15's conversations word for word, the grader-flag veto (sentence_to_grader against the judge's
   own points) read with a baseline margin of 0.20 instead of 0.12: a sentence a little more "grader-directed" than
@@ -15,7 +16,8 @@ The same recorded checks are read four ways:
 - `checks-18 + covers max`, a research reading that is no prompt version: checks-18's three item checks and, as a
   fourth core value, the judge's P(yes) that the answer states its best-stated key point (the maximum of covers over
   the judge's own points, recorded in the same checks-14 conversations): an answer that addresses the question states
-  at least one thing the judge would say, a partial answer as much as a complete one (the mean would be completeness).
+  at least one thing the judge would say, a partial answer as much as a complete one (the mean would be completeness);
+- `checks-20`, checks-15 with checks-19's counted veto on restating the question, cut for score 2 refitted on dev.
 
 Each cut for score 2 is fitted on the dev grading by balanced accuracy (the middle of the best run on the grid, as
 bench.relevance_split fits it) and read by 5-fold cross-validation by topic on dev; a second dev grading (another
@@ -46,7 +48,7 @@ from bench.judge_quality import _auc
 from bench.labelled import read_judgements
 from bench.relevance_split import FOLDS, JUDGEMENTS, NOT_RELEVANT, RELEVANT
 from juiz.judging.check_rule import apply_rule, banded, check_values, veto_values
-from juiz.judging.word_overlap import with_word_shares
+from juiz.judging.word_overlap import with_counted
 from schemas.judgement import CheckResult, CheckStatus
 
 DEV = JUDGEMENTS / "dev_checks-13.jsonl.gz"
@@ -54,8 +56,15 @@ DEV_OTHER = JUDGEMENTS / "dev_checks-14_llamacpp.jsonl.gz"
 TESTS = (JUDGEMENTS / "test_checks-14.jsonl.gz", JUDGEMENTS / "test_checks-14_llamacpp.jsonl.gz")
 COVERS_MAX = "checks-18 + covers max"
 # reading → the prompt version whose rule reads it (the research reading adds covers to checks-18's)
-READINGS = {"checks-17": "checks-17", "checks-15": "checks-15", "checks-18": "checks-18", COVERS_MAX: "checks-18"}
-RELEASED_CUT = {"checks-17"}  # read at its released cut (today's default); the others' cut is fitted on dev
+READINGS = {
+    "checks-17": "checks-17",
+    "checks-19": "checks-19",
+    "checks-15": "checks-15",
+    "checks-18": "checks-18",
+    COVERS_MAX: "checks-18",
+    "checks-20": "checks-20",
+}
+RELEASED_CUT = {"checks-17", "checks-19"}  # read at their released cuts; the others' cut is fitted on dev
 ITEM_CHECKS = ("answers_question", "attempts_answer", "specific", "only_answer", "sentence_to_grader")
 
 
@@ -106,7 +115,7 @@ def load(path: Path) -> Graded:
         lang = prompts.parse_prompt_id(recorded.provenance.prompt)[2] or "en"
         for reading, version in READINGS.items():
             template = prompts.load("answer_relevance", version, lang)
-            checks = with_word_shares(template, recorded.checks, j.answer)
+            checks = with_counted(template, recorded.checks, j.question, j.answer)
             outcome = apply_rule(template, checks)
             assert outcome.ok and outcome.strength is not None, f"{j.id}: {reading}: {outcome.error}"
             if reading == COVERS_MAX:
@@ -205,7 +214,8 @@ def errors(g: Graded, reading: str, cut: float) -> list[dict[str, Any]]:
 
 
 def released_or_fitted(dev: Graded, reading: str, rows: np.ndarray) -> float:
-    """checks-17's released cut for score 2 (today's default), else the cut fitted on these dev rows."""
+    """A released cut for score 2 (checks-17, checks-19: the default before and now), else the cut fitted on these dev
+    rows."""
     if reading in RELEASED_CUT:
         rule = prompts.load("answer_relevance", READINGS[reading], "en").rule
         assert rule is not None
@@ -239,7 +249,7 @@ def main(argv: list[str] | None = None) -> int:
     for path in args.test:
         test = load(path)
         report["splits"][path.name] = {r: figures(test, r, cuts[r]) for r in READINGS}
-    print("cuts for score 2 (checks-17 released, the others fitted on dev):", cuts)
+    print("cuts for score 2 (checks-17 and checks-19 released, the others fitted on dev):", cuts)
     print("dev, 5-fold by topic, balanced accuracy:", report["dev_cross_validated_balanced_accuracy"])
     print("dev (other engine), 5-fold by topic:", report["dev_other_cross_validated_balanced_accuracy"])
     rows = [
