@@ -312,6 +312,15 @@ def judge_quality_table(data: dict[str, Any]) -> str:
 # `make bench`'s cells on test, and the dev runs that chose the default.
 QUALITY = (
     (
+        "regrade_test_checks-19",
+        "The default judge (checks-19: checks-17 and a counted veto on restating the question) on the labelled test "
+        "split, beside checks-17: the same conversations, read from checks-14's kept grading (vLLM bf16, Zen 4) by "
+        "`bench.regrade`",
+    ),
+    ("regrade_test_checks-19_llamacpp", "The same on llama.cpp's kept test grading (Q4_K_M, Sapphire Rapids)"),
+    ("regrade_dev_checks-19", "Dev split: checks-19 beside checks-17 (checks-13's kept grading, vLLM bf16)"),
+    ("regrade_dev_checks-19_llamacpp", "Dev split on llama.cpp: checks-19 beside checks-17 (plain weights, Zen 4)"),
+    (
         "judge_quality_test_checks-17_checks-14",
         "The default judge (checks-17) and checks-14 graded side by side on the labelled test split (vLLM bf16)",
     ),
@@ -428,6 +437,12 @@ PERFORMANCE = (
     "probe_engine_dev",
     "probe_engine_test",
     "probe_engine_test_llamacpp",
+    "probe_engine_dev_checks-9_vllm",
+    "probe_engine_dev_checks-10",
+    "probe_engine_dev_checks-11",
+    "probe_engine_test_checks-9_vllm_on_checks-14",
+    "probe_engine_test_checks-9_vllm_on_checks-14_llamacpp",
+    "relevance_alone",
     "cloze_dev",
     "probe_checks-14",
     "probe_dev_checks-14",
