@@ -419,6 +419,80 @@ def engine_p_yes(split: str, graded: str | None = None, version: str = ENGINE_VE
     return out
 
 
+def engine_points(split: str, graded: str | None = None, version: str = ENGINE_VERSION) -> Path:
+    """The same whole-context check asked of the judge's own reference points (the kept grading's answer relevance
+    reference, one per question), as a baseline for the answer's sentences: what this judge says of statements the
+    context does make, on the same context. Per item, each point's P(yes), kept under CACHE."""
+    from juiz.judging.backend import build_engine
+    from juiz.judging.checks import CHECK_REQUEST, Ask, read_check, reference_points
+    from juiz.judging.judge import context_segments, shown_context
+    from juiz.runtime.settings import Settings
+    from schemas import BatchOptions
+
+    budget = BatchOptions().context_chars
+    unique: dict[str, int] = {}
+    conversations: list[Ask] = []
+    asked: dict[str, list[int]] = {}
+    for row in judgements(split, graded):
+        triple = Triple.model_validate(row)
+        segments = context_segments(triple.context)
+        reference = row["metrics"]["answer_relevance"].get("reference")
+        if not segments or not reference:
+            continue
+        recorded = row["metrics"]["groundedness"]["provenance"]["prompt"]
+        template = prompts.load("groundedness", version, prompts.parse_prompt_id(recorded)[2] or "en")
+        check = next(c for c in template.checks if c.name == ENGINE_CHECK)
+        context = shown_context(triple, segments, budget)
+        asked[triple.id] = []
+        for point in reference_points(reference):
+            fields = {"question": triple.question, "answer": triple.answer, "context": context, "sentence": point}
+            conversation = template.render_check(check, **fields)
+            key = json.dumps(conversation, ensure_ascii=False)
+            if key not in unique:
+                unique[key] = len(conversations)
+                conversations.append(Ask(check, point, conversation, ()))
+            asked[triple.id].append(unique[key])
+    engine = build_engine(Settings.from_env(None, model=DEFAULT_MODEL), say=print)
+    try:
+        began = time.perf_counter()
+        replies = engine.generate([a.conversation for a in conversations], CHECK_REQUEST)
+        seconds = time.perf_counter() - began
+        origin = dict(engine.origin)
+    finally:
+        engine.close()
+    p_yes = [read_check(ask, reply).p_yes for ask, reply in zip(conversations, replies, strict=True)]
+    values = {item: [p_yes[k] for k in ks] for item, ks in asked.items()}
+    out = CACHE / f"engine_points_{split}_{version}.json"
+    report = {"prompt": f"groundedness@{version}", "engine": origin, "seconds": round(seconds, 1), "p_yes": values}
+    out.write_text(json.dumps(report))
+    print(f"{split}: {len(conversations)} reference points in {seconds:.0f} s on {origin or 'vllm'} -> {out}")
+    return out
+
+
+def baseline_cells(
+    split: str, margins: list[float], graded: str | None, cell: str | None, version: str = ENGINE_VERSION
+) -> dict[str, Any]:
+    """The whole-context veto read against its baseline: an item is vetoed when its weakest sentence reads more than
+    a margin below its weakest reference point (the rule's `baseline` reading), beside the plain cut's reading."""
+    sentences = json.loads(_engine_cache(split, version).read_text())
+    points = json.loads((CACHE / f"engine_points_{split}_{version}.json").read_text())
+    recorded = rescored(judgements(split, graded), cell) if cell else judgements(split, graded)
+    weakest = {i: min((v for v in vs if v is not None), default=0.0) for i, vs in sentences["p_yes"].items()}
+    base = {i: min(v for v in vs if v is not None) for i, vs in points["p_yes"].items() if any(vs)}
+    below = {i: weakest[i] - base[i] for i in weakest if i in base}
+    outcome = {
+        "split": split,
+        "prompt": sentences["prompt"],
+        "engine": sentences["engine"],
+        "engine_s": {"sentences": sentences["seconds"], "points": points["seconds"]},
+        "auc_correct_vs_false": {"plain": _auc(recorded, weakest), "against_baseline": _auc(recorded, below)},
+        "cells": _cells(recorded, below, [-m for m in margins], "sentence_minus_point"),
+    }
+    _print_cells(f"{split}, {sentences['prompt']}'s stated_by_context against the reference points", outcome["cells"])
+    print(outcome["auc_correct_vs_false"])
+    return outcome
+
+
 def _engine_cache(split: str, version: str) -> Path:
     return CACHE / f"engine_{split}_{version}.json"
 
@@ -463,6 +537,21 @@ def _print_cells(title: str, cells: dict[str, Any]) -> None:
     print(cells_table(cells))
 
 
+def _engine_arguments(parser: argparse.ArgumentParser, results: str | None = None) -> None:
+    """The arguments of the steps that ask (or read) the whole-context check of the engine; `results`: the default
+    results file of a step that writes one."""
+    parser.add_argument("--split", required=True, choices=("dev", "test"))
+    parser.add_argument("--graded", default="", help="as evaluate's: the kept grading whose items and languages to ask")
+    parser.add_argument("--version", default=ENGINE_VERSION, help="the groundedness prompt whose stated_by_context")
+    if results is not None:
+        parser.add_argument("--cell", help="as evaluate's")
+        parser.add_argument("--name", help=f"the results file's name (default {results})")
+
+
+def _graded(text: str) -> dict[str, str]:
+    return dict(pair.split("=", 1) for pair in text.split(",") if pair)
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     sub = parser.add_subparsers(dest="step", required=True)
@@ -470,16 +559,15 @@ def main(argv: list[str] | None = None) -> None:
     states.add_argument("--split", required=True, help="dev, test or dev,test (in that order)")
     states.add_argument("--budget-s", type=float, default=780.0, help="stop after this long (resumable)")
     asked = sub.add_parser("engine", help="the bare check's P(Yes) asked of the judge engine (run under the lock)")
-    asked.add_argument("--split", required=True, choices=("dev", "test"))
-    asked.add_argument("--graded", default="", help="as evaluate's: the kept grading whose items and languages to ask")
-    asked.add_argument("--version", default=ENGINE_VERSION, help="the groundedness prompt whose stated_by_context")
+    _engine_arguments(asked)
     cells = sub.add_parser("engine-cells", help="the bare check read by the engine beside transformers (no engine)")
-    cells.add_argument("--split", required=True, choices=("dev", "test"))
+    _engine_arguments(cells, results="probe_engine_<split>")
     cells.add_argument("--p-yes-cuts", default="0.3,0.35,0.4,0.45,0.5")
-    cells.add_argument("--graded", default="", help="as evaluate's")
-    cells.add_argument("--cell", help="as evaluate's")
-    cells.add_argument("--name", help="the results file's name (default probe_engine_<split>)")
-    cells.add_argument("--version", default=ENGINE_VERSION, help="as engine's")
+    points = sub.add_parser("engine-points", help="the same check asked of the judge's reference points (engine)")
+    _engine_arguments(points)
+    against = sub.add_parser("baseline-cells", help="the veto read against the reference points (no engine)")
+    _engine_arguments(against, results="probe_baseline_<split>")
+    against.add_argument("--margins", default="0,0.1,0.2,0.3,0.4")
     ev = sub.add_parser("evaluate", help="fit on synthetic claims, apply to the recorded judgements (no engine)")
     ev.add_argument("--p-yes-cuts", default="0.3,0.35,0.4,0.45,0.5", help="dev: the bare P(Yes)'s cuts swept")
     ev.add_argument("--probe-cuts", default="0.02,0.05,0.08,0.1,0.15,0.2,0.3", help="dev: the probe's cuts swept")
@@ -501,13 +589,19 @@ def main(argv: list[str] | None = None) -> None:
         read_states(args.split.split(","), args.budget_s)
         return
     if args.step == "engine":
-        graded = dict(pair.split("=", 1) for pair in args.graded.split(",") if pair)
-        engine_p_yes(args.split, graded.get(args.split), args.version)
+        engine_p_yes(args.split, _graded(args.graded).get(args.split), args.version)
+        return
+    if args.step == "engine-points":
+        engine_points(args.split, _graded(args.graded).get(args.split), args.version)
+        return
+    if args.step == "baseline-cells":
+        margins = [float(m) for m in args.margins.split(",")]
+        outcome = baseline_cells(args.split, margins, _graded(args.graded).get(args.split), args.cell, args.version)
+        save(args.name or f"probe_baseline_{args.split}", outcome)
         return
     if args.step == "engine-cells":
-        graded = dict(pair.split("=", 1) for pair in args.graded.split(",") if pair)
         cuts = [float(c) for c in args.p_yes_cuts.split(",")]
-        outcome = engine_cells(args.split, cuts, graded.get(args.split), args.cell, args.version)
+        outcome = engine_cells(args.split, cuts, _graded(args.graded).get(args.split), args.cell, args.version)
         save(args.name or f"probe_engine_{args.split}", outcome)
         return
     test_cuts = None
@@ -520,7 +614,7 @@ def main(argv: list[str] | None = None) -> None:
         args.chosen,
         test_cuts,
         args.stride,
-        dict(pair.split("=", 1) for pair in args.graded.split(",") if pair),
+        _graded(args.graded),
         args.cell,
         args.name,
     )
