@@ -43,8 +43,21 @@ GOOD: dict[str, tuple[str, str]] = {
         "has every sentence stated by the context passages it is about",
         "tem cada frase afirmada pelos trechos do contexto de que trata",
     ),
+    "adds_to_question": (
+        "says more than the question's own words",
+        "diz mais que as próprias palavras da pergunta",
+    ),
     "supported": ("is supported by the context", "é apoiada pelo contexto"),
     "correct": ("is correct according to the context", "está correta segundo o contexto"),
+}
+
+# What failing a check counted from the text means (prompts.COUNTED_CHECKS): (English, Portuguese), read as "the
+# answer …" / "a resposta …".
+FAILS: dict[str, tuple[str, str]] = {
+    "adds_to_question": (
+        "only restates the question: most of its words are the question's, said again",
+        "só repete a pergunta: a maioria de suas palavras é da pergunta, dita de novo",
+    ),
 }
 
 TEXT = {
@@ -57,6 +70,8 @@ TEXT = {
         "vetoed": "Graded 0: the judge doubts that the answer {what}, which sinks it on its own.",
         "vetoed_sentence": ' The sentence that decided it: "{target}".',
         "vetoed_baseline": " It reads more like text for a grader than the points the judge itself wrote do.",
+        "vetoed_counted": "Graded 0: counted from its words, the answer {fails}, which sinks it on its own.",
+        "counted": " Whether it {what} is counted from its words, not asked.",
         "doubts": "The judge doubts that it {what}.",
         "passes": "The judge finds that it {what}.",
         "points": 'It states about {share}% of the key points the context gives; the one it states least: "{target}".',
@@ -72,6 +87,8 @@ TEXT = {
         "vetoed": "Nota 0: o juiz duvida que a resposta {what}, o que a derruba sozinho.",
         "vetoed_sentence": ' A frase que decidiu: "{target}".',
         "vetoed_baseline": " Ela parece mais texto para um avaliador do que os pontos que o próprio juiz escreveu.",
+        "vetoed_counted": "Nota 0: contado nas palavras, a resposta {fails}, o que a derruba sozinho.",
+        "counted": " Se ela {what} é contado nas palavras, não perguntado.",
         "doubts": "O juiz duvida que ela {what}.",
         "passes": "O juiz considera que ela {what}.",
         "points": 'Ela afirma cerca de {share}% dos pontos-chave que o contexto dá; o que menos afirma: "{target}".',
@@ -121,7 +138,10 @@ def explain(template: prompts.PromptTemplate, results: Sequence[CheckResult], ou
     lang = _lang(template)
     text = TEXT[lang]
     scored = [c for c in template.checks if c.role != "info"]
-    criteria = text["criteria"].format(checks="; ".join(_good(c, lang) for c in scored))
+    asked = [c for c in scored if c.ask != "counted"]
+    criteria = text["criteria"].format(checks="; ".join(_good(c, lang) for c in asked))
+    for counted in (c for c in scored if c.ask == "counted"):
+        criteria += text["counted"].format(what=_good(counted, lang))
     vetoes = [c for c in scored if c.role == "veto"]
     if vetoes:
         criteria += text["vetoes"].format(vetoes=text["or"].join(f"“{_good(c, lang)}”" for c in vetoes))
@@ -134,7 +154,10 @@ def explain(template: prompts.PromptTemplate, results: Sequence[CheckResult], ou
     vetoed_by = [name for name, value in veto_values(template, values).items() if value < rule.veto_below]
     if vetoed_by:
         spec = specs[vetoed_by[0]]
-        evidence.append(text["vetoed"].format(what=_good(spec, lang)))
+        if spec.ask == "counted":
+            evidence.append(text["vetoed_counted"].format(fails=FAILS[spec.name][0 if lang == "en" else 1]))
+        else:
+            evidence.append(text["vetoed"].format(what=_good(spec, lang)))
         if spec.ask == "per_sentence" and (weakest := _weakest(spec, results)) is not None:
             evidence.append(text["vetoed_sentence"].format(target=_quote(weakest.target)).strip())
         if spec.baseline is not None and baseline_gap(template, results, spec) is not None:

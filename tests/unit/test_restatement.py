@@ -11,6 +11,7 @@ import prompts
 from bench.regrade import same_conversations
 from juiz.judging.check_rule import apply_rule
 from juiz.judging.checks import CheckJob
+from juiz.judging.explain import explain
 from juiz.judging.word_overlap import restates_question, with_counted
 from schemas.judgement import CheckResult
 
@@ -90,3 +91,21 @@ def test_only_a_known_check_can_be_counted() -> None:
     unknown = replace(next(c for c in nineteen.checks if c.ask == "counted"), name="sounds_right")
     with pytest.raises(prompts.PromptSchemaError, match="only adds_to_question can be counted"):
         prompts._linked((*nineteen.checks, unknown), nineteen.rule, "x")
+
+
+@pytest.mark.parametrize(
+    ("lang", "question", "answer", "said"),
+    [
+        ("en", QUESTION, CIRCLES, "counted from its words, the answer only restates the question"),
+        ("pt", "Por que o café tira o sono?", "O café tira o sono porque o café tira o sono, e o sono some com o café.",
+         "contado nas palavras, a resposta só repete a pergunta"),
+    ],
+)  # fmt: skip
+def test_the_explanation_says_the_restatement_was_counted_not_judged(
+    lang: str, question: str, answer: str, said: str
+) -> None:
+    nineteen = prompts.load("answer_relevance", "checks-19", lang)
+    results = _read(nineteen, question, answer)
+    told = explain(nineteen, results, apply_rule(nineteen, results))
+    assert said in told.supporting_evidence and "adds_to_question" not in told.supporting_evidence
+    assert ("not asked" if lang == "en" else "não perguntado") in told.criteria
