@@ -224,7 +224,9 @@ Keys every file has: `metric`, `version`, `lang`, `description`, `system` and `u
   two modes; the reply is `Criteria: … Supporting Evidence: … Score: N`, enforced by structured outputs.
 - **Check-based prompts** (`kind = "checks"`): `reply_check`; `[[checks]]` tables, each with `name`, `question`,
   optional `role` (`veto`, `scale`, `info`: recorded, not scored), `ask` (`per_sentence`, `per_point`,
-  `with_reference`; the whole item when absent),
+  `with_reference`, or `counted`: no conversation, the yes/no counted from the item's text by a check of that name,
+  e.g. `adds_to_question`; the whole item when absent), `user` and `system` (the check's own layout and system
+  message), `min_words`, `passages`, `aggregate`, `words_weight`,
   `yes_means` (`good` or `bad`), `baseline`, `weighted_by` and `[[checks.examples]]` (worked examples shown before
   the question); optional `system_reference`, `user_reference`, `reference` and `reference_max_tokens` (the key
   points the judge lists first); and one `[rule]` table turning the checks into 0–3: `version`, `veto_below`,
@@ -440,6 +442,7 @@ PERFORMANCE = (
     "probe_engine_dev_checks-9_vllm",
     "probe_engine_dev_checks-10",
     "probe_engine_dev_checks-11",
+    "probe_baseline_dev_checks-9",
     "probe_engine_test_checks-9_vllm_on_checks-14",
     "probe_engine_test_checks-9_vllm_on_checks-14_llamacpp",
     "relevance_alone",
