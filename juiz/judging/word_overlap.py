@@ -81,17 +81,18 @@ def with_counted(
     """The results, each read point of a check with a `words_weight` carrying its `words` share of the answer (None
     for a point with no word to count), and a result for each check the prompt counts from the text instead of asking
     (`ask = "counted"`: yes is 1, no is 0), counted afresh."""
-    counted = {c.name for c in template.checks if c.words_weight is not None}
-    tallied = [c for c in template.checks if c.ask == "counted"]
+    read_by_words = {c.name for c in template.checks if c.words_weight is not None}
+    counted = [c for c in template.checks if c.ask == "counted"]
+    recounted = {c.name for c in counted}
     out = []
     for r in results:
-        if r.name in {c.name for c in tallied}:
+        if r.name in recounted:
             continue
-        if r.name in counted and r.status is CheckStatus.OK and r.target is not None:
+        if r.name in read_by_words and r.status is CheckStatus.OK and r.target is not None:
             words = share(r.target, answer)
             r = r.model_copy(update={"words": None if words is None else round(words, 6)})
         out.append(r)
-    for check in tallied:
+    for check in counted:
         yes = COUNTERS[check.name](question, answer)
         out.append(
             CheckResult(

@@ -12,7 +12,7 @@ from bench.regrade import same_conversations
 from juiz.judging.check_rule import apply_rule
 from juiz.judging.checks import CheckJob
 from juiz.judging.explain import explain
-from juiz.judging.word_overlap import restates_question, with_counted
+from juiz.judging.word_overlap import COUNTERS, restates_question, with_counted
 from schemas.judgement import CheckResult
 
 QUESTION = "How do vaccines train the immune system?"
@@ -86,6 +86,7 @@ def test_the_restatement_veto_sinks_an_answer_that_circles_the_question_and_only
 
 
 def test_only_a_known_check_can_be_counted() -> None:
+    assert set(prompts.COUNTED_CHECKS) == set(COUNTERS)  # the prompt schema names what the judge can count
     nineteen = prompts.load("answer_relevance", "checks-19", "en")
     assert nineteen.rule is not None
     unknown = replace(next(c for c in nineteen.checks if c.ask == "counted"), name="sounds_right")
