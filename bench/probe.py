@@ -377,7 +377,7 @@ def evaluate(
     return save(name or ("probe" if test_cuts else "probe_dev"), outcome)
 
 
-def engine_p_yes(split: str, graded: str | None = None, version: str = ENGINE_VERSION) -> Path:
+def engine_p_yes(split: str, graded: str | None = None, version: str = ENGINE_VERSION, dtype: str = "auto") -> Path:
     """groundedness@VERSION's whole-context check (`stated_by_context`) asked of every answer sentence by the judge
     engine `auto` picks (the product's conversations, as the judge renders them, in each item's language as its kept
     grading was graded), in one call. Per item, each sentence's P(yes), kept under CACHE."""
@@ -400,7 +400,7 @@ def engine_p_yes(split: str, graded: str | None = None, version: str = ENGINE_VE
         fields["context"] = shown_context(triple, segments, budget)
         job = CheckJob.plan(n, "groundedness", template, fields, segments)
         asks += [(triple.id, a) for a in job.asks(None)[0] if a.check.name == ENGINE_CHECK]
-    engine = build_engine(Settings.from_env(None, model=DEFAULT_MODEL), say=print)
+    engine = build_engine(Settings.from_env(None, model=DEFAULT_MODEL, dtype=dtype), say=print)
     try:
         began = time.perf_counter()
         replies = engine.generate([a.conversation for _, a in asks], CHECK_REQUEST)
@@ -411,7 +411,7 @@ def engine_p_yes(split: str, graded: str | None = None, version: str = ENGINE_VE
     values: dict[str, list[float | None]] = defaultdict(list)
     for (item, ask), reply in zip(asks, replies, strict=True):
         values[item].append(read_check(ask, reply).p_yes)
-    out = _engine_cache(split, version)
+    out = _engine_cache(split, version, dtype)
     CACHE.mkdir(parents=True, exist_ok=True)
     report = {"prompt": f"groundedness@{version}", "engine": origin, "seconds": round(seconds, 1), "p_yes": values}
     out.write_text(json.dumps(report))
@@ -419,7 +419,7 @@ def engine_p_yes(split: str, graded: str | None = None, version: str = ENGINE_VE
     return out
 
 
-def engine_points(split: str, graded: str | None = None, version: str = ENGINE_VERSION) -> Path:
+def engine_points(split: str, graded: str | None = None, version: str = ENGINE_VERSION, dtype: str = "auto") -> Path:
     """The same whole-context check asked of the judge's own reference points (the kept grading's answer relevance
     reference, one per question), as a baseline for the answer's sentences: what this judge says of statements the
     context does make, on the same context. Per item, each point's P(yes), kept under CACHE."""
@@ -452,7 +452,7 @@ def engine_points(split: str, graded: str | None = None, version: str = ENGINE_V
                 unique[key] = len(conversations)
                 conversations.append(Ask(check, point, conversation, ()))
             asked[triple.id].append(unique[key])
-    engine = build_engine(Settings.from_env(None, model=DEFAULT_MODEL), say=print)
+    engine = build_engine(Settings.from_env(None, model=DEFAULT_MODEL, dtype=dtype), say=print)
     try:
         began = time.perf_counter()
         replies = engine.generate([a.conversation for a in conversations], CHECK_REQUEST)
@@ -462,7 +462,7 @@ def engine_points(split: str, graded: str | None = None, version: str = ENGINE_V
         engine.close()
     p_yes = [read_check(ask, reply).p_yes for ask, reply in zip(conversations, replies, strict=True)]
     values = {item: [p_yes[k] for k in ks] for item, ks in asked.items()}
-    out = CACHE / f"engine_points_{split}_{version}.json"
+    out = _engine_cache(split, version, dtype, "engine_points")
     report = {"prompt": f"groundedness@{version}", "engine": origin, "seconds": round(seconds, 1), "p_yes": values}
     out.write_text(json.dumps(report))
     print(f"{split}: {len(conversations)} reference points in {seconds:.0f} s on {origin or 'vllm'} -> {out}")
@@ -470,12 +470,17 @@ def engine_points(split: str, graded: str | None = None, version: str = ENGINE_V
 
 
 def baseline_cells(
-    split: str, margins: list[float], graded: str | None, cell: str | None, version: str = ENGINE_VERSION
+    split: str,
+    margins: list[float],
+    graded: str | None,
+    cell: str | None,
+    version: str = ENGINE_VERSION,
+    dtype: str = "auto",
 ) -> dict[str, Any]:
     """The whole-context veto read against its baseline: an item is vetoed when its weakest sentence reads more than
     a margin below its weakest reference point (the rule's `baseline` reading), beside the plain cut's reading."""
-    sentences = json.loads(_engine_cache(split, version).read_text())
-    points = json.loads((CACHE / f"engine_points_{split}_{version}.json").read_text())
+    sentences = json.loads(_engine_cache(split, version, dtype).read_text())
+    points = json.loads(_engine_cache(split, version, dtype, "engine_points").read_text())
     recorded = rescored(judgements(split, graded), cell) if cell else judgements(split, graded)
     weakest = {i: min((v for v in vs if v is not None), default=0.0) for i, vs in sentences["p_yes"].items()}
     base = {i: min(v for v in vs if v is not None) for i, vs in points["p_yes"].items() if any(vs)}
@@ -493,17 +498,23 @@ def baseline_cells(
     return outcome
 
 
-def _engine_cache(split: str, version: str) -> Path:
-    return CACHE / f"engine_{split}_{version}.json"
+def _engine_cache(split: str, version: str, dtype: str = "auto", kind: str = "engine") -> Path:
+    """Where one engine reading is kept: by split, prompt version and the dtype asked for (auto: the engine's own)."""
+    return CACHE / f"{kind}_{split}_{version}{'' if dtype == 'auto' else '_' + dtype}.json"
 
 
 def engine_cells(
-    split: str, cuts: list[float], graded: str | None, cell: str | None, version: str = ENGINE_VERSION
+    split: str,
+    cuts: list[float],
+    graded: str | None,
+    cell: str | None,
+    version: str = ENGINE_VERSION,
+    dtype: str = "auto",
 ) -> dict[str, Any]:
     """The whole-context check read by the engine: AUC and the verdict's figures at each cut, the least supported
     sentence deciding; beside the same question read by transformers (the probe's wording) where `states` has read
     it."""
-    kept = json.loads(_engine_cache(split, version).read_text())
+    kept = json.loads(_engine_cache(split, version, dtype).read_text())
     read: dict[str, list[float | None]] = kept["p_yes"]
     engine = {item: min((v for v in values if v is not None), default=0.0) for item, values in read.items()}
     recorded = rescored(judgements(split, graded), cell) if cell else judgements(split, graded)
@@ -543,6 +554,9 @@ def _engine_arguments(parser: argparse.ArgumentParser, results: str | None = Non
     parser.add_argument("--split", required=True, choices=("dev", "test"))
     parser.add_argument("--graded", default="", help="as evaluate's: the kept grading whose items and languages to ask")
     parser.add_argument("--version", default=ENGINE_VERSION, help="the groundedness prompt whose stated_by_context")
+    parser.add_argument(
+        "--dtype", default="auto", choices=("auto", "bfloat16", "float32"), help="the dtype vLLM runs in"
+    )
     if results is not None:
         parser.add_argument("--cell", help="as evaluate's")
         parser.add_argument("--name", help=f"the results file's name (default {results})")
@@ -589,19 +603,21 @@ def main(argv: list[str] | None = None) -> None:
         read_states(args.split.split(","), args.budget_s)
         return
     if args.step == "engine":
-        engine_p_yes(args.split, _graded(args.graded).get(args.split), args.version)
+        engine_p_yes(args.split, _graded(args.graded).get(args.split), args.version, args.dtype)
         return
     if args.step == "engine-points":
-        engine_points(args.split, _graded(args.graded).get(args.split), args.version)
+        engine_points(args.split, _graded(args.graded).get(args.split), args.version, args.dtype)
         return
     if args.step == "baseline-cells":
         margins = [float(m) for m in args.margins.split(",")]
-        outcome = baseline_cells(args.split, margins, _graded(args.graded).get(args.split), args.cell, args.version)
+        graded = _graded(args.graded).get(args.split)
+        outcome = baseline_cells(args.split, margins, graded, args.cell, args.version, args.dtype)
         save(args.name or f"probe_baseline_{args.split}", outcome)
         return
     if args.step == "engine-cells":
         cuts = [float(c) for c in args.p_yes_cuts.split(",")]
-        outcome = engine_cells(args.split, cuts, _graded(args.graded).get(args.split), args.cell, args.version)
+        graded = _graded(args.graded).get(args.split)
+        outcome = engine_cells(args.split, cuts, graded, args.cell, args.version, args.dtype)
         save(args.name or f"probe_engine_{args.split}", outcome)
         return
     test_cuts = None
