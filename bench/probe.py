@@ -377,147 +377,151 @@ def evaluate(
     return save(name or ("probe" if test_cuts else "probe_dev"), outcome)
 
 
-def engine_p_yes(split: str, graded: str | None = None, version: str = ENGINE_VERSION, dtype: str = "auto") -> Path:
-    """groundedness@VERSION's whole-context check (`stated_by_context`) asked of every answer sentence by the judge
-    engine `auto` picks (the product's conversations, as the judge renders them, in each item's language as its kept
-    grading was graded), in one call. Per item, each sentence's P(yes), kept under CACHE."""
-    from juiz.judging.backend import build_engine
-    from juiz.judging.checks import CHECK_REQUEST, CheckJob, read_check
+@dataclass(frozen=True)
+class EngineReading:
+    """One reading of a groundedness prompt's whole-context check by the judge engine: which split and kept grading
+    (its items and languages), under which prompt version, in which dtype (auto: the engine's own); `cell` grades the
+    kept judgements under that cell's rules when they are read."""
+
+    split: str
+    graded: str | None = None
+    version: str = ENGINE_VERSION
+    dtype: str = "auto"
+    cell: str | None = None
+
+    def cache(self, kind: str = "engine") -> Path:
+        return CACHE / f"{kind}_{self.split}_{self.version}{'' if self.dtype == 'auto' else '_' + self.dtype}.json"
+
+    def rows(self) -> list[dict[str, Any]]:
+        return judgements(self.split, self.graded)
+
+    def recorded(self) -> list[dict[str, Any]]:
+        return rescored(self.rows(), self.cell) if self.cell else self.rows()
+
+    def ask(self, asks: list[Any], what: str, kind: str) -> dict[str, list[float | None]]:
+        """Ask these (item id, Ask) pairs of the engine `auto` picks, in one call; keep and return each item's P(yes)
+        in order."""
+        from juiz.judging.backend import build_engine
+        from juiz.judging.checks import CHECK_REQUEST, read_check
+        from juiz.runtime.settings import Settings
+
+        engine = build_engine(Settings.from_env(None, model=DEFAULT_MODEL, dtype=self.dtype), say=print)
+        try:
+            began = time.perf_counter()
+            replies = engine.generate([a.conversation for _, a in asks], CHECK_REQUEST)
+            seconds = time.perf_counter() - began
+            origin = dict(engine.origin)
+        finally:
+            engine.close()
+        values: dict[str, list[float | None]] = defaultdict(list)
+        for (item, ask), reply in zip(asks, replies, strict=True):
+            values[item].append(read_check(ask, reply).p_yes)
+        out = self.cache(kind)
+        CACHE.mkdir(parents=True, exist_ok=True)
+        report = {"prompt": f"groundedness@{self.version}", "engine": origin, "seconds": round(seconds, 1)}
+        out.write_text(json.dumps({**report, "p_yes": values}))
+        print(f"{self.split}: {len(asks)} {what} in {seconds:.0f} s on {origin or 'vllm'} -> {out}")
+        return values
+
+    def kept(self, kind: str = "engine") -> dict[str, Any]:
+        kept: dict[str, Any] = json.loads(self.cache(kind).read_text())
+        return kept
+
+
+def _shown(row: dict[str, Any], version: str) -> tuple[prompts.PromptTemplate, dict[str, str], list[str]] | None:
+    """A kept row's groundedness template (in the language it was graded in), fields as the judge shows them, and
+    its context segments; None for an item without a context."""
     from juiz.judging.judge import context_segments, shown_context
-    from juiz.runtime.settings import Settings
     from schemas import BatchOptions
 
-    budget = BatchOptions().context_chars
+    triple = Triple.model_validate(row)
+    segments = context_segments(triple.context)
+    if not segments:
+        return None
+    recorded = row["metrics"]["groundedness"]["provenance"]["prompt"]
+    template = prompts.load("groundedness", version, prompts.parse_prompt_id(recorded)[2] or "en")
+    context = shown_context(triple, segments, BatchOptions().context_chars)
+    return template, {"question": triple.question, "answer": triple.answer, "context": context}, segments
+
+
+def engine_p_yes(reading: EngineReading) -> None:
+    """groundedness@VERSION's whole-context check (`stated_by_context`) asked of every answer sentence by the judge
+    engine (the product's conversations, as the judge renders them, in each item's language as its kept grading was
+    graded), in one call. Per item, each sentence's P(yes), kept under CACHE."""
+    from juiz.judging.checks import CheckJob
+
     asks = []
-    for n, row in enumerate(judgements(split, graded)):
-        triple = Triple.model_validate(row)
-        segments = context_segments(triple.context)
-        if not segments:
+    for n, row in enumerate(reading.rows()):
+        if (shown := _shown(row, reading.version)) is None:
             continue
-        recorded = row["metrics"]["groundedness"]["provenance"]["prompt"]
-        template = prompts.load("groundedness", version, prompts.parse_prompt_id(recorded)[2] or "en")
-        fields = {"question": triple.question, "answer": triple.answer}
-        fields["context"] = shown_context(triple, segments, budget)
+        template, fields, segments = shown
         job = CheckJob.plan(n, "groundedness", template, fields, segments)
-        asks += [(triple.id, a) for a in job.asks(None)[0] if a.check.name == ENGINE_CHECK]
-    engine = build_engine(Settings.from_env(None, model=DEFAULT_MODEL, dtype=dtype), say=print)
-    try:
-        began = time.perf_counter()
-        replies = engine.generate([a.conversation for _, a in asks], CHECK_REQUEST)
-        seconds = time.perf_counter() - began
-        origin = dict(engine.origin)
-    finally:
-        engine.close()
-    values: dict[str, list[float | None]] = defaultdict(list)
-    for (item, ask), reply in zip(asks, replies, strict=True):
-        values[item].append(read_check(ask, reply).p_yes)
-    out = _engine_cache(split, version, dtype)
-    CACHE.mkdir(parents=True, exist_ok=True)
-    report = {"prompt": f"groundedness@{version}", "engine": origin, "seconds": round(seconds, 1), "p_yes": values}
-    out.write_text(json.dumps(report))
-    print(f"{split}: {len(asks)} sentences in {seconds:.0f} s on {origin or 'vllm'} -> {out}")
-    return out
+        asks += [(row["id"], a) for a in job.asks(None)[0] if a.check.name == ENGINE_CHECK]
+    reading.ask(asks, "sentences", "engine")
 
 
-def engine_points(split: str, graded: str | None = None, version: str = ENGINE_VERSION, dtype: str = "auto") -> Path:
+def engine_points(reading: EngineReading) -> None:
     """The same whole-context check asked of the judge's own reference points (the kept grading's answer relevance
     reference, one per question), as a baseline for the answer's sentences: what this judge says of statements the
-    context does make, on the same context. Per item, each point's P(yes), kept under CACHE."""
-    from juiz.judging.backend import build_engine
-    from juiz.judging.checks import CHECK_REQUEST, Ask, read_check, reference_points
-    from juiz.judging.judge import context_segments, shown_context
-    from juiz.runtime.settings import Settings
-    from schemas import BatchOptions
+    context does make, on the same context. Per item, each point's P(yes), kept under CACHE (each distinct
+    conversation asked once)."""
+    from juiz.judging.checks import Ask, reference_points
 
-    budget = BatchOptions().context_chars
-    unique: dict[str, int] = {}
-    conversations: list[Ask] = []
-    asked: dict[str, list[int]] = {}
-    for row in judgements(split, graded):
-        triple = Triple.model_validate(row)
-        segments = context_segments(triple.context)
+    unique: dict[str, Ask] = {}
+    asked: dict[str, list[str]] = {}
+    for row in reading.rows():
         reference = row["metrics"]["answer_relevance"].get("reference")
-        if not segments or not reference:
+        if not reference or (shown := _shown(row, reading.version)) is None:
             continue
-        recorded = row["metrics"]["groundedness"]["provenance"]["prompt"]
-        template = prompts.load("groundedness", version, prompts.parse_prompt_id(recorded)[2] or "en")
+        template, fields, _ = shown
         check = next(c for c in template.checks if c.name == ENGINE_CHECK)
-        context = shown_context(triple, segments, budget)
-        asked[triple.id] = []
+        asked[row["id"]] = []
         for point in reference_points(reference):
-            fields = {"question": triple.question, "answer": triple.answer, "context": context, "sentence": point}
-            conversation = template.render_check(check, **fields)
+            conversation = template.render_check(check, **fields, sentence=point)
             key = json.dumps(conversation, ensure_ascii=False)
-            if key not in unique:
-                unique[key] = len(conversations)
-                conversations.append(Ask(check, point, conversation, ()))
-            asked[triple.id].append(unique[key])
-    engine = build_engine(Settings.from_env(None, model=DEFAULT_MODEL, dtype=dtype), say=print)
-    try:
-        began = time.perf_counter()
-        replies = engine.generate([a.conversation for a in conversations], CHECK_REQUEST)
-        seconds = time.perf_counter() - began
-        origin = dict(engine.origin)
-    finally:
-        engine.close()
-    p_yes = [read_check(ask, reply).p_yes for ask, reply in zip(conversations, replies, strict=True)]
-    values = {item: [p_yes[k] for k in ks] for item, ks in asked.items()}
-    out = _engine_cache(split, version, dtype, "engine_points")
-    report = {"prompt": f"groundedness@{version}", "engine": origin, "seconds": round(seconds, 1), "p_yes": values}
-    out.write_text(json.dumps(report))
-    print(f"{split}: {len(conversations)} reference points in {seconds:.0f} s on {origin or 'vllm'} -> {out}")
-    return out
+            unique.setdefault(key, Ask(check, point, conversation, ()))
+            asked[row["id"]].append(key)
+    read = reading.ask([(key, ask) for key, ask in unique.items()], "reference points", "engine_points")
+    values = {item: [read[key][0] for key in keys] for item, keys in asked.items()}
+    reading.cache("engine_points").write_text(json.dumps({**reading.kept("engine_points"), "p_yes": values}))
 
 
-def baseline_cells(
-    split: str,
-    margins: list[float],
-    graded: str | None,
-    cell: str | None,
-    version: str = ENGINE_VERSION,
-    dtype: str = "auto",
-) -> dict[str, Any]:
+def _weakest(read: dict[str, list[float | None]]) -> dict[str, float]:
+    """Per item, its least supported sentence's (or point's) P(yes)."""
+    return {item: min((v for v in values if v is not None), default=0.0) for item, values in read.items()}
+
+
+def baseline_cells(reading: EngineReading, margins: list[float]) -> dict[str, Any]:
     """The whole-context veto read against its baseline: an item is vetoed when its weakest sentence reads more than
     a margin below its weakest reference point (the rule's `baseline` reading), beside the plain cut's reading."""
-    sentences = json.loads(_engine_cache(split, version, dtype).read_text())
-    points = json.loads(_engine_cache(split, version, dtype, "engine_points").read_text())
-    recorded = rescored(judgements(split, graded), cell) if cell else judgements(split, graded)
-    weakest = {i: min((v for v in vs if v is not None), default=0.0) for i, vs in sentences["p_yes"].items()}
-    base = {i: min(v for v in vs if v is not None) for i, vs in points["p_yes"].items() if any(vs)}
+    sentences, points = reading.kept(), reading.kept("engine_points")
+    recorded = reading.recorded()
+    weakest = _weakest(sentences["p_yes"])
+    base = {i: v for i, v in _weakest(points["p_yes"]).items() if any(points["p_yes"][i])}
     below = {i: weakest[i] - base[i] for i in weakest if i in base}
     outcome = {
-        "split": split,
+        "split": reading.split,
         "prompt": sentences["prompt"],
         "engine": sentences["engine"],
         "engine_s": {"sentences": sentences["seconds"], "points": points["seconds"]},
         "auc_correct_vs_false": {"plain": _auc(recorded, weakest), "against_baseline": _auc(recorded, below)},
         "cells": _cells(recorded, below, [-m for m in margins], "sentence_minus_point"),
     }
-    _print_cells(f"{split}, {sentences['prompt']}'s stated_by_context against the reference points", outcome["cells"])
+    title = f"{reading.split}, {sentences['prompt']}'s stated_by_context against the reference points"
+    _print_cells(title, outcome["cells"])
     print(outcome["auc_correct_vs_false"])
     return outcome
 
 
-def _engine_cache(split: str, version: str, dtype: str = "auto", kind: str = "engine") -> Path:
-    """Where one engine reading is kept: by split, prompt version and the dtype asked for (auto: the engine's own)."""
-    return CACHE / f"{kind}_{split}_{version}{'' if dtype == 'auto' else '_' + dtype}.json"
-
-
-def engine_cells(
-    split: str,
-    cuts: list[float],
-    graded: str | None,
-    cell: str | None,
-    version: str = ENGINE_VERSION,
-    dtype: str = "auto",
-) -> dict[str, Any]:
+def engine_cells(reading: EngineReading, cuts: list[float]) -> dict[str, Any]:
     """The whole-context check read by the engine: AUC and the verdict's figures at each cut, the least supported
     sentence deciding; beside the same question read by transformers (the probe's wording) where `states` has read
     it."""
-    kept = json.loads(_engine_cache(split, version, dtype).read_text())
+    kept = reading.kept()
     read: dict[str, list[float | None]] = kept["p_yes"]
-    engine = {item: min((v for v in values if v is not None), default=0.0) for item, values in read.items()}
-    recorded = rescored(judgements(split, graded), cell) if cell else judgements(split, graded)
+    engine = _weakest(read)
+    recorded = reading.recorded()
+    split = reading.split
     outcome: dict[str, Any] = {
         "split": split,
         "prompt": kept["prompt"],
@@ -528,7 +532,7 @@ def engine_cells(
         "auc_correct_vs_false": {"engine": _auc(recorded, engine)},
     }
     if all(_cached(g).exists() for g in answer_groups(split)[0]):
-        data = load_split(split, SYNTHETIC_STRIDE, graded, cell)
+        data = load_split(split, SYNTHETIC_STRIDE, reading.graded, reading.cell)
         reader = _support(data, None, None)
         pairs = [(reader[i], engine[i]) for i in engine if i in reader]
         outcome["spearman_engine_vs_reader"] = round(
@@ -564,6 +568,11 @@ def _engine_arguments(parser: argparse.ArgumentParser, results: str | None = Non
 
 def _graded(text: str) -> dict[str, str]:
     return dict(pair.split("=", 1) for pair in text.split(",") if pair)
+
+
+def _reading(args: argparse.Namespace) -> EngineReading:
+    graded = _graded(args.graded).get(args.split)
+    return EngineReading(args.split, graded, args.version, args.dtype, getattr(args, "cell", None))
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -603,21 +612,19 @@ def main(argv: list[str] | None = None) -> None:
         read_states(args.split.split(","), args.budget_s)
         return
     if args.step == "engine":
-        engine_p_yes(args.split, _graded(args.graded).get(args.split), args.version, args.dtype)
+        engine_p_yes(_reading(args))
         return
     if args.step == "engine-points":
-        engine_points(args.split, _graded(args.graded).get(args.split), args.version, args.dtype)
+        engine_points(_reading(args))
         return
     if args.step == "baseline-cells":
         margins = [float(m) for m in args.margins.split(",")]
-        graded = _graded(args.graded).get(args.split)
-        outcome = baseline_cells(args.split, margins, graded, args.cell, args.version, args.dtype)
+        outcome = baseline_cells(_reading(args), margins)
         save(args.name or f"probe_baseline_{args.split}", outcome)
         return
     if args.step == "engine-cells":
         cuts = [float(c) for c in args.p_yes_cuts.split(",")]
-        graded = _graded(args.graded).get(args.split)
-        outcome = engine_cells(args.split, cuts, graded, args.cell, args.version, args.dtype)
+        outcome = engine_cells(_reading(args), cuts)
         save(args.name or f"probe_engine_{args.split}", outcome)
         return
     test_cuts = None
