@@ -398,9 +398,9 @@ class EngineReading:
     def recorded(self) -> list[dict[str, Any]]:
         return rescored(self.rows(), self.cell) if self.cell else self.rows()
 
-    def ask(self, asks: list[Any], what: str, kind: str) -> dict[str, list[float | None]]:
-        """Ask these (item id, Ask) pairs of the engine `auto` picks, in one call; keep and return each item's P(yes)
-        in order."""
+    def ask(self, asks: list[Any]) -> tuple[dict[str, list[float | None]], dict[str, Any]]:
+        """Ask these (key, Ask) pairs of the engine `auto` picks, in one call: each key's P(yes) in order, and what
+        ran them (prompt, engine, seconds)."""
         from juiz.judging.backend import build_engine
         from juiz.judging.checks import CHECK_REQUEST, read_check
         from juiz.runtime.settings import Settings
@@ -414,14 +414,17 @@ class EngineReading:
         finally:
             engine.close()
         values: dict[str, list[float | None]] = defaultdict(list)
-        for (item, ask), reply in zip(asks, replies, strict=True):
-            values[item].append(read_check(ask, reply).p_yes)
+        for (key, ask), reply in zip(asks, replies, strict=True):
+            values[key].append(read_check(ask, reply).p_yes)
+        return values, {"prompt": f"groundedness@{self.version}", "engine": origin, "seconds": round(seconds, 1)}
+
+    def keep(self, kind: str, report: dict[str, Any], values: dict[str, list[float | None]], what: str) -> None:
+        """Keep one reading's P(yes) per item under CACHE."""
         out = self.cache(kind)
         CACHE.mkdir(parents=True, exist_ok=True)
-        report = {"prompt": f"groundedness@{self.version}", "engine": origin, "seconds": round(seconds, 1)}
         out.write_text(json.dumps({**report, "p_yes": values}))
-        print(f"{self.split}: {len(asks)} {what} in {seconds:.0f} s on {origin or 'vllm'} -> {out}")
-        return values
+        asked = sum(len(v) for v in values.values())
+        print(f"{self.split}: {asked} {what} in {report['seconds']:.0f} s on {report['engine'] or 'vllm'} -> {out}")
 
     def kept(self, kind: str = "engine") -> dict[str, Any]:
         kept: dict[str, Any] = json.loads(self.cache(kind).read_text())
@@ -457,7 +460,8 @@ def engine_p_yes(reading: EngineReading) -> None:
         template, fields, segments = shown
         job = CheckJob.plan(n, "groundedness", template, fields, segments)
         asks += [(row["id"], a) for a in job.asks(None)[0] if a.check.name == ENGINE_CHECK]
-    reading.ask(asks, "sentences", "engine")
+    values, report = reading.ask(asks)
+    reading.keep("engine", report, values, "sentences")
 
 
 def engine_points(reading: EngineReading) -> None:
@@ -481,9 +485,9 @@ def engine_points(reading: EngineReading) -> None:
             key = json.dumps(conversation, ensure_ascii=False)
             unique.setdefault(key, Ask(check, point, conversation, ()))
             asked[row["id"]].append(key)
-    read = reading.ask([(key, ask) for key, ask in unique.items()], "reference points", "engine_points")
+    read, report = reading.ask(list(unique.items()))
     values = {item: [read[key][0] for key in keys] for item, keys in asked.items()}
-    reading.cache("engine_points").write_text(json.dumps({**reading.kept("engine_points"), "p_yes": values}))
+    reading.keep("engine_points", report, values, "reference points (per item)")
 
 
 def _weakest(read: dict[str, list[float | None]]) -> dict[str, float]:
