@@ -205,7 +205,9 @@ def expected_of(metric: str) -> Callable[[Judgement], float | None]:
 
 
 def verdict_continuous(j: Judgement) -> float | None:
-    values = [expected_of(m)(j) for m in ("answer_relevance", "groundedness")]
+    """The weakest expected score of the metrics the verdict reads (the triad's when completeness was graded)."""
+    named = ("answer_relevance", "completeness", "groundedness") if "completeness" in (j.metrics or {}) else ()
+    values = [expected_of(m)(j) for m in named or ("answer_relevance", "groundedness")]
     return None if any(v is None for v in values) else min(v for v in values if v is not None)
 
 
@@ -316,7 +318,7 @@ def rag_rows(cell: Cell, triples: Sequence[Triple], results: Sequence[Judgement]
                 row["per_segment"] = segment_quality(triples, results)
             rows.append(row)
     if {"answer_relevance", "groundedness"} <= set(cell.versions):
-        rule = with_default_verdict(mapping)
+        rule = with_default_verdict(mapping, cell.versions)
         for signal in ("score", "expected_score"):
             row = signal_row(
                 triples,

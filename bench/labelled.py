@@ -99,6 +99,11 @@ CELLS = {
     # checks-19: checks-17 with answer relevance's counted veto on an answer that only restates the question (answer
     # relevance checks-19, groundedness checks-8).
     "checks-19": Cell("checks-19", "fast", {"answer_relevance": "checks-19", "groundedness": "checks-8"}),
+    # triad-1: checks-19's conversations read as the triad (relevance alone, completeness, groundedness), labelled by
+    # TRIAD_VERDICT; the defaults for these three metrics requested together.
+    "triad-1": Cell(
+        "triad-1", "fast", {"answer_relevance": "checks-20", "completeness": "checks-3", "groundedness": "checks-8"}
+    ),
 }
 # What `make bench` grades: the default judge, the chain-of-thought baseline beside it, and context relevance (fast-v2);
 # the earlier answer-relevance-only cells (cot-v1, fast-v1) and the other check versions are opt-in.

@@ -1,9 +1,10 @@
 """A design that only changes how recorded checks combine, graded from saved judgements: `bench.judge_quality`'s
 figures without the engine.
 
-A released prompt version that asks the very same conversations as the one a split was graded with (a new rule, new
-cuts, a per-point blend with the answer's words: answer relevance checks-17 on checks-14's conversations) gives, item
-by item, exactly the grade the engine would: the judge's replies are the same, and each metric's result is rebuilt
+A released prompt version that asks the very same conversations as the one a split was graded with, or a part of
+them (a new rule, new cuts, a per-point blend with the answer's words: answer relevance checks-17 on checks-14's
+conversations; relevance alone and completeness, the triad, on checks-19's) gives, item by item, exactly the grade
+the engine would: the judge's replies are the same, and each metric's result is rebuilt
 from them by the grading code itself (juiz.judging.metric_results.checks_result). The saved judgements are read,
 every metric the target cell names is regraded under its version (in each item's language), the verdict is taken
 again, and the rows are `bench.judge_quality`'s (`rag_rows`), printed beside the recorded cell's.
@@ -11,8 +12,9 @@ again, and the rows are `bench.judge_quality`'s (`rag_rows`), printed beside the
     .venv/bin/python -m bench.regrade JUDGEMENTS --cell checks-17 [--baseline checks-14] [--name NAME]
 
 JUDGEMENTS is a `bench.judge_quality --save-judgements` file (bench/work/judgements/<split>_<cell>.jsonl, or a gzipped
-copy in bench/results/judgements); the split is its name's first part. Refuses a target version whose conversations
-differ from the recorded ones (other checks, reference or layout), since those would need the engine. Writes
+copy in bench/results/judgements); the split is its name's first part. Refuses a target version that asks a conversation
+the recorded one did not (other checks, reference or layout), since that would need the engine. Completeness, which
+no grading records on its own, is read from answer relevance's conversations. Writes
 bench/results/regrade_<split>_<cell>.json (or NAME.json).
 """
 
@@ -39,41 +41,55 @@ class DifferentConversations(ValueError):
     """The target version asks what the recorded one did not: only the engine can grade it."""
 
 
+def _asked(t: prompts.PromptTemplate) -> tuple[tuple[object, ...], set[tuple[object, ...]]]:
+    """What a version sends the engine: its shared text (system messages, layouts, reference) and each check's
+    wording and worked examples (a check counted from the text is sent to no engine)."""
+    shared = (t.system, t.user, t.reference, t.user_reference, t.system_reference, t.reference_max_tokens,
+              t.reply_check)  # fmt: skip
+    checks = {(c.name, c.question, c.ask, c.user, c.system, c.examples, c.min_words, c.passages)
+              for c in t.checks if c.ask != "counted"}  # fmt: skip
+    return shared, checks
+
+
 def same_conversations(recorded: prompts.PromptTemplate, target: prompts.PromptTemplate) -> bool:
-    """Whether the two versions send the engine the same text: system messages, layouts, reference, each check's
-    wording and worked examples (the rule, cuts, roles and how a check is read may differ; a check counted from the
-    text is sent to no engine)."""
+    """Whether the two versions send the engine the same text (the rule, cuts, roles and how a check is read may
+    differ)."""
+    return _asked(recorded) == _asked(target)
 
-    def asked(t: prompts.PromptTemplate) -> tuple[object, ...]:
-        checks = tuple((c.name, c.question, c.ask, c.user, c.system, c.examples, c.min_words, c.passages)
-                       for c in t.checks if c.ask != "counted")  # fmt: skip
-        return (t.system, t.user, t.reference, t.user_reference, t.system_reference, t.reference_max_tokens,
-                t.reply_check, checks)  # fmt: skip
 
-    return asked(recorded) == asked(target)
+def asks_within(recorded: prompts.PromptTemplate, target: prompts.PromptTemplate) -> bool:
+    """Whether every conversation the target version asks was asked by the recorded one (relevance alone and
+    completeness each ask a part of answer relevance checks-19's)."""
+    (shared, checks), (target_shared, target_checks) = _asked(recorded), _asked(target)
+    return shared == target_shared and target_checks <= checks
+
+
+# A metric no grading recorded, read from the one whose conversations hold it.
+READ_FROM = {"completeness": "answer_relevance"}
 
 
 def regraded(judgement: Judgement, cell: Cell) -> Judgement:
     """The judgement with each of the cell's metrics rebuilt from its recorded checks under the cell's version."""
-    metrics = dict(judgement.metrics or {})
+    recorded_metrics = dict(judgement.metrics or {})
+    metrics = dict(recorded_metrics)
     for metric, version in cell.versions.items():
-        result = metrics.get(metric)
+        source = metric if metric in recorded_metrics else READ_FROM.get(metric, metric)
+        result = recorded_metrics.get(source)
         if result is None or result.checks is None or result.provenance is None:
-            raise ValueError(f"{judgement.id}: {metric} was not graded by checks")
+            raise ValueError(f"{judgement.id}: {source} was not graded by checks")
         _, recorded_version, lang = prompts.parse_prompt_id(result.provenance.prompt)
-        recorded = prompts.load(metric, recorded_version, lang or "en")
+        recorded = prompts.load(source, recorded_version, lang or "en")
         target = prompts.load(metric, version, lang or "en")
-        if not same_conversations(recorded, target):
-            raise DifferentConversations(
-                f"{metric}@{version} asks other conversations than {metric}@{recorded_version}"
-            )
+        if not asks_within(recorded, target):
+            raise DifferentConversations(f"{metric}@{version} asks what {source}@{recorded_version} did not")
         provenance = result.provenance.model_copy(
             update={"prompt": f"{metric}@{version}.{target.lang}", "prompt_sha256": target.sha256}
         )
         job = CheckJob(
             item=0, metric=metric, template=target, fields={"question": judgement.question, "answer": judgement.answer}
         )
-        checks = [c.model_copy(update={"words": None}) for c in result.checks]
+        named = {spec.name for spec in target.checks}
+        checks = [c.model_copy(update={"words": None}) for c in result.checks if c.name in named]
         metrics[metric] = checks_result(job, checks, result.reference, result.latency_s or 0.0, provenance)
     return judgement.model_copy(update={"metrics": metrics})
 
@@ -116,11 +132,12 @@ def main(argv: list[str] | None = None) -> int:
     printed = [
         [r["cell"], r["metric"], *(r.get(k) for k in SHOWN)]
         for r in rows
-        if r.get("signal", "score") == "score" and r["metric"] in ("verdict", "answer_relevance")
+        if r.get("signal", "score") == "score" and r["metric"] in ("verdict", "answer_relevance", "completeness")
     ]
     print(table(printed, ["cell", "metric", *SHOWN]))
-    label = verdict_signal(with_default_verdict(LabelMapping()))
-    moved = sum(label(a) != label(b) for a, b in zip(after, before, strict=True))
+    label_after = verdict_signal(with_default_verdict(LabelMapping(), CELLS[args.cell].versions))
+    label_before = verdict_signal(with_default_verdict(LabelMapping(), source.versions))
+    moved = sum(label_after(a) != label_before(b) for a, b in zip(after, before, strict=True))
     print(f"{moved} of {len(triples)} items change their automated label")
     report = {"judgements": args.judgements.name, "split": split, "baseline": source.name, "cell": args.cell}
     # The judge and engine are the recorded grading's (this run only re-reads its replies).

@@ -8,8 +8,9 @@ recorded checks are read three ways, each by its prompt's own rule (juiz.judging
 - relevance alone (`--relevance`: `answer_relevance@checks-15`, checks-14 without covers and its weights);
 - completeness (`--completeness`: `completeness@checks-3`, covers weighted by point_needed, each point read half from
   the judge and half from its words as checks-17 reads it, a metric of its own);
-- the verdict over the triad: C when relevance, completeness and groundedness all reach score 3, P when they all
-  reach 2 (`TRIAD_VERDICT`), against today's verdict (`--whole` and `--grounded`, DEFAULT_VERDICT).
+- the verdict over the triad (`TRIAD_VERDICT`: C when relevance, completeness and groundedness all reach score 3, P
+  when relevance reaches 2 and groundedness 3), against today's verdict (`--whole` and `--grounded`,
+  DEFAULT_VERDICT).
 
 Each pair of versions asks the same conversations as the whole answer relevance it splits (checks-9 and
 completeness@checks-1 split checks-8: `--dev dev_checks-8.jsonl.gz --test test_checks-9.jsonl.gz --whole checks-8
@@ -152,8 +153,8 @@ def relevant_of(split: Split, rows: Sequence[int], false_relevant: bool = False)
 
 
 def verdict_of(by_metric: dict[str, np.ndarray]) -> np.ndarray:
-    """A verdict rule's class (0 I, 1 P, 2 C): every metric at score 3 is C, at 2 is P (TRIAD_VERDICT's levels, and
-    DEFAULT_VERDICT's over the metrics it names)."""
+    """A verdict rule's class (0 I, 1 P, 2 C): the first level of TRIAD_VERDICT (with completeness) or DEFAULT_VERDICT
+    whose minimums every metric meets."""
     rule = TRIAD_VERDICT if "completeness" in by_metric else DEFAULT_VERDICT
     out = np.zeros(len(next(iter(by_metric.values()))), dtype=int)
     for level in reversed(rule):

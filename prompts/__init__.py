@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import re
 import tomllib
+from collections.abc import Collection
 from dataclasses import dataclass, fields
 from functools import cache
 from importlib import resources
@@ -37,6 +38,18 @@ DEFAULT_VERSIONS = {
     "context_relevance": "juiz-1",
     "completeness": "checks-3",
 }
+# Beside completeness, answer relevance is relevance alone (checks-20): the key points are completeness's to count,
+# and counted twice they would sink a relevant, incomplete answer below P. Same conversations, so no cost.
+WITH_COMPLETENESS = {"answer_relevance": "checks-20"}
+
+
+def default_version(metric: str, metrics: Collection[str] = ()) -> str:
+    """The version a metric uses when the request names none, given every metric requested with it."""
+    if "completeness" in metrics and metric in WITH_COMPLETENESS:
+        return WITH_COMPLETENESS[metric]
+    return DEFAULT_VERSIONS[metric]
+
+
 LANGUAGES = ("en", "pt")
 # Where a check's layout places its question and how to answer (PromptTemplate.render_check), if it does.
 ASK = "{ask}"

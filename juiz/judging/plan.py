@@ -56,7 +56,7 @@ def item_language(options: BatchOptions, question: str) -> str:
 
 def _prompt_in(options: BatchOptions, metric: str, item_lang: str) -> prompts.PromptTemplate:
     """`select_prompt` for an item whose language is known; a prompt id without a language takes the item's."""
-    version, lang = prompts.DEFAULT_VERSIONS[metric], item_lang
+    version, lang = prompts.default_version(metric, options.metrics), item_lang
     for prompt_id in options.prompt_ids():
         try:
             prompt_metric, prompt_version, prompt_lang = prompts.parse_prompt_id(prompt_id)

@@ -8,13 +8,14 @@ from dataclasses import replace
 import pytest
 
 import prompts
-from juiz.agreement.labels import DEFAULT_VERDICT, TRIAD_VERDICT, label_rule
+from bench.regrade import asks_within
+from juiz.agreement.labels import DEFAULT_VERDICT, TRIAD_VERDICT, label_for, label_rule
 from juiz.engines.base import Conversation
 from juiz.engines.fake import FakeEngine
 from juiz.judging.checks import CheckJob
 from juiz.judging.judge import Judge
 from schemas import BatchOptions, LabelMapping, Triple
-from schemas.judgement import MetricStatus
+from schemas.judgement import Judgement, MetricResult, MetricStatus, Provenance
 
 QUESTION = "What is the capital of France, and how many people live there?"
 CONTEXT = "Paris is the capital of France. It has about two million people."
@@ -161,3 +162,58 @@ def test_the_default_completeness_beside_the_default_answer_relevance_sends_no_c
 def test_relevance_alone_is_selectable_and_not_the_default(version: str) -> None:
     assert prompts.DEFAULT_VERSIONS["answer_relevance"] == "checks-19"
     assert prompts.load("answer_relevance", version, "pt").rule == prompts.load("answer_relevance", version, "en").rule
+
+
+def test_beside_completeness_the_default_answer_relevance_is_relevance_alone() -> None:
+    """Requested with completeness and no version of its own, answer relevance reads whether the answer addresses the
+    question (checks-20): the key points are completeness's, and counted in both a relevant, incomplete answer would
+    sink below P. A version named in the request still wins."""
+    triad = BatchOptions(metrics=["answer_relevance", "completeness", "groundedness"], lang="en")
+    [graded] = Judge(FakeEngine(states_the_capital_only)).grade([item()], triad)
+    metrics = graded.metrics or {}
+    assert metrics["answer_relevance"].provenance is not None
+    assert metrics["answer_relevance"].provenance.prompt == "answer_relevance@checks-20.en"
+    assert metrics["answer_relevance"].score == 3 and metrics["completeness"].status is MetricStatus.OK
+    assert graded.label_source == "verdict"
+    named = triad.model_copy(update={"prompt": ["answer_relevance@checks-19"]})
+    [whole] = Judge(FakeEngine(states_the_capital_only)).grade([item()], named)
+    assert (whole.metrics or {})["answer_relevance"].provenance.prompt == "answer_relevance@checks-19.en"  # type: ignore[union-attr]
+    alone = BatchOptions(metrics=["answer_relevance", "groundedness"], lang="en")
+    [two] = Judge(FakeEngine(states_the_capital_only)).grade([item()], alone)
+    assert (two.metrics or {})["answer_relevance"].provenance.prompt == "answer_relevance@checks-19.en"  # type: ignore[union-attr]
+
+
+def graded(**scores: int) -> Judgement:
+    metrics = {m: MetricResult(status=MetricStatus.OK, score=s, normalized_score=s / 3) for m, s in scores.items()}
+    provenance = Provenance(
+        prompt="answer_relevance@checks-20.en", prompt_sha256="0" * 64, model="fake", sampling={}, juiz_version="0"
+    )
+    return Judgement(id="x", question=QUESTION, answer="a", status="ok", metrics=metrics, provenance=provenance)
+
+
+@pytest.mark.parametrize(
+    ("relevance", "completeness", "groundedness", "label"),
+    [
+        (3, 3, 3, "C"),
+        (3, 0, 3, "P"),  # addresses the question, fully supported, leaves points out
+        (2, 2, 3, "P"),
+        (3, 3, 2, "I"),  # the context only partly supports it
+        (1, 3, 3, "I"),  # does not address the question
+    ],
+)
+def test_the_triad_verdict_gates_c_on_completeness_and_every_label_above_i_on_full_support(
+    relevance: int, completeness: int, groundedness: int, label: str
+) -> None:
+    result = graded(answer_relevance=relevance, completeness=completeness, groundedness=groundedness)
+    assert label_for(result, LabelMapping()) == label
+
+
+@pytest.mark.parametrize("lang", ["en", "pt"])
+def test_the_triad_is_read_from_the_default_answer_relevances_conversations(lang: str) -> None:
+    """bench.regrade reads the triad from a grading by answer relevance checks-19: relevance alone and completeness
+    each ask a part of its conversations, and nothing it did not ask."""
+    nineteen = prompts.load("answer_relevance", "checks-19", lang)
+    assert asks_within(nineteen, prompts.load("answer_relevance", "checks-20", lang))
+    assert asks_within(nineteen, prompts.load("completeness", "checks-3", lang))
+    assert not asks_within(nineteen, prompts.load("answer_relevance", "checks-16", lang))
+    assert not asks_within(prompts.load("answer_relevance", "checks-20", lang), nineteen)
