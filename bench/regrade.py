@@ -27,6 +27,7 @@ import prompts
 from bench.common import save, table
 from bench.judge_quality import rag_rows
 from bench.labelled import CELLS, Cell, labelled_set, read_judgements
+from juiz.agreement.compare import compare_items
 from juiz.agreement.labels import with_default_verdict
 from juiz.agreement.statistics import verdict_signal
 from juiz.judging.checks import CheckJob
@@ -94,6 +95,35 @@ def regraded(judgement: Judgement, cell: Cell) -> Judgement:
     return judgement.model_copy(update={"metrics": metrics})
 
 
+PAIRED = ("accuracy", "cohen_kappa_quadratic", "spearman_rho")
+RESAMPLES = 2000
+
+
+def paired(before: list[Judgement], after: list[Judgement], resamples: int = RESAMPLES) -> dict[str, dict[str, object]]:
+    """Whether the target cell's item labels agree better than the baseline's, as `juiz compare` says it: each
+    statistic's difference on the same items with a paired bootstrap interval, and McNemar's test of right labels."""
+    indexed = list(enumerate(before)), list(enumerate(after))
+    report, _ = compare_items("baseline", indexed[0], "cell", indexed[1], LabelMapping(), resamples=resamples)
+    out: dict[str, dict[str, object]] = {}
+    for name in PAIRED:
+        difference = report.differences[name]
+        interval = difference.ci95
+        out[name] = {
+            "a": _rounded(difference.a),
+            "b": _rounded(difference.b),
+            "difference": _rounded(difference.difference),
+            "ci95": None if interval is None else [_rounded(interval.low), _rounded(interval.high)],
+        }
+    test = report.mcnemar
+    out["mcnemar"] = {"only_baseline_right": test.only_a_right, "only_cell_right": test.only_b_right,
+                      "p_value": round(test.p_value, 3)}  # fmt: skip
+    return out
+
+
+def _rounded(value: float | None) -> float | None:
+    return None if value is None else round(value, 3)
+
+
 def recorded_cell(judgement: Judgement) -> Cell:
     """The cell whose versions graded this judgement's metrics."""
     versions = {
@@ -139,11 +169,17 @@ def main(argv: list[str] | None = None) -> int:
     label_before = verdict_signal(with_default_verdict(LabelMapping(), source.versions))
     moved = sum(label_after(a) != label_before(b) for a, b in zip(after, before, strict=True))
     print(f"{moved} of {len(triples)} items change their automated label")
+    compared = paired(before, after)
+    print(table(
+        [[name, *(compared[name].get(k) for k in ("a", "b", "difference", "ci95"))] for name in PAIRED],
+        ["item label", source.name, args.cell, "difference", "95% paired bootstrap"],
+    ))  # fmt: skip
+    print(f"McNemar (right labels): {compared['mcnemar']}")
     report = {"judgements": args.judgements.name, "split": split, "baseline": source.name, "cell": args.cell}
     # The judge and engine are the recorded grading's (this run only re-reads its replies).
     first = next(iter((before[0].metrics or {}).values())).provenance
     report |= {"model": first.model if first else "?", "engine": first.engine if first else None, "items": len(triples)}
-    save(args.name or f"regrade_{split}_{args.cell}", {**report, "moved": moved, "rows": rows})
+    save(args.name or f"regrade_{split}_{args.cell}", {**report, "moved": moved, "paired": compared, "rows": rows})
     return 0
 
 
