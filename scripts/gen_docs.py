@@ -310,6 +310,25 @@ def judge_quality_table(data: dict[str, Any]) -> str:
     return "\n".join(rows)
 
 
+def paired_table(data: dict[str, Any]) -> str:
+    """The item labels of the cell against its baseline's on the same items (`bench.regrade`)."""
+    paired = data["paired"]
+    head = f"| item label | {data.get('baseline', 'a')} | {data.get('cell', 'b')} | difference | 95% paired bootstrap |"
+    rows = [head, "|---|---|---|---|---|"]
+    for name, values in paired.items():
+        if name == "mcnemar":
+            continue
+        interval = values.get("ci95")
+        shown = "–" if interval is None else f"[{_fmt(interval[0])}, {_fmt(interval[1])}]"
+        rows.append(f"| {name} | {_fmt(values['a'])} | {_fmt(values['b'])} | {_fmt(values['difference'])} | {shown} |")
+    test = paired["mcnemar"]
+    rows.append(
+        f"\nMcNemar's test of right labels: {test['only_baseline_right']} items right only under the baseline, "
+        f"{test['only_cell_right']} only under the cell, p = {_fmt(test['p_value'])}."
+    )
+    return "\n".join(rows)
+
+
 # Agreement tables, in this order: the default judge's own test grading and the one it replaced on the same machine,
 # `make bench`'s cells on test, and the dev runs that chose the default.
 QUALITY = (
@@ -322,6 +341,15 @@ QUALITY = (
     ("regrade_test_checks-19_llamacpp", "The same on llama.cpp's kept test grading (Q4_K_M, Sapphire Rapids)"),
     ("regrade_dev_checks-19", "Dev split: checks-19 beside checks-17 (checks-13's kept grading, vLLM bf16)"),
     ("regrade_dev_checks-19_llamacpp", "Dev split on llama.cpp: checks-19 beside checks-17 (plain weights, Zen 4)"),
+    (
+        "regrade_test_triad-1",
+        "The triad (triad-1: relevance alone checks-20, completeness checks-3, groundedness checks-8, labelled by "
+        "TRIAD_VERDICT) on the labelled test split, beside the default checks-19: read from checks-14's kept grading "
+        "(vLLM bf16, Zen 4) by `bench.regrade`; opt-in, not the default",
+    ),
+    ("regrade_test_triad-1_llamacpp", "The same on llama.cpp's kept test grading (Q4_K_M, Sapphire Rapids)"),
+    ("regrade_dev_triad-1", "Dev split: triad-1 beside checks-19 (checks-13's kept grading, vLLM bf16)"),
+    ("regrade_dev_triad-1_llamacpp", "Dev split on llama.cpp: triad-1 beside checks-19 (plain weights, Zen 4)"),
     (
         "judge_quality_test_checks-17_checks-14",
         "The default judge (checks-17) and checks-14 graded side by side on the labelled test split (vLLM bf16)",
@@ -477,6 +505,8 @@ def results_page(results: Path = ROOT / "bench" / "results") -> str:
             f"judge `{data.get('model', '?')}` · {data.get('items', '?')} items\n"
         )
         out.append(judge_quality_table(data) + "\n")
+        if "paired" in data:
+            out.append(paired_table(data) + "\n")
     calibration = results / "calibration_quality.json"
     if calibration.exists():
         data = json.loads(calibration.read_text())
