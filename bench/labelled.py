@@ -104,6 +104,10 @@ CELLS = {
     "triad-1": Cell(
         "triad-1", "fast", {"answer_relevance": "checks-20", "completeness": "checks-3", "groundedness": "checks-8"}
     ),
+    # triad-2: triad-1 with relevance alone asking whether the answer addresses the question even in part (checks-21).
+    "triad-2": Cell(
+        "triad-2", "fast", {"answer_relevance": "checks-21", "completeness": "checks-3", "groundedness": "checks-8"}
+    ),
 }
 # What `make bench` grades: the default judge, the chain-of-thought baseline beside it, and context relevance (fast-v2);
 # the earlier answer-relevance-only cells (cot-v1, fast-v1) and the other check versions are opt-in.

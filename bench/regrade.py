@@ -21,6 +21,9 @@ bench/results/regrade_<split>_<cell>.json (or NAME.json).
 from __future__ import annotations
 
 import argparse
+import gzip
+import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import prompts
@@ -30,9 +33,14 @@ from bench.labelled import CELLS, Cell, labelled_set, read_judgements
 from juiz.agreement.compare import compare_items
 from juiz.agreement.labels import with_default_verdict
 from juiz.agreement.statistics import verdict_signal
-from juiz.judging.checks import CheckJob
+from juiz.engines.base import JudgeEngine
+from juiz.engines.models import DEFAULT_MODEL
+from juiz.judging.backend import build_engine
+from juiz.judging.checks import CHECK_REQUEST, Ask, CheckJob, read_check
+from juiz.judging.judge import context_segments, shown_context
 from juiz.judging.metric_results import checks_result
-from schemas import Judgement, LabelMapping
+from juiz.runtime.settings import Settings
+from schemas import BatchOptions, Judgement, LabelMapping, Triple
 
 SHOWN = ("accuracy", "kappa_quadratic", "spearman", "auc_expected_c_vs_rest", "refusal_injected_as_I",
          "false_in_context_as_I", "correct_as_C")  # fmt: skip
@@ -58,11 +66,73 @@ def same_conversations(recorded: prompts.PromptTemplate, target: prompts.PromptT
     return _asked(recorded) == _asked(target)
 
 
-def asks_within(recorded: prompts.PromptTemplate, target: prompts.PromptTemplate) -> bool:
-    """Whether every conversation the target version asks was asked by the recorded one (relevance alone and
-    completeness each ask a part of answer relevance checks-19's)."""
+def asks_within(
+    recorded: prompts.PromptTemplate, target: prompts.PromptTemplate, after: Sequence[prompts.PromptTemplate] = ()
+) -> bool:
+    """Whether every conversation the target version asks was asked by the recorded one, or by versions whose new
+    checks were asked of the same grading afterwards (`--ask`): relevance alone and completeness each ask a part of
+    answer relevance checks-19's."""
     (shared, checks), (target_shared, target_checks) = _asked(recorded), _asked(target)
+    for later in after:
+        later_shared, later_checks = _asked(later)
+        if later_shared == shared:
+            checks |= later_checks
     return shared == target_shared and target_checks <= checks
+
+
+ASKED = "asked"  # a kept judgement's extra field: the prompt ids whose new checks `--ask` added to its grading
+
+
+def asked_after(judgement: Judgement, metric: str, lang: str) -> list[prompts.PromptTemplate]:
+    """The versions of this metric whose new checks were asked of the judgement's grading afterwards."""
+    ids = (judgement.model_extra or {}).get(ASKED, [])
+    return [prompts.load(metric, prompts.parse_prompt_id(i)[1], lang) for i in ids if i.startswith(f"{metric}@")]
+
+
+def new_check_asks(judgements: list[Judgement], cell: Cell) -> list[tuple[int, str, Ask]]:
+    """The conversations the cell's versions ask that the judgements' grading did not, as the judge renders them: the
+    item's language, the context as shown, the kept reference's points; each with its item's index and metric. Only
+    new checks: a version asking other shared text (system message, layout, reference) can't be completed this way."""
+    pending: list[tuple[int, str, Ask]] = []
+    for n, judgement in enumerate(judgements):
+        for metric, version in cell.versions.items():
+            result = (judgement.metrics or {}).get(metric)
+            if result is None or result.checks is None or result.provenance is None:
+                continue
+            _, recorded_version, lang = prompts.parse_prompt_id(result.provenance.prompt)
+            recorded = prompts.load(metric, recorded_version, lang or "en")
+            target = prompts.load(metric, version, lang or "en")
+            shared, have = _asked(recorded)
+            for later in asked_after(judgement, metric, lang or "en"):
+                have |= _asked(later)[1]
+            if _asked(target)[0] != shared:
+                raise DifferentConversations(f"{metric}@{version} asks other shared text than {recorded_version}")
+            new = {c.name for c in target.checks if c.ask != "counted"} - {key[0] for key in have}
+            if not new:
+                continue
+            segments = context_segments(judgement.context)
+            triple = Triple(id=judgement.id, question=judgement.question, answer=judgement.answer)
+            fields = {"question": judgement.question, "answer": judgement.answer,
+                      "context": shown_context(triple, segments, BatchOptions().context_chars)}  # fmt: skip
+            job = CheckJob.plan(n, metric, target, fields, segments)
+            pending += [(n, metric, a) for a in job.asks(result.reference)[0] if a.check.name in new]
+    return pending
+
+
+def ask_new_checks(judgements: list[Judgement], cell: Cell, engine: JudgeEngine) -> list[Judgement]:
+    """The judgements with the checks `new_check_asks` finds asked of the engine in one call (the engine that graded
+    the kept file, for the figures to hold), each marked with the versions whose checks it now holds."""
+    pending = new_check_asks(judgements, cell)
+    replies = engine.generate([a.conversation for _, _, a in pending], CHECK_REQUEST) if pending else []
+    out = [j.model_copy(deep=True) for j in judgements]
+    for (n, metric, ask), reply in zip(pending, replies, strict=True):
+        result = (out[n].metrics or {})[metric]
+        assert result.checks is not None
+        result.checks.append(read_check(ask, reply))
+    for n, metric in dict.fromkeys((n, metric) for n, metric, _ in pending):
+        asked = (out[n].model_extra or {}).get(ASKED, [])
+        setattr(out[n], ASKED, sorted({*asked, f"{metric}@{cell.versions[metric]}"}))
+    return out
 
 
 # A metric no grading recorded, read from the one whose conversations hold it.
@@ -81,7 +151,7 @@ def regraded(judgement: Judgement, cell: Cell) -> Judgement:
         _, recorded_version, lang = prompts.parse_prompt_id(result.provenance.prompt)
         recorded = prompts.load(source, recorded_version, lang or "en")
         target = prompts.load(metric, version, lang or "en")
-        if not asks_within(recorded, target):
+        if not asks_within(recorded, target, asked_after(judgement, source, lang or "en")):
             raise DifferentConversations(f"{metric}@{version} asks what {source}@{recorded_version} did not")
         provenance = result.provenance.model_copy(
             update={"prompt": f"{metric}@{version}.{target.lang}", "prompt_sha256": target.sha256}
@@ -142,6 +212,13 @@ def main(argv: list[str] | None = None) -> int:
         "--baseline", choices=sorted(CELLS), help="the cell to print beside it (default: the one that graded the file)"
     )
     parser.add_argument("--name", default=None, help="the results file's name (bench/results/NAME.json)")
+    parser.add_argument(
+        "--ask",
+        action="store_true",
+        help="ask the judge engine the checks the cell's versions add to the kept grading first, and keep the grading "
+        "with them as JUDGEMENTS' name + '+CELL' (run it under the engine lock)",
+    )
+    parser.add_argument("--engine", default="auto", choices=("auto", "vllm", "llamacpp"), help="the engine --ask uses")
     args = parser.parse_args(argv)
     split = args.judgements.name.split("_", 1)[0]
     triples = labelled_set(split, None)
@@ -149,7 +226,20 @@ def main(argv: list[str] | None = None) -> int:
     missing = [t.id for t in triples if t.id not in recorded]
     if missing:
         parser.error(f"{args.judgements.name} lacks {len(missing)} of the {split} split's items, e.g. {missing[0]}")
-    before = [recorded[t.id] for t in triples]
+    before = recorded_list = [recorded[t.id] for t in triples]
+    if args.ask:
+        engine = build_engine(Settings.from_env(None, model=DEFAULT_MODEL, engine=args.engine), say=print)
+        try:
+            began = time.perf_counter()
+            before = ask_new_checks(before, CELLS[args.cell], engine)
+            asked = {"asked": len(new_check_asks(recorded_list, CELLS[args.cell])),
+                     "seconds": round(time.perf_counter() - began, 1), "engine": dict(engine.origin)}  # fmt: skip
+        finally:
+            engine.close()
+        kept = args.judgements.with_name(args.judgements.name.split(".")[0] + f"+{args.cell}.jsonl.gz")
+        lines = "".join(j.model_dump_json() + "\n" for j in before)
+        kept.write_bytes(gzip.compress(lines.encode("utf-8"), mtime=0))
+        print(f"asked {asked['asked']} checks in {asked.get('seconds', 0)} s -> {kept}")
     try:
         after = [regraded(j, CELLS[args.cell]) for j in before]
     except DifferentConversations as exc:

@@ -3,7 +3,7 @@
 Issue #37's target: answer relevance alone, against relevance-only judgements (correct and partial answers address
 the question; off-topic, refusals, word salad, rubric quotes and injected or hostile answers do not; false answers are
 left out, as in bench.relevance_split), reaches ROC AUC >= 0.9 and balanced accuracy >= 0.85 at its own cut on test.
-The same recorded checks are read six ways:
+The same recorded checks are read seven ways:
 
 - `checks-17`, the answer relevance before checks-19 (relevance times how many key points of the judge's own answer it
   states), and `checks-19`, today's (checks-17 with a veto counted from the words on an answer that only restates the
@@ -17,7 +17,10 @@ The same recorded checks are read six ways:
   fourth core value, the judge's P(yes) that the answer states its best-stated key point (the maximum of covers over
   the judge's own points, recorded in the same checks-14 conversations): an answer that addresses the question states
   at least one thing the judge would say, a partial answer as much as a complete one (the mean would be completeness);
-- `checks-20`, checks-15 with checks-19's counted veto on restating the question, cut for score 2 refitted on dev.
+- `checks-20`, checks-15 with checks-19's counted veto on restating the question, cut for score 2 refitted on dev;
+- `checks-21`, checks-20 asking whether the answer addresses the question even if it leaves part out, instead of
+  whether it directly answers the exact question: read only from gradings that hold that check (`bench.regrade
+  --ask` adds it to a kept grading), cut for score 2 refitted on dev.
 
 Each cut for score 2 is fitted on the dev grading by balanced accuracy (the middle of the best run on the grid, as
 bench.relevance_split fits it) and read by 5-fold cross-validation by topic on dev; a second dev grading (another
@@ -49,6 +52,7 @@ from bench.labelled import read_judgements
 from bench.relevance_split import FOLDS, JUDGEMENTS, NOT_RELEVANT, RELEVANT
 from juiz.judging.check_rule import apply_rule, banded, check_values, veto_values
 from juiz.judging.word_overlap import with_counted
+from schemas import Judgement
 from schemas.judgement import CheckResult, CheckStatus
 
 DEV = JUDGEMENTS / "dev_checks-13.jsonl.gz"
@@ -63,6 +67,7 @@ READINGS = {
     "checks-18": "checks-18",
     COVERS_MAX: "checks-18",
     "checks-20": "checks-20",
+    "checks-21": "checks-21",
 }
 RELEASED_CUT = {"checks-17", "checks-19"}  # read at their released cuts; the others' cut is fitted on dev
 ITEM_CHECKS = ("answers_question", "attempts_answer", "specific", "only_answer", "sentence_to_grader")
@@ -87,6 +92,14 @@ def with_covers(template: prompts.PromptTemplate, results: Sequence[CheckResult]
     return strength, any(v < template.rule.veto_below for v in gates.values())
 
 
+def recorded_for(judgement: Judgement, version: str) -> bool:
+    """Whether the grading holds every check this version asks (checks-21's is added to a kept grading later)."""
+    recorded = (judgement.metrics or {})["answer_relevance"]
+    names = {c.name for c in recorded.checks or []}
+    template = prompts.load("answer_relevance", version, "en")
+    return all(c.name in names for c in template.checks if c.ask != "counted")
+
+
 @dataclass
 class Graded:
     """One grading's relevance-labelled items: label (1 relevant), category, topic, and per reading each item's
@@ -104,17 +117,19 @@ class Graded:
 
 def load(path: Path) -> Graded:
     y, category, topic, langs, values = [], [], [], [], []
-    strength: dict[str, list[float]] = {r: [] for r in READINGS}
-    vetoed: dict[str, list[bool]] = {r: [] for r in READINGS}
-    for j in read_judgements(path):
+    judgements = read_judgements(path)
+    readable = [r for r in READINGS if all(recorded_for(j, READINGS[r]) for j in judgements)]
+    strength: dict[str, list[float]] = {r: [] for r in readable}
+    vetoed: dict[str, list[bool]] = {r: [] for r in readable}
+    for j in judgements:
         extra = j.model_extra or {}
         if str(extra["category"]) not in RELEVANT | NOT_RELEVANT:
             continue
         recorded = (j.metrics or {})["answer_relevance"]
         assert recorded.provenance is not None and recorded.checks is not None, f"{j.id}: no checks"
         lang = prompts.parse_prompt_id(recorded.provenance.prompt)[2] or "en"
-        for reading, version in READINGS.items():
-            template = prompts.load("answer_relevance", version, lang)
+        for reading in readable:
+            template = prompts.load("answer_relevance", READINGS[reading], lang)
             checks = with_counted(template, recorded.checks, j.question, j.answer)
             outcome = apply_rule(template, checks)
             assert outcome.ok and outcome.strength is not None, f"{j.id}: {reading}: {outcome.error}"
@@ -232,23 +247,26 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     dev = load(args.dev)
     everything = np.arange(len(dev.y))
-    cuts = {r: released_or_fitted(dev, r, everything) for r in READINGS}
+    readings = list(dev.strength)  # every reading the dev grading holds the checks of
+    cuts = {r: released_or_fitted(dev, r, everything) for r in readings}
     report: dict[str, Any] = {
         "dev": args.dev.name,
         "dev_other": args.dev_other.name,
         "test": [p.name for p in args.test],
         "labels": {"relevant": sorted(RELEVANT), "not_relevant": sorted(NOT_RELEVANT)},
         "cuts_for_score_2": cuts,
-        "dev_cross_validated_balanced_accuracy": {r: cross_validated(dev, r) for r in READINGS},
-        "splits": {args.dev.name: {r: figures(dev, r, cuts[r]) for r in READINGS}},
+        "dev_cross_validated_balanced_accuracy": {r: cross_validated(dev, r) for r in readings},
+        "splits": {args.dev.name: {r: figures(dev, r, cuts[r]) for r in readings}},
         "dev_errors": {r: errors(dev, r, cuts[r]) for r in ("checks-15", "checks-18", COVERS_MAX)},
     }
     other = load(args.dev_other)
-    report["splits"][args.dev_other.name] = {r: figures(other, r, cuts[r]) for r in READINGS}
-    report["dev_other_cross_validated_balanced_accuracy"] = {r: cross_validated(other, r) for r in READINGS}
+    report["splits"][args.dev_other.name] = {r: figures(other, r, cuts[r]) for r in readings if r in other.strength}
+    report["dev_other_cross_validated_balanced_accuracy"] = {
+        r: cross_validated(other, r) for r in readings if r in other.strength
+    }
     for path in args.test:
         test = load(path)
-        report["splits"][path.name] = {r: figures(test, r, cuts[r]) for r in READINGS}
+        report["splits"][path.name] = {r: figures(test, r, cuts[r]) for r in readings if r in test.strength}
     print("cuts for score 2 (checks-17 and checks-19 released, the others fitted on dev):", cuts)
     print("dev, 5-fold by topic, balanced accuracy:", report["dev_cross_validated_balanced_accuracy"])
     print("dev (other engine), 5-fold by topic:", report["dev_other_cross_validated_balanced_accuracy"])
