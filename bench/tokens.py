@@ -367,17 +367,17 @@ def changed(before: Sequence[dict[str, Any]], after: Sequence[dict[str, Any]]) -
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from bench.labelled import DEFAULT_CELLS, labelled_set
+
     parser = argparse.ArgumentParser(prog="python -m bench.tokens", description=__doc__.split("\n\n")[0])
     parser.add_argument("--split", default="dev")
-    parser.add_argument("--cell", default="checks-8", help="a bench.labelled cell (default: the default judge)")
+    parser.add_argument("--cell", default=DEFAULT_CELLS[0], help="a bench.labelled cell (default: the default judge)")
     parser.add_argument(
         "--before", metavar="REF", action="append", default=[], help="also measure the judge at this git commit"
     )
     parser.add_argument("--model", type=Path, default=MODEL, help="the judge's model folder (its tokenizer)")
     parser.add_argument("--out", type=Path, default=None, help="results file (default bench/results/tokens-...)")
     args = parser.parse_args(argv)
-    from bench.labelled import labelled_set
-
     items = len(labelled_set(args.split, None))
     sides: dict[str, list[dict[str, Any]]] = {}
     for ref in args.before:

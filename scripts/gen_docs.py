@@ -420,6 +420,8 @@ PERFORMANCE = (
     "engines_dev_limit6",
     "engines_seeds_without_bf16",
     "context_budget",
+    "tokens-dev-checks-19",
+    "tokens-dev-checks-8-today",
     "tokens-dev-checks-8",
     "tokens-dev-checks-8-slots",
     "llamacpp_slots_limit2",
