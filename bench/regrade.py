@@ -24,6 +24,7 @@ import argparse
 import gzip
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import prompts
@@ -41,6 +42,7 @@ from juiz.judging.judge import context_segments, shown_context
 from juiz.judging.metric_results import checks_result
 from juiz.runtime.settings import Settings
 from schemas import BatchOptions, Judgement, LabelMapping, Triple
+from schemas.judgement import MetricResult
 
 SHOWN = ("accuracy", "kappa_quadratic", "spearman", "auc_expected_c_vs_rest", "refusal_injected_as_I",
          "false_in_context_as_I", "correct_as_C")  # fmt: skip
@@ -89,6 +91,32 @@ def asked_after(judgement: Judgement, metric: str, lang: str) -> list[prompts.Pr
     return [prompts.load(metric, prompts.parse_prompt_id(i)[1], lang) for i in ids if i.startswith(f"{metric}@")]
 
 
+@dataclass(frozen=True)
+class Recorded:
+    """One metric of a kept judgement as graded, and the versions it is read against: the one that graded it and
+    those whose new checks were asked of it afterwards (`--ask`)."""
+
+    result: MetricResult
+    version: prompts.PromptTemplate
+    after: list[prompts.PromptTemplate]
+
+    @classmethod
+    def of(cls, judgement: Judgement, metric: str) -> Recorded | None:
+        result = (judgement.metrics or {}).get(metric)
+        if result is None or result.checks is None or result.provenance is None:
+            return None
+        _, version, lang = prompts.parse_prompt_id(result.provenance.prompt)
+        return cls(result, prompts.load(metric, version, lang or "en"), asked_after(judgement, metric, lang or "en"))
+
+    def target(self, metric: str, version: str) -> prompts.PromptTemplate:
+        """The cell's version of a metric read from this one's conversations, in the language it was graded in."""
+        return prompts.load(metric, version, self.version.lang)
+
+    def holds(self, target: prompts.PromptTemplate) -> bool:
+        """Whether every conversation the target asks is among those recorded."""
+        return asks_within(self.version, target, self.after)
+
+
 def new_check_asks(judgements: list[Judgement], cell: Cell) -> list[tuple[int, str, Ask]]:
     """The conversations the cell's versions ask that the judgements' grading did not, as the judge renders them: the
     item's language, the context as shown, the kept reference's points; each with its item's index and metric. Only
@@ -96,17 +124,15 @@ def new_check_asks(judgements: list[Judgement], cell: Cell) -> list[tuple[int, s
     pending: list[tuple[int, str, Ask]] = []
     for n, judgement in enumerate(judgements):
         for metric, version in cell.versions.items():
-            result = (judgement.metrics or {}).get(metric)
-            if result is None or result.checks is None or result.provenance is None:
+            recorded = Recorded.of(judgement, metric)
+            if recorded is None:
                 continue
-            _, recorded_version, lang = prompts.parse_prompt_id(result.provenance.prompt)
-            recorded = prompts.load(metric, recorded_version, lang or "en")
-            target = prompts.load(metric, version, lang or "en")
-            shared, have = _asked(recorded)
-            for later in asked_after(judgement, metric, lang or "en"):
+            target = recorded.target(metric, version)
+            shared, have = _asked(recorded.version)
+            for later in recorded.after:
                 have |= _asked(later)[1]
             if _asked(target)[0] != shared:
-                raise DifferentConversations(f"{metric}@{version} asks other shared text than {recorded_version}")
+                raise DifferentConversations(f"{metric}@{version} asks other shared text than {recorded.version.id}")
             new = {c.name for c in target.checks if c.ask != "counted"} - {key[0] for key in have}
             if not new:
                 continue
@@ -115,13 +141,14 @@ def new_check_asks(judgements: list[Judgement], cell: Cell) -> list[tuple[int, s
             fields = {"question": judgement.question, "answer": judgement.answer,
                       "context": shown_context(triple, segments, BatchOptions().context_chars)}  # fmt: skip
             job = CheckJob.plan(n, metric, target, fields, segments)
-            pending += [(n, metric, a) for a in job.asks(result.reference)[0] if a.check.name in new]
+            pending += [(n, metric, a) for a in job.asks(recorded.result.reference)[0] if a.check.name in new]
     return pending
 
 
-def ask_new_checks(judgements: list[Judgement], cell: Cell, engine: JudgeEngine) -> list[Judgement]:
+def ask_new_checks(judgements: list[Judgement], cell: Cell, engine: JudgeEngine) -> tuple[list[Judgement], int]:
     """The judgements with the checks `new_check_asks` finds asked of the engine in one call (the engine that graded
-    the kept file, for the figures to hold), each marked with the versions whose checks it now holds."""
+    the kept file, for the figures to hold), each marked with the versions whose checks it now holds; and how many
+    checks were asked."""
     pending = new_check_asks(judgements, cell)
     replies = engine.generate([a.conversation for _, _, a in pending], CHECK_REQUEST) if pending else []
     out = [j.model_copy(deep=True) for j in judgements]
@@ -132,7 +159,7 @@ def ask_new_checks(judgements: list[Judgement], cell: Cell, engine: JudgeEngine)
     for n, metric in dict.fromkeys((n, metric) for n, metric, _ in pending):
         asked = (out[n].model_extra or {}).get(ASKED, [])
         setattr(out[n], ASKED, sorted({*asked, f"{metric}@{cell.versions[metric]}"}))
-    return out
+    return out, len(pending)
 
 
 # A metric no grading recorded, read from the one whose conversations hold it.
@@ -145,14 +172,13 @@ def regraded(judgement: Judgement, cell: Cell) -> Judgement:
     metrics = dict(recorded_metrics)
     for metric, version in cell.versions.items():
         source = metric if metric in recorded_metrics else READ_FROM.get(metric, metric)
-        result = recorded_metrics.get(source)
-        if result is None or result.checks is None or result.provenance is None:
+        recorded = Recorded.of(judgement, source)
+        if recorded is None:
             raise ValueError(f"{judgement.id}: {source} was not graded by checks")
-        _, recorded_version, lang = prompts.parse_prompt_id(result.provenance.prompt)
-        recorded = prompts.load(source, recorded_version, lang or "en")
-        target = prompts.load(metric, version, lang or "en")
-        if not asks_within(recorded, target, asked_after(judgement, source, lang or "en")):
-            raise DifferentConversations(f"{metric}@{version} asks what {source}@{recorded_version} did not")
+        result, target = recorded.result, recorded.target(metric, version)
+        if not recorded.holds(target):
+            raise DifferentConversations(f"{metric}@{version} asks what {recorded.version.id} did not")
+        assert result.provenance is not None and result.checks is not None  # as Recorded.of found them
         provenance = result.provenance.model_copy(
             update={"prompt": f"{metric}@{version}.{target.lang}", "prompt_sha256": target.sha256}
         )
@@ -226,20 +252,19 @@ def main(argv: list[str] | None = None) -> int:
     missing = [t.id for t in triples if t.id not in recorded]
     if missing:
         parser.error(f"{args.judgements.name} lacks {len(missing)} of the {split} split's items, e.g. {missing[0]}")
-    before = recorded_list = [recorded[t.id] for t in triples]
+    before = [recorded[t.id] for t in triples]
     if args.ask:
         engine = build_engine(Settings.from_env(None, model=DEFAULT_MODEL, engine=args.engine), say=print)
         try:
             began = time.perf_counter()
-            before = ask_new_checks(before, CELLS[args.cell], engine)
-            asked = {"asked": len(new_check_asks(recorded_list, CELLS[args.cell])),
-                     "seconds": round(time.perf_counter() - began, 1), "engine": dict(engine.origin)}  # fmt: skip
+            before, asked = ask_new_checks(before, CELLS[args.cell], engine)
+            seconds = round(time.perf_counter() - began, 1)
         finally:
             engine.close()
         kept = args.judgements.with_name(args.judgements.name.split(".")[0] + f"+{args.cell}.jsonl.gz")
         lines = "".join(j.model_dump_json() + "\n" for j in before)
         kept.write_bytes(gzip.compress(lines.encode("utf-8"), mtime=0))
-        print(f"asked {asked['asked']} checks in {asked.get('seconds', 0)} s -> {kept}")
+        print(f"asked {asked} checks in {seconds} s on {dict(engine.origin) or 'vllm'} -> {kept}")
     try:
         after = [regraded(j, CELLS[args.cell]) for j in before]
     except DifferentConversations as exc:

@@ -75,7 +75,8 @@ def test_only_the_checks_a_version_adds_are_asked_and_the_grading_then_reads_it_
     with pytest.raises(DifferentConversations):
         regraded(kept, CELLS["triad-2"])
     engine = FakeEngine(says_yes)
-    [completed] = ask_new_checks([kept], CELLS["triad-2"], engine)
+    [completed], asked = ask_new_checks([kept], CELLS["triad-2"], engine)
+    assert asked == 1
     assert engine.calls == [1]
     assert new_check_asks([completed], CELLS["triad-2"]) == []  # asked once
     read = regraded(completed, CELLS["triad-2"])
