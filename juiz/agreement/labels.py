@@ -103,8 +103,8 @@ DEFAULT_VERDICT: tuple[VerdictLevel, ...] = (
 # The verdict over the triad when completeness is graded too: answer relevance then says only whether the answer
 # addresses the question, completeness how much of a complete answer it states, groundedness whether the context
 # supports it. A correct answer does all three. A partial one addresses the question and is supported but leaves
-# points out, so completeness does not gate P; a relevant answer the context only partly supports is I, since the
-# judge's "partly supported" is mostly a false claim it could not see through (bench.regrade measures it).
+# points out, so completeness does not gate P. A relevant answer the context only partly supports is I: on the
+# labelled dev split most answers this judge finds only partly supported are false ones (bench.regrade measures it).
 TRIAD_VERDICT: tuple[VerdictLevel, ...] = (
     VerdictLevel(label="C", when={"answer_relevance": 2.5, "completeness": 2.5, "groundedness": 2.5}),
     VerdictLevel(label="P", when={"answer_relevance": 1.5, "groundedness": 2.5}),
