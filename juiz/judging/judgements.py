@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from juiz.agreement.labels import class_index, label_for, label_rule, label_source, verdict_score
+from juiz.agreement.labels import class_index, label_for, label_rule, label_source, verdict_level, verdict_score
 from juiz.calibration.grades import apply_calibration
 from juiz.judging.uncertainty import mark
 from schemas import BatchOptions, Judgement, JudgementStatus, Provenance, Triple
@@ -54,9 +54,10 @@ def _grade_of(main: MetricResult) -> dict[str, Any]:
 def verdict_grade(judgement: Judgement, rule: LabelMapping) -> dict[str, Any]:
     """The top-level grade fields as the verdict rule gives them (`label_rule`).
 
-    The score is `verdict_score`; the expected score is the lowest of the rule's metrics' (an answer is as good as its
-    weakest side). A metric of the rule without an ok grade makes the item's status its status: never a verdict made
-    up from a missing grade."""
+    The score is `verdict_score`; the expected score is the lowest of the metrics' that the level giving the label
+    reads (an answer is as good as its weakest side; the triad's P does not read completeness), or of all the rule's
+    when no level is met. A metric of the rule without an ok grade makes the item's status its status: never a
+    verdict made up from a missing grade."""
     assert rule.verdict is not None and judgement.metrics is not None
     named = list(dict.fromkeys(m for level in rule.verdict for m in level.when))
     results = {m: judgement.metrics[m] for m in named}
@@ -78,7 +79,8 @@ def verdict_grade(judgement: Judgement, rule: LabelMapping) -> dict[str, Any]:
         }
     index, score = class_index(judgement, rule), verdict_score(judgement, rule)
     assert index is not None and score is not None  # every metric of the rule is graded
-    expected = [r.expected_score for r in results.values()]
+    level = verdict_level(judgement, rule)
+    expected = [r.expected_score for m, r in results.items() if level is None or m in level.when]
     grades = ", ".join(f"{m} {r.score}" for m, r in results.items())
     return {
         "status": JudgementStatus.OK,
