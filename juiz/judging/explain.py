@@ -9,12 +9,14 @@ below do not know is named by its own question, as its prompt file words it in t
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import prompts
 from juiz.judging.check_rule import RuleOutcome, baseline_gap, check_values, read_value, veto_values
 from schemas.judgement import CheckResult, CheckStatus
+from schemas.labels import VerdictLevel
 
 QUOTE_MAX_CHARS = 120
 
@@ -181,3 +183,74 @@ def explain(template: prompts.PromptTemplate, results: Sequence[CheckResult], ou
     cuts = ", ".join(f"{c:.2f}" for c in rule.cuts)
     evidence.append(text["score"].format(strength=outcome.strength, cuts=cuts, score=outcome.score))
     return Explanation(criteria, " ".join(evidence))
+
+
+# The verdict in words: each metric it reads by name, and what keeps the answer from the class above its own.
+METRIC_WORDS: dict[str, tuple[str, str]] = {
+    "answer_relevance": ("answer relevance", "relevância da resposta"),
+    "groundedness": ("support by the context", "apoio no contexto"),
+    "completeness": ("completeness", "completude"),
+    "context_relevance": ("context relevance", "relevância do contexto"),
+}
+VERDICT_TEXT = {
+    "en": {
+        "grades": "{label}: {grades}.",
+        "grade": "{metric} {value} of 3",
+        "top": " Every grade reaches what {label} needs.",
+        "held": " {what} {verb} it from {upper}, which needs {needs} or more.",
+        "one": "keeps",
+        "many": "keep",
+    },
+    "pt": {
+        "grades": "{label}: {grades}.",
+        "grade": "{metric} {value} de 3",
+        "top": " Todas as notas alcançam o que {label} pede.",
+        "held": " {what} {verb} de ser {upper}, que pede {needs} ou mais.",
+        "one": "a impede",
+        "many": "a impedem",
+    },
+}
+
+
+def _metric_words(metric: str, lang: str) -> str:
+    words = METRIC_WORDS.get(metric)
+    return metric if words is None else words[0 if lang == "en" else 1]
+
+
+def _number(value: float) -> str:
+    return f"{value:g}" if float(value).is_integer() else f"{value:.1f}"
+
+
+def verdict_in_words(
+    classes: Sequence[str], levels: Sequence[VerdictLevel], label: str, values: dict[str, float], lang: str
+) -> str:
+    """The verdict `label` over these 0–3 `values` in sentences of `lang`: each grade it read, then what kept the
+    answer from the nearest class above (the grades under that level's minimums), or that it reached the top class.
+    `classes` are the mapping's class names, worst first; `levels` its verdict rule."""
+    lang = lang if lang in VERDICT_TEXT else "en"
+    text = VERDICT_TEXT[lang]
+    grades = ", ".join(text["grade"].format(metric=_metric_words(m, lang), value=_number(v)) for m, v in values.items())
+    said = text["grades"].format(label=label, grades=grades[0].upper() + grades[1:] if grades else grades)
+    above = [c for c in classes[classes.index(label) + 1 :] if any(lv.label == c for lv in levels)]
+    if not above:
+        return said + text["top"].format(label=label)
+    upper = above[0]
+
+    def unmet_in(level: VerdictLevel) -> list[str]:
+        return [m for m, low in level.when.items() if values[m] < low]
+
+    nearest = min((lv for lv in levels if lv.label == upper), key=lambda lv: len(unmet_in(lv)))
+    unmet = unmet_in(nearest)
+    if not unmet:  # a rule whose levels are not ordered best first: nothing kept it from the class above
+        return said
+    # Discrete scores reach a minimum of 2.5 at 3; expected scores (fractions) reach it at 2.5.
+    discrete = all(float(v).is_integer() for v in values.values())
+    what = TEXT[lang]["and"].join(
+        text["grade"].format(metric=_metric_words(m, lang), value=_number(values[m])) for m in unmet
+    )
+    needs = TEXT[lang]["and"].join(
+        f"{_metric_words(m, lang)} {_number(math.ceil(nearest.when[m]) if discrete else nearest.when[m])}"
+        for m in unmet
+    )
+    verb = text["one"] if len(unmet) == 1 else text["many"]
+    return said + text["held"].format(what=what[0].upper() + what[1:], verb=verb, upper=upper, needs=needs)

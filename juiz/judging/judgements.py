@@ -13,8 +13,18 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from juiz.agreement.labels import class_index, label_for, label_rule, label_source, verdict_level, verdict_score
+import prompts
+from juiz.agreement.labels import (
+    class_index,
+    label_for,
+    label_rule,
+    label_source,
+    metric_value,
+    verdict_level,
+    verdict_score,
+)
 from juiz.calibration.grades import apply_calibration
+from juiz.judging.explain import verdict_in_words
 from juiz.judging.uncertainty import mark
 from schemas import BatchOptions, Judgement, JudgementStatus, Provenance, Triple
 from schemas.judgement import MetricResult, MetricStatus
@@ -82,13 +92,20 @@ def verdict_grade(judgement: Judgement, rule: LabelMapping) -> dict[str, Any]:
     level = verdict_level(judgement, rule)
     expected = [r.expected_score for m, r in results.items() if level is None or m in level.when]
     grades = ", ".join(f"{m} {r.score}" for m, r in results.items())
+    read = {m: metric_value(r, rule.signal) for m, r in results.items()}
+    # As the rule read them; the discrete scores when an expected score is missing (the label then came from none).
+    values = {m: float(r.score or 0) if read[m] is None else float(read[m] or 0) for m, r in results.items()}
+    provenance = next((r.provenance for r in results.values() if r.provenance is not None), None)
+    lang = (prompts.parse_prompt_id(provenance.prompt)[2] if provenance is not None else None) or "en"
+    label = rule.classes[index].name
+    words = verdict_in_words([c.name for c in rule.classes], rule.verdict, label, values, lang)
     return {
         "status": JudgementStatus.OK,
         "score": score,
         "normalized_score": round(score / 3, 6),
         "expected_score": None if None in expected else min(e for e in expected if e is not None),
         "criteria": criteria,
-        "supporting_evidence": f"{grades} → {rule.classes[index].name}",
+        "supporting_evidence": f"{words} ({grades} → {label})",
         "error": None,
     }
 

@@ -3,11 +3,12 @@ label, agreement's default and the page's judge column come from the verdict rul
 
 from __future__ import annotations
 
-from juiz.agreement.labels import VERDICT, label_source
+from juiz.agreement.labels import DEFAULT_VERDICT, VERDICT, label_source
 from juiz.agreement.statistics import compute_agreement
 from juiz.engines.base import Conversation
 from juiz.engines.fake import FakeEngine
 from juiz.formats.report import render_report
+from juiz.judging.explain import verdict_in_words
 from juiz.judging.judge import Judge
 from juiz.judging.judgements import finished
 from schemas import BatchOptions, Judgement, JudgementStatus, LabelMapping, Segment, Triple
@@ -128,3 +129,25 @@ def test_agreement_reads_the_verdict_of_results_written_before_it_was_the_label(
     old = unsupported.model_copy(update={"score": 3, "automated_label": "C", "label_source": None})
     report = compute_agreement([old], opts.label_mapping, resamples=0)
     assert report.n == 1 and report.confusion_matrix[0][0] == 1  # manual I, judge I (the verdict)
+
+
+def test_the_verdict_is_told_in_words_in_the_items_language_with_what_kept_it_from_the_class_above() -> None:
+    by_id = graded(options(["answer_relevance", "groundedness"]))
+    unsupported, right = by_id["unsupported"], by_id["right"]
+    assert unsupported.supporting_evidence.startswith(
+        "I: Answer relevance 3 of 3, support by the context 1 of 3. Support by the context 1 of 3 keeps it from P, "
+        "which needs support by the context 2 or more."
+    )
+    assert "Every grade reaches what C needs." in right.supporting_evidence
+    portuguese = verdict_in_words(
+        ["I", "P", "C"], DEFAULT_VERDICT, "P", {"answer_relevance": 2.0, "groundedness": 3.0}, "pt"
+    )
+    assert portuguese == (
+        "P: Relevância da resposta 2 de 3, apoio no contexto 3 de 3. Relevância da resposta 2 de 3 a impede de ser "
+        "C, que pede relevância da resposta 3 ou mais."
+    )
+    # Expected scores reach a minimum of 2.5 at 2.5, not at the next whole score.
+    fractions = verdict_in_words(
+        ["I", "P", "C"], DEFAULT_VERDICT, "P", {"answer_relevance": 2.1, "groundedness": 2.94}, "en"
+    )
+    assert fractions.endswith("keeps it from C, which needs answer relevance 2.5 or more.")
