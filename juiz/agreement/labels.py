@@ -195,26 +195,19 @@ def label_source(judgement: Judgement, mapping: LabelMapping) -> str:
     return mapping.metric or main_metric(judgement)
 
 
-def verdict_level(judgement: Judgement, rule: LabelMapping) -> VerdictLevel | None:
-    """The first level of the rule whose minimums the result meets; None when none is met (the worst class) or a
-    grade the rule reads is missing."""
+def _verdict_index(judgement: Judgement, rule: LabelMapping) -> int | None:
     assert rule.verdict is not None
     values: dict[str, float] = {}
     for metric in {m for level in rule.verdict for m in level.when}:
         value = metric_value(metric_of(judgement, metric), rule.signal)
         if value is None:
-            return None
+            return None  # never a label made up from a missing grade
         values[metric] = value
-    return next((lv for lv in rule.verdict if all(values[m] >= low for m, low in lv.when.items())), None)
-
-
-def _verdict_index(judgement: Judgement, rule: LabelMapping) -> int | None:
-    assert rule.verdict is not None
-    named = {m for level in rule.verdict for m in level.when}
-    if any(metric_value(metric_of(judgement, m), rule.signal) is None for m in named):
-        return None  # never a label made up from a missing grade
-    level = verdict_level(judgement, rule)
-    return 0 if level is None else [c.name for c in rule.classes].index(level.label)
+    names = [c.name for c in rule.classes]
+    for level in rule.verdict:
+        if all(values[m] >= minimum for m, minimum in level.when.items()):
+            return names.index(level.label)
+    return 0
 
 
 def verdict_score(judgement: Judgement, rule: LabelMapping) -> int | None:

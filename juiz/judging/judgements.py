@@ -20,7 +20,6 @@ from juiz.agreement.labels import (
     label_rule,
     label_source,
     metric_value,
-    verdict_level,
     verdict_score,
 )
 from juiz.calibration.grades import apply_calibration
@@ -64,10 +63,9 @@ def _grade_of(main: MetricResult) -> dict[str, Any]:
 def verdict_grade(judgement: Judgement, rule: LabelMapping) -> dict[str, Any]:
     """The top-level grade fields as the verdict rule gives them (`label_rule`).
 
-    The score is `verdict_score`; the expected score is the lowest of the metrics' that the level giving the label
-    reads (an answer is as good as its weakest side; the triad's P does not read completeness), or of all the rule's
-    when no level is met. A metric of the rule without an ok grade makes the item's status its status: never a
-    verdict made up from a missing grade."""
+    The score is `verdict_score`; the expected score is the lowest of the rule's metrics' (an answer is as good as its
+    weakest side). A metric of the rule without an ok grade makes the item's status its status: never a verdict made
+    up from a missing grade."""
     assert rule.verdict is not None and judgement.metrics is not None
     named = list(dict.fromkeys(m for level in rule.verdict for m in level.when))
     results = {m: judgement.metrics[m] for m in named}
@@ -89,12 +87,13 @@ def verdict_grade(judgement: Judgement, rule: LabelMapping) -> dict[str, Any]:
         }
     index, score = class_index(judgement, rule), verdict_score(judgement, rule)
     assert index is not None and score is not None  # every metric of the rule is graded
-    level = verdict_level(judgement, rule)
-    expected = [r.expected_score for m, r in results.items() if level is None or m in level.when]
+    expected = [r.expected_score for r in results.values()]
     grades = ", ".join(f"{m} {r.score}" for m, r in results.items())
-    read = {m: metric_value(r, rule.signal) for m, r in results.items()}
-    # As the rule read them; the discrete scores when an expected score is missing (the label then came from none).
-    values = {m: float(r.score or 0) if read[m] is None else float(read[m] or 0) for m, r in results.items()}
+    # Each grade as the rule read it (its discrete score where an expected score is missing).
+    values = {
+        m: value if (value := metric_value(r, rule.signal)) is not None else float(r.score or 0)
+        for m, r in results.items()
+    }
     provenance = next((r.provenance for r in results.values() if r.provenance is not None), None)
     lang = (prompts.parse_prompt_id(provenance.prompt)[2] if provenance is not None else None) or "en"
     label = rule.classes[index].name

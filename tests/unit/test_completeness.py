@@ -14,7 +14,6 @@ from juiz.engines.base import Conversation
 from juiz.engines.fake import FakeEngine
 from juiz.judging.checks import CheckJob
 from juiz.judging.judge import Judge
-from juiz.judging.judgements import verdict_grade
 from schemas import BatchOptions, LabelMapping, Triple
 from schemas.judgement import Judgement, MetricResult, MetricStatus, Provenance
 
@@ -218,21 +217,3 @@ def test_the_triad_is_read_from_the_default_answer_relevances_conversations(lang
     assert asks_within(nineteen, prompts.load("completeness", "checks-3", lang))
     assert not asks_within(nineteen, prompts.load("answer_relevance", "checks-16", lang))
     assert not asks_within(prompts.load("answer_relevance", "checks-20", lang), nineteen)
-
-
-def test_a_partial_answers_expected_score_is_read_from_what_its_label_reads() -> None:
-    """The triad's P does not read completeness, so an incomplete P answer's expected score is its relevance's and
-    support's weakest, in P's band, not completeness's near-zero one; a C or I answer's is every metric's weakest."""
-    expected = {"answer_relevance": (3, 0.9), "completeness": (0, 0.05), "groundedness": (3, 0.95)}
-    metrics = {
-        m: MetricResult(status=MetricStatus.OK, score=s, normalized_score=s / 3, expected_score=e)
-        for m, (s, e) in expected.items()
-    }
-    partial = graded(answer_relevance=3, completeness=0, groundedness=3).model_copy(update={"metrics": metrics})
-    rule = label_rule(partial, LabelMapping())
-    assert rule is not None
-    grade = verdict_grade(partial, rule)
-    assert grade["score"] == 1 and grade["expected_score"] == 0.9
-    metrics["groundedness"] = metrics["groundedness"].model_copy(update={"score": 2, "expected_score": 0.6})
-    wrong = partial.model_copy(update={"metrics": metrics})
-    assert verdict_grade(wrong, rule)["expected_score"] == 0.05  # I: no level met, every metric's weakest
