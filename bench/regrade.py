@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import gzip
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,17 +67,14 @@ def same_conversations(recorded: prompts.PromptTemplate, target: prompts.PromptT
     return _asked(recorded) == _asked(target)
 
 
-def asks_within(
-    recorded: prompts.PromptTemplate, target: prompts.PromptTemplate, after: Sequence[prompts.PromptTemplate] = ()
-) -> bool:
-    """Whether every conversation the target version asks was asked by the recorded one, or by versions whose new
-    checks were asked of the same grading afterwards (`--ask`): relevance alone and completeness each ask a part of
-    answer relevance checks-19's."""
-    (shared, checks), (target_shared, target_checks) = _asked(recorded), _asked(target)
-    for later in after:
-        later_shared, later_checks = _asked(later)
-        if later_shared == shared:
-            checks |= later_checks
+def asks_within(recorded: prompts.PromptTemplate, target: prompts.PromptTemplate) -> bool:
+    """Whether every conversation the target version asks was asked by the recorded one: relevance alone and
+    completeness each ask a part of answer relevance checks-19's."""
+    return _holds(_asked(recorded), target)
+
+
+def _holds(asked: tuple[tuple[object, ...], set[tuple[object, ...]]], target: prompts.PromptTemplate) -> bool:
+    (shared, checks), (target_shared, target_checks) = asked, _asked(target)
     return shared == target_shared and target_checks <= checks
 
 
@@ -112,9 +108,19 @@ class Recorded:
         """The cell's version of a metric read from this one's conversations, in the language it was graded in."""
         return prompts.load(metric, version, self.version.lang)
 
+    def asked(self) -> tuple[tuple[object, ...], set[tuple[object, ...]]]:
+        """The shared text and checks the grading holds: its version's, and the checks asked of it afterwards by
+        versions sharing that text."""
+        shared, checks = _asked(self.version)
+        for later in self.after:
+            later_shared, later_checks = _asked(later)
+            if later_shared == shared:
+                checks |= later_checks
+        return shared, checks
+
     def holds(self, target: prompts.PromptTemplate) -> bool:
         """Whether every conversation the target asks is among those recorded."""
-        return asks_within(self.version, target, self.after)
+        return _holds(self.asked(), target)
 
 
 def new_check_asks(judgements: list[Judgement], cell: Cell) -> list[tuple[int, str, Ask]]:
@@ -128,9 +134,7 @@ def new_check_asks(judgements: list[Judgement], cell: Cell) -> list[tuple[int, s
             if recorded is None:
                 continue
             target = recorded.target(metric, version)
-            shared, have = _asked(recorded.version)
-            for later in recorded.after:
-                have |= _asked(later)[1]
+            shared, have = recorded.asked()
             if _asked(target)[0] != shared:
                 raise DifferentConversations(f"{metric}@{version} asks other shared text than {recorded.version.id}")
             new = {c.name for c in target.checks if c.ask != "counted"} - {key[0] for key in have}

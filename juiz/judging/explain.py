@@ -217,6 +217,10 @@ def _metric_words(metric: str, lang: str) -> str:
     return metric if words is None else words[0 if lang == "en" else 1]
 
 
+def _capitalised(text: str) -> str:
+    return text[:1].upper() + text[1:]
+
+
 def _number(value: float) -> str:
     return f"{value:g}" if float(value).is_integer() else f"{value:.1f}"
 
@@ -230,7 +234,7 @@ def verdict_in_words(
     lang = lang if lang in VERDICT_TEXT else "en"
     text = VERDICT_TEXT[lang]
     grades = ", ".join(text["grade"].format(metric=_metric_words(m, lang), value=_number(v)) for m, v in values.items())
-    said = text["grades"].format(label=label, grades=grades[0].upper() + grades[1:] if grades else grades)
+    said = text["grades"].format(label=label, grades=_capitalised(grades))
     above = [c for c in classes[classes.index(label) + 1 :] if any(lv.label == c for lv in levels)]
     if not above:
         return said + text["top"].format(label=label)
@@ -253,4 +257,4 @@ def verdict_in_words(
         for m in unmet
     )
     verb = text["one"] if len(unmet) == 1 else text["many"]
-    return said + text["held"].format(what=what[0].upper() + what[1:], verb=verb, upper=upper, needs=needs)
+    return said + text["held"].format(what=_capitalised(what), verb=verb, upper=upper, needs=needs)
