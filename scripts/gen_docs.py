@@ -464,6 +464,7 @@ PERFORMANCE = (
     "on_paper",
     "store_full",
     "intake_memory",
+    "probe_readers_dev",
     "probe_checks-17",
     "probe_checks-17_llamacpp",
     "probe_engine_dev",
