@@ -72,6 +72,11 @@ def check_texts(tokenizer: Any, group: Group) -> list[str]:
     ]
 
 
+def prompt_tokens(tokenizer: Any, group: Group) -> int:
+    """The group's check conversations' tokens, each counted whole (what a reader without a prefix cache computes)."""
+    return sum(len(tokenizer.encode(text, add_special_tokens=False)) for text in check_texts(tokenizer, group))
+
+
 def yes_no_rows(model_path: str, tokenizer: Any) -> np.ndarray:
     """The output layer's rows for "Yes" and "No": a last-layer state times their difference is the check's log-odds."""
     from safetensors import safe_open
@@ -98,8 +103,7 @@ class TransformersReader:
     def read(self, group: Group) -> tuple[np.ndarray, int, int]:
         before = self.reader.tokens_read
         states = self.reader.read(group.passages, group.claims)
-        computed = self.reader.tokens_read - before
-        return states.hidden, computed, computed
+        return states.hidden, prompt_tokens(self.reader.tokenizer, group), self.reader.tokens_read - before
 
     def close(self) -> None:
         pass
@@ -165,12 +169,12 @@ class LlamaCppEmbeddingReader:
         self.tokenizer = tokenizer
 
     def read(self, group: Group) -> tuple[np.ndarray, int, int]:
-        rows, prompt = [], 0
+        rows = []
         for text in check_texts(self.tokenizer, group):
             reply = self.client.post("/embedding", json={"content": text})
             reply.raise_for_status()
             rows.append(np.array(reply.json()[0]["embedding"], dtype=np.float32).reshape(-1))
-            prompt += len(self.tokenizer.encode(text, add_special_tokens=False))
+        prompt = prompt_tokens(self.tokenizer, group)
         return np.stack(rows)[:, None, :], prompt, prompt
 
     def close(self) -> None:
@@ -265,18 +269,19 @@ def compare(split: str, stride: int) -> Path:
         states = base if name == "transformers" else _states(name, split, groups)
         read_groups = [k for k, s in enumerate(states) if s is not None]
         mine = {k: (s[:, 1] if name == "transformers" else s[:, 0]) for k, s in enumerate(states) if s is not None}
-        entry: dict[str, Any] = {"cost": json.loads(cost_path.read_text())}
+        # One flat row per reader (cost, fidelity, then gain or agreement): the results page shows it whole.
+        entry: dict[str, Any] = json.loads(cost_path.read_text())
         cos = np.concatenate([_cosines(mine[k], last["transformers"][k]) for k in read_groups])
-        entry["cosine_to_transformers_last_layer"] = {
-            "median": round(float(np.median(cos)), 5),
-            "min": round(float(cos.min()), 5),
-        }
+        entry["cosine_to_transformers_median"] = round(float(np.median(cos)), 5)
+        entry["cosine_to_transformers_min"] = round(float(cos.min()), 5)
         if len(read_groups) == len(groups):
-            entry["gain"] = _gain(
+            gain = _gain(
                 mine, shipped if name == "transformers" else None, agroups, positions, labels, recorded, direction
             )
+            entry.update({f"auc_{k}": v for k, v in gain.items()})
         else:
-            entry["probe_agreement"] = _agreement(mine, last["transformers"], read_groups, agroups, labels, direction)
+            agreement = _agreement(mine, last["transformers"], read_groups, agroups, labels, direction)
+            entry.update({f"on_its_claims_{k}": v for k, v in agreement.items()})
         report["readers"][name] = entry
     rows = [e for group in examples for e in group]
     report["held_out_topic"] = {
@@ -393,21 +398,19 @@ def _agreement(
 def _print(report: dict[str, Any]) -> None:
     rows = []
     for name, entry in report["readers"].items():
-        cost = entry["cost"]
-        gain = entry.get("gain") or {}
         rows.append(
             [
                 name,
-                cost["dtype"],
-                cost["load_s"],
-                cost["claims"],
-                cost["computed_tokens"],
-                cost["s_per_claim"],
-                entry["cosine_to_transformers_last_layer"]["median"],
-                gain.get("bare_check"),
-                gain.get("probe_last_layer"),
-                gain.get(f"probe_layer_{SHIPPED_LAYER}"),
-                (entry.get("probe_agreement") or {}).get("probe_spearman"),
+                entry["dtype"],
+                entry["load_s"],
+                entry["claims"],
+                entry["computed_tokens"],
+                entry["s_per_claim"],
+                entry["cosine_to_transformers_median"],
+                entry.get("auc_bare_check"),
+                entry.get("auc_probe_last_layer"),
+                entry.get(f"auc_probe_layer_{SHIPPED_LAYER}"),
+                entry.get("on_its_claims_probe_spearman"),
             ]
         )
     header = [
