@@ -465,6 +465,8 @@ PERFORMANCE = (
     "store_full",
     "intake_memory",
     "probe_readers_dev",
+    "probe_checks-19",
+    "probe_checks-19_llamacpp",
     "cells_dev_limit24_checks-19_checks-8",
     "cells_dev_limit24_checks-8_checks-19",
     "probe_checks-17",
