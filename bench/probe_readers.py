@@ -35,7 +35,7 @@ import numpy as np
 from scipy.stats import spearmanr
 
 from bench.common import WORK, save, setup_logging, table
-from bench.probe import SEED, Group, _auc, answer_groups, judgements, synthetic_groups
+from bench.probe import SEED, SYNTHETIC_STRIDE, Group, _auc, answer_groups, judgements, synthetic_groups
 from juiz.engines.cpu import native_bf16
 from juiz.engines.models import DEFAULT_MODEL, find_gguf, resolve_model
 from juiz.judging.probe import DEFAULT_C, SYSTEM, USER_PREFIX, USER_SUFFIX, render_context, train
@@ -45,7 +45,6 @@ READERS = ("transformers", "vllm", "llamacpp")
 CACHE = WORK / "probe_readers"
 SHIPPED_LAYER = 20  # the layer `juiz train --probe` reads (transformers only: engines pool the last one)
 LAST_LAYER = 28  # Qwen2.5-1.5B's last, after the final norm: what LAST pooling returns
-STRIDE = 3  # one synthetic passage group in so many, as bench.probe reads them
 LLAMACPP_EVERY = 6  # one group in so many for llama.cpp, whose embedding prompts share nothing
 
 
@@ -440,7 +439,7 @@ def main(argv: list[str] | None = None) -> None:
     for command in ("read", "compare", "run"):
         each = sub.add_parser(command)
         each.add_argument("--split", default="dev")
-        each.add_argument("--stride", type=int, default=STRIDE)
+        each.add_argument("--stride", type=int, default=SYNTHETIC_STRIDE)
         if command == "read":
             each.add_argument("--reader", choices=READERS, required=True)
         if command in ("read", "run"):
