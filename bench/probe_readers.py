@@ -253,12 +253,13 @@ def compare(split: str, stride: int) -> Path:
     agroups, positions = answer_groups(split)
     sgroups, examples = synthetic_groups(split, stride)
     groups = agroups + sgroups
-    labels = [int(e.label == SUPPORTED) for rows in examples for e in rows]
+    rows = [e for group in examples for e in group]
+    labels = [int(e.label == SUPPORTED) for e in rows]
     recorded = judgements(split)
     base = _states("transformers", split, groups)
     if any(s is None for s in base):
         sys.exit("transformers has not read every group: run `read --reader transformers` first")
-    last = {"transformers": [s[:, 1] for s in base if s is not None]}
+    base_last = [s[:, 1] for s in base if s is not None]
     shipped = [s[:, 0] for s in base if s is not None]
     report: dict[str, Any] = {"split": split, "stride": stride, "model": DEFAULT_MODEL, "readers": {}}
     for name in READERS:
@@ -270,7 +271,7 @@ def compare(split: str, stride: int) -> Path:
         mine = {k: (s[:, 1] if name == "transformers" else s[:, 0]) for k, s in enumerate(states) if s is not None}
         # One flat row per reader (cost, fidelity, then gain or agreement): the results page shows it whole.
         entry: dict[str, Any] = json.loads(cost_path.read_text())
-        cos = np.concatenate([_cosines(mine[k], last["transformers"][k]) for k in read_groups])
+        cos = np.concatenate([_cosines(mine[k], base_last[k]) for k in read_groups])
         entry["cosine_to_transformers_median"] = round(float(np.median(cos)), 5)
         entry["cosine_to_transformers_min"] = round(float(cos.min()), 5)
         if len(read_groups) == len(groups):
@@ -279,15 +280,12 @@ def compare(split: str, stride: int) -> Path:
             )
             entry.update({f"auc_{k}": v for k, v in gain.items()})
         else:
-            agreement = _agreement(mine, last["transformers"], read_groups, agroups, labels, direction)
+            agreement = _agreement(mine, base_last, read_groups, agroups, labels, direction)
             entry.update({f"on_its_claims_{k}": v for k, v in agreement.items()})
         report["readers"][name] = entry
-    rows = [e for group in examples for e in group]
     report["held_out_topic"] = {
-        f"probe_layer_{layer}": held_out_topics(
-            [s[:, index] for s in base if s is not None], agroups, positions, rows, labels, recorded
-        )
-        for index, layer in enumerate((SHIPPED_LAYER, LAST_LAYER))
+        f"probe_layer_{layer}": held_out_topics(states, agroups, positions, rows, labels, recorded)
+        for layer, states in ((SHIPPED_LAYER, shipped), (LAST_LAYER, base_last))
     }
     _print(report)
     return save(f"probe_readers_{split}", report)
