@@ -35,8 +35,16 @@ import numpy as np
 from scipy.stats import spearmanr
 
 from bench.common import WORK, save, setup_logging, table
-from bench.probe import SEED, SYNTHETIC_STRIDE, Group, _auc, answer_groups, judgements, synthetic_groups
-from juiz.engines.cpu import native_bf16
+from bench.probe import (
+    SEED,
+    SYNTHETIC_STRIDE,
+    Group,
+    _auc,
+    answer_groups,
+    judgements,
+    reader_dtype,
+    synthetic_groups,
+)
 from juiz.engines.models import DEFAULT_MODEL, find_gguf, resolve_model
 from juiz.judging.probe import DEFAULT_C, SYSTEM, USER_PREFIX, USER_SUFFIX, render_context, train
 from juiz.judging.synthetic import SUPPORTED, Example
@@ -93,11 +101,8 @@ class TransformersReader:
     def __init__(self, model_path: str) -> None:
         from juiz.judging.probe import StateReader
 
+        self.dtype = reader_dtype()
         self.reader = StateReader(model_path, (SHIPPED_LAYER, LAST_LAYER), dtype=self.dtype)
-
-    @property
-    def dtype(self) -> str:
-        return "bfloat16" if native_bf16() else "float32"
 
     def read(self, group: Group) -> tuple[np.ndarray, int, int]:
         before = self.reader.tokens_read
